@@ -1,0 +1,34 @@
+# The README's two commands: `make run` (the main job on the default pipeline) and `make test`.
+# Both create .venv when it is missing and install every package with constraints.txt.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PACKAGES := packages/moe-core packages/router packages/rl-algos packages/sandbox packages/serving packages/evals
+PLUGINS := $(wildcard plugins/*/pyproject.toml)
+STAMP := $(VENV)/.codemoe-installed
+PIPELINE ?= default
+PYTEST_ARGS ?=
+
+.PHONY: install run test lint clean
+
+$(STAMP): pyproject.toml constraints.txt $(foreach p,$(PACKAGES),$(p)/pyproject.toml) $(PLUGINS)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt $(foreach p,$(PACKAGES),-e $(p)[test]) \
+		$(foreach p,$(PLUGINS),-e $(dir $(p))) --group dev
+	touch $@
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/codemoe run $(PIPELINE)
+
+test: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .tox .pytest_cache runs

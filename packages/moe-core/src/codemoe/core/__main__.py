@@ -1,0 +1,3 @@
+from codemoe.core.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""The ``codemoe`` command line.
+
+Built-in commands: ``plugins``, ``components [KIND]``, ``config show PIPELINE [k=v ...]`` and
+``run [PIPELINE] [k=v ...]``. Packages add their own (``serve``, ``sandbox``, ``eval`` ...) through
+the ``codemoe_add_commands`` hook. Errors codemoe raises on purpose print as one message, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from codemoe.core.config import compose, find_registry_dir
+from codemoe.core.errors import CodemoeError
+from codemoe.core.plugins import Hooks, build_plugin_manager, build_registry, plugin_infos
+from codemoe.core.runs import run_pipeline
+
+__all__ = ["main"]
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    registry = build_registry(args.pm)
+    infos = plugin_infos(args.pm, registry)
+    if args.json:
+        print(json.dumps([info.__dict__ for info in infos], indent=2))
+        return 0
+    table = Table(title="codemoe plugins")
+    for column in ("plugin", "distribution", "version", "hooks", "components"):
+        table.add_column(column, overflow="fold")
+    for info in infos:
+        table.add_row(info.name, info.distribution, info.version, "\n".join(info.hooks), "\n".join(info.components))
+    Console().print(table)
+    return 0
+
+
+def _cmd_components(args: argparse.Namespace) -> int:
+    registry = build_registry(args.pm)
+    if args.kind and args.kind not in registry.kinds():
+        registry.get(args.kind, "")  # raises with the list of known kinds
+    components = registry.components(args.kind)
+    if args.json:
+        rows = [{"kind": c.kind, "name": c.name, "plugin": c.plugin, "summary": c.summary} for c in components]
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title=f"codemoe components{' of kind ' + args.kind if args.kind else ''}")
+    for column in ("kind", "name", "plugin", "summary"):
+        table.add_column(column, overflow="fold")
+    for c in components:
+        table.add_row(c.kind, c.name, c.plugin, c.summary)
+    Console().print(table)
+    return 0
+
+
+def _compose_and_validate(args: argparse.Namespace):
+    from codemoe.core.config import validate_pipeline
+
+    cfg = compose(args.pipeline, args.overrides, registry_dir=_registry_dir(args))
+    registry = build_registry(args.pm)
+    validate_pipeline(cfg, registry)
+    return cfg, registry
+
+
+def _registry_dir(args: argparse.Namespace) -> Path:
+    return Path(args.registry) if args.registry else find_registry_dir()
+
+
+def _cmd_config_show(args: argparse.Namespace) -> int:
+    cfg, _ = _compose_and_validate(args)
+    print(OmegaConf.to_yaml(cfg), end="")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    run_dir = Path(args.resume) if args.resume else None
+    if run_dir is not None and args.pipeline is None and not args.overrides:
+        cfg_path = run_dir / "config.yaml"
+        if not cfg_path.is_file():
+            raise CodemoeError(f"cannot resume: {cfg_path} does not exist")
+        args.pipeline = str(cfg_path)
+    cfg, registry = _compose_and_validate(args)
+    console = Console(stderr=True)
+    console.print(f"[bold]codemoe run[/bold] {cfg.run.name}")
+    ctx = run_pipeline(cfg, registry, Hooks(args.pm), run_dir=run_dir, show_progress=not args.no_progress)
+    console.print(f"run directory: {ctx.run_dir}")
+    for stage_id, result in ctx.results.items():
+        console.print(f"  {stage_id}: {json.dumps(result, default=str)[:400]}")
+    return 0
+
+
+def build_parser(pm) -> argparse.ArgumentParser:
+    """The argument parser: built-in commands plus those plugins add."""
+    parser = argparse.ArgumentParser(prog="codemoe", description="Train MoE coding agents with RL on verifiable rewards.")
+    parser.add_argument("--registry", help="registry folder (default: $CODEMOE_REGISTRY or ./registry above cwd)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("plugins", help="list plugins, their distributions, hooks and components")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=_cmd_plugins)
+
+    p = sub.add_parser("components", help="list registered components, optionally of one kind")
+    p.add_argument("kind", nargs="?", help="a component kind (router, stage, reward, ...)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=_cmd_components)
+
+    p = sub.add_parser("config", help="inspect composed pipeline configs")
+    config_sub = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
+    show = config_sub.add_parser("show", help="print the resolved config of a pipeline")
+    show.add_argument("pipeline", help="pipeline name in registry/pipelines, or a YAML path")
+    show.add_argument("overrides", nargs="*", help="key=value overrides")
+    show.set_defaults(handler=_cmd_config_show)
+
+    p = sub.add_parser("run", help="run a pipeline's stages in order")
+    p.add_argument("pipeline", nargs="?", help="pipeline name or YAML path (default: 'default')")
+    p.add_argument("overrides", nargs="*", help="key=value overrides")
+    p.add_argument("--resume", metavar="RUN_DIR", help="resume a run: finished stages are skipped")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(handler=_cmd_run)
+
+    pm.hook.codemoe_add_commands(subparsers=sub)
+    return parser
+
+
+def _split_overrides(argv: list[str]) -> list[str]:
+    """Let ``codemoe run a=1`` mean 'default pipeline with override a=1'."""
+    if len(argv) >= 2 and argv[0] == "run" and "=" in argv[1] and not argv[1].startswith("-"):
+        return [argv[0], "default", *argv[1:]]
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``codemoe`` script; returns the exit code."""
+    argv = _split_overrides(list(sys.argv[1:] if argv is None else argv))
+    try:
+        pm = build_plugin_manager()
+        parser = build_parser(pm)
+        args = parser.parse_args(argv)
+        if not getattr(args, "handler", None):
+            parser.print_help()
+            return 0
+        args.pm = pm
+        return int(args.handler(args) or 0)
+    except CodemoeError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/bold red] {exc}", highlight=False, markup=True)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

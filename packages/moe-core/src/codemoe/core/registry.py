@@ -1,0 +1,163 @@
+"""The component registry: (kind, name) -> factory with a typed config schema.
+
+A component's config is a dataclass whose fields are its options with documented defaults. The
+registry and YAML share names: ``{name: softmax_topk, top_k: 2}`` in a config builds the ``router``
+component ``softmax_topk`` with ``top_k=2``. Factories and config classes may be given as
+``"module:attr"`` strings so that listing components does not import torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from codemoe.core.errors import RegistryError, did_you_mean
+
+__all__ = ["Component", "Registry"]
+
+
+def _resolve(target: Any) -> Any:
+    """Import ``"module:attr"`` targets; return anything else unchanged."""
+    if not isinstance(target, str):
+        return target
+    module_name, _, attr = target.partition(":")
+    if not attr:
+        raise RegistryError(f"bad import target {target!r}: expected 'module:attribute'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class Component:
+    """One registered component."""
+
+    kind: str
+    name: str
+    factory: Callable[..., Any] | str
+    config: type | str | None
+    plugin: str
+    summary: str
+
+    def config_class(self) -> type | None:
+        """The config dataclass (imported on first use when given as a string)."""
+        cls = _resolve(self.config)
+        if cls is not None and not dataclasses.is_dataclass(cls):
+            raise RegistryError(
+                f"{self.kind} '{self.name}' (plugin {self.plugin}): config {cls!r} is not a dataclass"
+            )
+        return cls
+
+    def build(self, config: Any = None, /, **kwargs: Any) -> Any:
+        """Call the factory with the validated config (when the component has one) and kwargs."""
+        factory = _resolve(self.factory)
+        if self.config is None:
+            return factory(**kwargs)
+        return factory(config, **kwargs)
+
+
+class Registry:
+    """Maps (kind, name) to a :class:`Component`.
+
+    Plugins fill it from ``codemoe_register_components``; :func:`codemoe.core.build_registry`
+    records which plugin registered what, so duplicates name both plugins.
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[str, str], Component] = {}
+        self._plugin = "<direct>"
+
+    @contextmanager
+    def registering_as(self, plugin: str) -> Iterator[Registry]:
+        """Attribute the registrations made inside the block to ``plugin``."""
+        previous, self._plugin = self._plugin, plugin
+        try:
+            yield self
+        finally:
+            self._plugin = previous
+
+    def register(
+        self,
+        kind: str,
+        name: str,
+        factory: Callable[..., Any] | str,
+        config: type | str | None = None,
+        *,
+        summary: str = "",
+    ) -> None:
+        """Register ``factory`` as component ``name`` of ``kind``.
+
+        ``factory(config, **kwargs)`` is called with an instance of ``config`` (a dataclass), or
+        ``factory(**kwargs)`` when ``config`` is None. ``summary`` is the one line that
+        ``codemoe components`` prints; by default the first line of the factory's docstring.
+        """
+        key = (kind, name)
+        if key in self._items:
+            first = self._items[key]
+            raise RegistryError(
+                f"{kind} '{name}' is registered twice: by plugin '{first.plugin}' and by plugin "
+                f"'{self._plugin}'. Rename one, or block a plugin with CODEMOE_DISABLE_PLUGINS."
+            )
+        if not summary and not isinstance(factory, str):
+            summary = (factory.__doc__ or "").strip().splitlines()[0] if factory.__doc__ else ""
+        self._items[key] = Component(kind, name, factory, config, self._plugin, summary)
+
+    def kinds(self) -> list[str]:
+        """Every kind that has at least one component, sorted."""
+        return sorted({kind for kind, _ in self._items})
+
+    def names(self, kind: str) -> list[str]:
+        """The registered names of ``kind``, sorted."""
+        return sorted(name for k, name in self._items if k == kind)
+
+    def components(self, kind: str | None = None) -> list[Component]:
+        """All components, or those of one kind, sorted by (kind, name)."""
+        return [self._items[key] for key in sorted(self._items) if kind is None or key[0] == kind]
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._items
+
+    def get(self, kind: str, name: str, *, where: str = "") -> Component:
+        """Return the component, or raise a :class:`RegistryError` listing the valid names."""
+        try:
+            return self._items[(kind, name)]
+        except KeyError:
+            pass
+        at = f" at '{where}'" if where else ""
+        valid = self.names(kind)
+        if not valid:
+            kinds = ", ".join(self.kinds()) or "none"
+            raise RegistryError(
+                f"unknown {kind} '{name}'{at}: no plugin registers components of kind '{kind}'"
+                f"{did_you_mean(kind, self.kinds())}. Known kinds: {kinds}."
+            ) from None
+        raise RegistryError(
+            f"unknown {kind} '{name}'{at}{did_you_mean(name, valid)}. "
+            f"Valid {kind} names: {', '.join(valid)}."
+        ) from None
+
+    def make_config(self, kind: str, spec: Mapping[str, Any] | str, *, where: str = "") -> Any:
+        """Validate ``spec`` (``{name: ..., **options}`` or a bare name) into the config dataclass."""
+        from codemoe.core.config import validate_component
+
+        return validate_component(self, kind, spec, where=where)
+
+    def build(self, kind: str, spec: Mapping[str, Any] | str, *, where: str = "", **kwargs: Any) -> Any:
+        """Validate ``spec`` and build the component; ``kwargs`` go to the factory.
+
+        ``spec`` is a bare name or a mapping with ``name`` and options; ``where`` is the config key
+        path that errors name.
+        """
+        from codemoe.core.config import spec_name
+
+        name = spec_name(kind, spec, where=where)
+        component = self.get(kind, name, where=where)
+        config = self.make_config(kind, spec, where=where)
+        if component.config is None:
+            return component.build(**kwargs)
+        return component.build(config, **kwargs)
