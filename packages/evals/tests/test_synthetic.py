@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import pytest
-
 from codemoe.core import build_plugin_manager, build_registry
 from codemoe.evals import CodeTask, Suite, SyntheticSuite, SyntheticSuiteConfig, program
 from codemoe.evals.synthetic_families import FAMILIES
@@ -44,7 +44,7 @@ def test_reference_solutions_pass_and_other_functions_fail(suite: SyntheticSuite
         assert _passes(task, task.reference_solution, task.visible_tests + task.hidden_tests), task.id
     wrong = sum(
         _passes(task, other.reference_solution.replace(other.entry_point, task.entry_point), task.hidden_tests)
-        for task, other in zip(tasks, tasks[1:])
+        for task, other in itertools.pairwise(tasks)
     )
     assert wrong == 0
 

@@ -59,7 +59,9 @@ class SyntheticSuite:
     def __init__(self, config: SyntheticSuiteConfig | None = None) -> None:
         self.config = config or SyntheticSuiteConfig()
         if self.config.hidden_tests < _MIN_HIDDEN:
-            raise ValueError(f"suite 'synthetic': hidden_tests must be >= {_MIN_HIDDEN}, got {self.config.hidden_tests}")
+            raise ValueError(
+                f"suite 'synthetic': hidden_tests must be >= {_MIN_HIDDEN}, got {self.config.hidden_tests}"
+            )
         unknown = sorted(set(self.config.families) - set(FAMILIES))
         if unknown:
             raise ValueError(f"suite 'synthetic': unknown families {unknown}; valid families: {', '.join(FAMILIES)}")
