@@ -13,14 +13,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from omegaconf import OmegaConf
-from rich.console import Console
-from rich.table import Table
-
 from codemoe.core.config import compose, find_registry_dir
 from codemoe.core.errors import CodemoeError
 from codemoe.core.plugins import Hooks, build_plugin_manager, build_registry, plugin_infos
 from codemoe.core.runs import run_pipeline
+from omegaconf import OmegaConf
+from rich.console import Console
+from rich.table import Table
 
 __all__ = ["main"]
 
@@ -78,6 +77,9 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.pipeline and "=" in args.pipeline:  # `codemoe run a=1`: the default pipeline, overridden
+        args.overrides.insert(0, args.pipeline)
+        args.pipeline = None
     run_dir = Path(args.resume) if args.resume else None
     if run_dir is not None and args.pipeline is None and not args.overrides:
         cfg_path = run_dir / "config.yaml"
@@ -127,16 +129,9 @@ def build_parser(pm) -> argparse.ArgumentParser:
     return parser
 
 
-def _split_overrides(argv: list[str]) -> list[str]:
-    """Let ``codemoe run a=1`` mean 'default pipeline with override a=1'."""
-    if len(argv) >= 2 and argv[0] == "run" and "=" in argv[1] and not argv[1].startswith("-"):
-        return [argv[0], "default", *argv[1:]]
-    return argv
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``codemoe`` script; returns the exit code."""
-    argv = _split_overrides(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         pm = build_plugin_manager()
         parser = build_parser(pm)

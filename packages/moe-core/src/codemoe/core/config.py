@@ -21,10 +21,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from codemoe.core.errors import ConfigError, did_you_mean
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-
-from codemoe.core.errors import ConfigError, did_you_mean
 
 __all__ = [
     "RunConfig",
@@ -171,7 +170,7 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str
         if not sep or not key:
             raise ConfigError(f"override '{item}' is not of the form key=value")
         if not add:
-            _check_override_key(cfg, key, item)
+            _check_override_key(OmegaConf.to_container(cfg, resolve=False), key, item)
         try:
             value = OmegaConf.from_dotlist([f"{key}={raw}"])
             cfg = OmegaConf.merge(cfg, value)
@@ -180,23 +179,30 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str
     return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
 
 
-def _check_override_key(cfg: DictConfig, key: str, item: str) -> None:
-    node: Any = cfg
-    walked = []
+def _check_override_key(data: Mapping[str, Any], key: str, item: str) -> None:
+    """Refuse an override of a key that is not there (a typo), with the keys that are."""
+    node: Any = data
+    walked: list[str] = []
     for part in key.split("."):
-        if isinstance(node, DictConfig) and part in node:
-            node = node._get_node(part)
-            node = node if isinstance(node, DictConfig) else getattr(node, "_value", lambda: node)()
+        if not isinstance(node, Mapping):
+            return  # below a bare value (a preset name being replaced by a mapping): allowed
+        if part in node:
+            node = node[part]
             walked.append(part)
             continue
-        if isinstance(node, DictConfig) or not walked:
-            keys = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
-            at = ".".join(walked) or "the top level"
-            raise ConfigError(
-                f"override '{item}': no key '{part}' under {at}{did_you_mean(part, keys)}. "
-                f"Keys there: {', '.join(keys) or 'none'}. Write +{key}=... to add a new key."
-            )
-        return  # below a bare value (a preset name being replaced by a mapping): allowed
+        if _is_component_spec(node, walked):
+            return  # an option of a component: its schema validates the name, with suggestions
+        keys = [str(k) for k in node]
+        at = ".".join(walked) or "the top level"
+        raise ConfigError(
+            f"override '{item}': no key '{part}' under {at}{did_you_mean(part, keys)}. "
+            f"Keys there: {', '.join(keys) or 'none'}. Write +{key}=... to add a new key."
+        )
+
+
+def _is_component_spec(node: Mapping[str, Any], walked: list[str]) -> bool:
+    """A mapping that selects a component (has ``name``, or is a stage) accepts its schema's options."""
+    return "name" in node or (len(walked) == 2 and walked[0] == "stages")
 
 
 # ---------------------------------------------------------------------------------------------

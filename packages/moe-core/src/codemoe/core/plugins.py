@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
-
 from codemoe.core import hookspecs
 from codemoe.core.errors import PluginError, did_you_mean
 from codemoe.core.hookspecs import PROJECT
@@ -126,7 +125,7 @@ def build_registry(pm: pluggy.PluginManager) -> Registry:
     that registered it, and a duplicate (kind, name) names both plugins.
     """
     registry = Registry()
-    for impl in reversed(pm.hook.codemoe_register_components.get_hookimpls()):
+    for impl in pm.hook.codemoe_register_components.get_hookimpls():
         with registry.registering_as(impl.plugin_name):
             impl.function(**{arg: registry for arg in impl.argnames})
     return registry

@@ -20,12 +20,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from codemoe.core.config import validate_pipeline
 from codemoe.core.errors import CodemoeError, ConfigError
 from codemoe.core.plugins import Hooks
 from codemoe.core.registry import Registry
+from omegaconf import DictConfig, OmegaConf
 
 __all__ = ["MetricsWriter", "RunContext", "StageInfo", "create_run_dir", "run_pipeline"]
 
@@ -103,7 +102,7 @@ class RunContext:
 def create_run_dir(cfg: DictConfig) -> Path:
     """``<run.dir>/<run.name>-<UTC timestamp>``, made unique if two runs start in one second."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    base = Path(cfg.run.dir) / f"{cfg.run.name}-{stamp}"
+    base = Path(cfg.run.dir).resolve() / f"{cfg.run.name}-{stamp}"
     path, n = base, 1
     while path.exists():
         n += 1
@@ -149,6 +148,7 @@ def run_pipeline(
         run_dir = create_run_dir(cfg)
     elif not run_dir.is_dir():
         raise ConfigError(f"cannot resume: run directory {run_dir} does not exist")
+    run_dir = run_dir.resolve()
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     handler = _attach_log(run_dir)
     ctx = RunContext(
