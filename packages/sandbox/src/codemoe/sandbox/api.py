@@ -1,0 +1,277 @@
+"""The executor contract: what to run (:class:`ExecutionRequest`), under which limits
+(:class:`Limits`), what came out (:class:`ExecutionResult`), and who runs it (:class:`Executor`).
+
+Every executor (``local``, ``remote``, third-party ones) speaks these types, and the HTTP service
+sends exactly ``to_dict()`` / ``from_dict()`` of them as JSON.
+
+Three ways to run
+-----------------
+``runner=None``
+    ``command`` (an argv list, e.g. ``["python", "main.py"]``) is executed in the sandbox with the
+    request's ``files`` in a fresh working directory. Status ``passed`` means exit code 0.
+
+``runner="pytest"``
+    pytest runs in the sandbox's warm worker on the working directory; ``command``, when given, holds
+    extra pytest arguments (paths, ``-k EXPR``). Per-test outcomes (``tests``: node id -> ``passed`` /
+    ``failed`` / ``error`` / ``skipped``) come from codemoe's reporter plugin over a private result
+    channel (a pipe the supervisor reads), never from stdout, and the report only counts when it
+    carries the request's nonce and marks the session finished. A program that prints a fake summary
+    or calls ``sys.exit(0)`` / ``os._exit(0)`` before the tests end produces no valid report, so it is
+    not ``passed``. Status ``passed`` needs at least one test, all of them passed or skipped.
+
+``runner="asserts"`` (HumanEval style)
+    The files must include ``program.py`` and ``checks.py``. The runner executes ``program.py`` and
+    then ``checks.py`` in one shared module namespace (``__name__ == "__main__"``), the way a
+    HumanEval program is ``prompt + completion + test + check(entry_point)``. Only after
+    ``checks.py`` has run to its end without an exception does the runner write the request's
+    **nonce** to the result channel. The nonce is sent to the worker over its control channel; it is
+    never written into the files, the environment or argv, so code under test cannot print it.
+    ``passed`` requires the nonce to arrive and the process to exit cleanly; an early ``exit(0)``,
+    ``os._exit(0)`` or a printed ``PASSED`` leaves the nonce unwritten and the result is ``failed``.
+    An exception in ``program.py`` or ``checks.py`` is ``failed`` (``reason`` names it), except
+    that a ``SyntaxError`` is ``error`` with a reason starting ``"compile:"``.
+    :func:`function_task_request` builds such a request from (program, tests, entry point) and draws
+    a fresh nonce; an executor draws one itself when ``nonce`` is empty.
+
+Statuses
+--------
+``passed``, ``failed`` (ran, did not pass), ``error`` (did not compile or collect, or the sandbox
+could not run it: see ``reason``), ``timeout`` (wall or CPU limit), ``memory`` (the memory limit
+was hit), ``output-limit`` (stdout or stderr exceeded ``max_output_bytes``; the run was stopped),
+``killed`` (ended by a signal that was not one of the limits, e.g. a segfault).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "RUNNERS",
+    "STATUSES",
+    "TEST_OUTCOMES",
+    "ExecutionRequest",
+    "ExecutionResult",
+    "Executor",
+    "Limits",
+    "function_task_request",
+    "new_nonce",
+]
+
+Status = Literal["passed", "failed", "error", "timeout", "memory", "output-limit", "killed"]
+Runner = Literal["pytest", "asserts"]
+TestOutcome = Literal["passed", "failed", "error", "skipped"]
+
+STATUSES: tuple[str, ...] = ("passed", "failed", "error", "timeout", "memory", "output-limit", "killed")
+RUNNERS: tuple[str, ...] = ("pytest", "asserts")
+TEST_OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped")
+
+
+@dataclass
+class Limits:
+    """Resource limits of one execution; every limit is enforced by the OS, not by the program."""
+
+    timeout_s: float = 10.0  # wall-clock limit; the whole process tree is killed when it passes
+    cpu_s: float = 10.0  # CPU-time limit per process (RLIMIT_CPU)
+    memory_mb: int = 1024  # address-space limit per process (RLIMIT_AS), in MiB
+    max_processes: int = 64  # processes and threads the execution may have at once (RLIMIT_NPROC)
+    max_file_mb: int = 16  # largest file the execution may write (RLIMIT_FSIZE), in MiB
+    max_output_bytes: int = 1 << 20  # bytes kept per stream (stdout, stderr); more stops the run
+    max_open_files: int = 256  # file descriptors per process (RLIMIT_NOFILE)
+    disk_mb: int = 256  # size of the private working directory and /tmp, where a tmpfs is used
+    network: bool = False  # True keeps the host network; False gives a namespace with loopback only
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool":
+                if not isinstance(value, bool):
+                    raise ValueError(f"limits.{f.name} must be true or false, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"limits.{f.name} must be a positive number, got {value!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Limits:
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError`` naming them."""
+        return _from_dict(cls, data or {}, "limits")
+
+
+@dataclass
+class ExecutionRequest:
+    """One execution: files to lay out, what to run on them, under which limits."""
+
+    files: dict[str, str | bytes] = field(default_factory=dict)  # relative path -> content
+    command: list[str] | None = None  # argv (runner None) or extra pytest arguments (runner pytest)
+    runner: Runner | None = None  # None, "pytest" or "asserts" (see the module docstring)
+    limits: Limits = field(default_factory=Limits)
+    stdin: str | bytes | None = None  # fed to the program's standard input
+    env: dict[str, str] = field(default_factory=dict)  # added to the scrubbed environment
+    id: str = ""  # caller's label, copied into the result
+    nonce: str = ""  # asserts/pytest runners' proof of completion; drawn by the executor when empty
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form; ``bytes`` contents become ``{"base64": ...}``."""
+        return {
+            "files": {path: _encode(content) for path, content in self.files.items()},
+            "command": list(self.command) if self.command is not None else None,
+            "runner": self.runner,
+            "limits": self.limits.to_dict(),
+            "stdin": _encode(self.stdin) if self.stdin is not None else None,
+            "env": dict(self.env),
+            "id": self.id,
+            "nonce": self.nonce,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExecutionRequest:
+        """Inverse of :meth:`to_dict`; raises ``ValueError`` on a malformed request."""
+        if not isinstance(data, dict):
+            raise ValueError("an execution request must be a JSON object")
+        data = dict(data)
+        files = data.pop("files", {}) or {}
+        if not isinstance(files, dict):
+            raise ValueError("'files' must map relative paths to contents")
+        stdin = data.pop("stdin", None)
+        limits = Limits.from_dict(data.pop("limits", None))
+        request = _from_dict(cls, data, "request")
+        request.files = {str(path): _decode(content, f"files[{path!r}]") for path, content in files.items()}
+        request.stdin = _decode(stdin, "stdin") if stdin is not None else None
+        request.limits = limits
+        request.validate()
+        return request
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` with a readable message when the request cannot be run."""
+        if self.runner is not None and self.runner not in RUNNERS:
+            raise ValueError(f"unknown runner {self.runner!r}: use one of {', '.join(RUNNERS)} or none")
+        if self.runner is None and not self.command:
+            raise ValueError("a request without a runner needs a command (an argv list)")
+        if self.command is not None and not (
+            isinstance(self.command, list) and all(isinstance(a, str) for a in self.command)
+        ):
+            raise ValueError("'command' must be a list of strings")
+        if self.runner == "asserts":
+            missing = [name for name in ("program.py", "checks.py") if name not in self.files]
+            if missing:
+                raise ValueError(f"the asserts runner needs files {missing}")
+        for path in self.files:
+            parts = path.replace("\\", "/").split("/")
+            if not path or path.startswith("/") or ".." in parts:
+                raise ValueError(f"file path {path!r} must be relative and stay inside the work dir")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
+            raise ValueError("'env' must map strings to strings")
+
+
+@dataclass
+class ExecutionResult:
+    """What one execution produced."""
+
+    status: Status = "error"
+    exit_code: int | None = None  # None when killed by a signal or never started
+    tests: dict[str, TestOutcome] = field(default_factory=dict)  # test id -> outcome (runners only)
+    stdout: str = ""  # decoded as UTF-8 with replacement characters for invalid bytes
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_s: float = 0.0  # wall time of the execution itself
+    peak_memory_mb: float = 0.0  # largest resident set of any of its processes
+    id: str = ""  # the request's id
+    reason: str = ""  # why it is not passed, in one line ("" when passed)
+    signal: int | None = None  # the signal that ended the main process, if any
+
+    @property
+    def passed(self) -> bool:
+        """True when the status is ``passed``."""
+        return self.status == "passed"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExecutionResult:
+        """Inverse of :meth:`to_dict`."""
+        result = _from_dict(cls, data, "result")
+        if result.status not in STATUSES:
+            raise ValueError(f"unknown status {result.status!r}")
+        return result
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs execution requests; built from the registry as kind ``executor``."""
+
+    def run(self, request: ExecutionRequest) -> ExecutionResult:
+        """Run one request and return its result (never raises for a failing program)."""
+        ...
+
+    def run_batch(self, requests: list[ExecutionRequest]) -> list[ExecutionResult]:
+        """Run many requests concurrently; results come back in request order."""
+        ...
+
+    def close(self) -> None:
+        """Stop workers and free resources; the executor is unusable afterwards."""
+        ...
+
+
+def new_nonce() -> str:
+    """A fresh unguessable nonce (128 bits, hex)."""
+    return secrets.token_hex(16)
+
+
+def function_task_request(
+    program: str,
+    tests: str,
+    entry_point: str,
+    *,
+    limits: Limits | None = None,
+    id: str = "",
+) -> ExecutionRequest:
+    """A HumanEval-style request: ``program`` (prompt + completion), ``tests`` (defines
+    ``check(candidate)``), then ``check(entry_point)``, run by the ``asserts`` runner with a new nonce.
+    """
+    checks = f"{tests}\n\ncheck({entry_point})\n"
+    return ExecutionRequest(
+        files={"program.py": program, "checks.py": checks},
+        runner="asserts",
+        limits=limits or Limits(),
+        id=id,
+        nonce=new_nonce(),
+    )
+
+
+def _encode(content: str | bytes) -> str | dict[str, str]:
+    if isinstance(content, bytes):
+        return {"base64": base64.b64encode(content).decode("ascii")}
+    return content
+
+
+def _decode(content: Any, where: str) -> str | bytes:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict) and set(content) == {"base64"} and isinstance(content["base64"], str):
+        try:
+            return base64.b64decode(content["base64"], validate=True)
+        except ValueError as exc:
+            raise ValueError(f"{where}: invalid base64 ({exc})") from None
+    raise ValueError(f"{where}: expected a string or {{'base64': ...}}")
+
+
+def _from_dict(cls: type, data: dict[str, Any], what: str) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} must be a JSON object")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"unknown {what} field(s) {unknown}; known: {sorted(names)}")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise ValueError(f"bad {what}: {exc}") from None
