@@ -1,0 +1,53 @@
+"""Bootstrap intervals and improvements: known answers and the seeds' relative-gain example."""
+
+from __future__ import annotations
+
+import pytest
+
+from codemoe.evals.stats import bootstrap_mean, improvement
+
+
+def test_constant_values_give_a_zero_width_interval() -> None:
+    est = bootstrap_mean([0.5] * 20)
+    assert (est.value, est.low, est.high) == (0.5, 0.5, 0.5)
+
+
+def test_interval_covers_the_mean_and_shrinks_with_more_tasks() -> None:
+    small = bootstrap_mean([0, 1] * 10)
+    large = bootstrap_mean([0, 1] * 200)
+    assert small.low < 0.5 < small.high
+    assert large.high - large.low < (small.high - small.low) / 2
+    # binomial standard error at p=0.5, 400 tasks: 0.025 -> 95% half-width about 0.049
+    assert large.high - large.low == pytest.approx(2 * 1.96 * 0.025, rel=0.15)
+
+
+def test_seed_headline_is_relative() -> None:
+    # 100 tasks: the baseline solves 32, the candidate the same 32 plus 19.5 more on average
+    baseline = {f"t{i}": 1.0 if i < 32 else 0.0 for i in range(100)}
+    candidate = {f"t{i}": 1.0 if i < 51 else (0.5 if i == 51 else 0.0) for i in range(100)}
+    imp = improvement(baseline, candidate)
+    assert imp.paired and imp.tasks == 100
+    assert imp.baseline.value == pytest.approx(0.32)
+    assert imp.candidate.value == pytest.approx(0.515)
+    assert imp.absolute.value == pytest.approx(0.195)
+    assert imp.relative.value == pytest.approx(0.609375)
+    assert imp.absolute.excludes_zero() and imp.relative.excludes_zero()
+    assert imp.absolute.low > 0.1  # paired: the gain is consistent task by task
+
+
+def test_no_change_is_not_significant() -> None:
+    scores = {f"t{i}": (i % 3) / 2 for i in range(60)}
+    imp = improvement(scores, dict(scores))
+    assert imp.absolute.value == 0.0 and not imp.absolute.excludes_zero()
+
+
+def test_unpaired_when_task_sets_differ() -> None:
+    imp = improvement({"a": 0.0, "b": 1.0}, {"c": 1.0, "d": 1.0, "e": 0.0})
+    assert not imp.paired
+    assert imp.relative.value == pytest.approx(2 / 3 / 0.5 - 1)
+
+
+def test_relative_is_undefined_for_a_zero_baseline() -> None:
+    imp = improvement({"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 0.0})
+    assert imp.absolute.value == 0.5
+    assert imp.relative.value != imp.relative.value  # nan
