@@ -6,7 +6,6 @@ import itertools
 import math
 
 import pytest
-
 from codemoe.evals.passk import TaskOutcome, mean_pass_at_k, pass_at_k
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from codemoe.evals.stats import bootstrap_mean, improvement
 
 
