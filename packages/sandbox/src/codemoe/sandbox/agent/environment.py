@@ -1,0 +1,239 @@
+"""The repository environment: ``reset(task)`` then ``step(action)`` until the episode ends.
+
+``reset`` copies the task's repository into a fresh workspace and returns the first observation
+(the statement and the file list). ``step`` takes one action (the strict text of
+:mod:`codemoe.sandbox.agent.actions`, or a :class:`ToolCall`), runs the tool and returns the
+observation. Malformed text, unknown tools and bad arguments give an error observation and count a
+format error; a failing tool gives an error observation; nothing the agent sends raises.
+
+An episode ends when the agent submits, when the step budget is spent, or through anti-spin: after
+``max_failing_test_runs`` consecutive failing test runs the agent is told to summarise, its next
+action (ideally ``submit`` with the summary) is the last. Every test run and shell command goes
+through the sandbox executor. At the end the workspace is graded in one batch: the visible and
+hidden tests on the original repository (cached per task) and on the final workspace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from codemoe.sandbox.agent.actions import ActionFormatError, ToolCall, parse_tool_call, render_tool_call
+from codemoe.sandbox.agent.episode import Episode, StepRecord, system_prompt
+from codemoe.sandbox.agent.tasks import Task
+from codemoe.sandbox.agent.tools import ToolOutput, ToolSet
+from codemoe.sandbox.agent.workspace import ToolError, Workspace
+from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, Executor, Limits
+
+__all__ = ["RepoEnvironment", "RepoEnvironmentConfig", "StepResult", "build_repo_environment"]
+
+_PYTEST_PREFIXES = (["python", "-m", "pytest"], ["pytest"])
+
+
+@dataclass
+class RepoEnvironmentConfig:
+    """Options of the ``repo`` environment."""
+
+    step_budget: int = 0  # actions per episode; 0 uses each task's own step_budget
+    max_failing_test_runs: int = 3  # anti-spin: consecutive failing run_tests calls before the stop
+    memory_mb: int = 1024  # memory limit of every test run and shell command
+    shell_timeout_s: float = 10.0  # wall-clock limit of one shell command
+    trajectory_path: str = ""  # append every finished episode to this JSONL file ("" = do not write)
+
+
+@dataclass
+class StepResult:
+    """What ``step`` returns: the observation, whether the episode is over, and facts about the step."""
+
+    observation: str
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def pytest_args(command: list[str]) -> list[str]:
+    """The arguments after ``pytest`` / ``python -m pytest`` in a task's test command."""
+    for prefix in _PYTEST_PREFIXES:
+        if command[: len(prefix)] == prefix:
+            return command[len(prefix):]
+    raise ValueError(f"test command {command} is not a pytest command ('pytest ...' or 'python -m pytest ...')")
+
+
+class RepoEnvironment:
+    """A multi-turn coding environment over repository-level :class:`Task` objects."""
+
+    def __init__(self, config: RepoEnvironmentConfig | None = None, executor: Executor | None = None) -> None:
+        self.config = config or RepoEnvironmentConfig()
+        self._own_executor = executor is None
+        self.executor = executor if executor is not None else _default_executor()
+        self.tools = ToolSet()
+        self._baselines: dict[str, ExecutionResult] = {}
+        self.episode: Episode | None = None
+        self.workspace: Workspace | None = None
+        self.task: Task | None = None
+
+    # -- the ToolContext the tools use ---------------------------------------------------------
+
+    @property
+    def clarification(self) -> str | None:
+        return self.task.clarification if self.task else None
+
+    def _limits(self, timeout_s: float) -> Limits:
+        return Limits(timeout_s=timeout_s, cpu_s=timeout_s, memory_mb=self.config.memory_mb)
+
+    def run_tests(self, targets: list[str]) -> ExecutionResult:
+        """Run the visible tests (or ``targets``) on the workspace through the executor."""
+        assert self.task is not None and self.workspace is not None
+        args = pytest_args(self.task.test_command)
+        if targets:
+            args = [a for a in args if a.startswith("-")] + targets
+        request = ExecutionRequest(files=dict(self.workspace.snapshot()), command=args, runner="pytest",
+                                   limits=self._limits(self.task.timeout_s), id=f"{self.task.id}/run_tests")
+        return self.executor.run(request)
+
+    def run_command(self, argv: list[str]) -> ExecutionResult:
+        """Run an allow-listed command on a copy of the workspace through the executor."""
+        assert self.task is not None and self.workspace is not None
+        request = ExecutionRequest(files=dict(self.workspace.snapshot()), command=argv,
+                                   limits=self._limits(self.config.shell_timeout_s), id=f"{self.task.id}/shell")
+        return self.executor.run(request)
+
+    # -- the episode ----------------------------------------------------------------------------
+
+    def reset(self, task: Task) -> str:
+        """Start an episode on ``task``; returns the first observation."""
+        self.close_workspace()
+        self.task = task
+        self.workspace = Workspace(task.repo, readonly=task.readonly)
+        budget = self.config.step_budget or task.step_budget
+        files = "\n".join(self.workspace.relative(p) for p in self.workspace.iter_files())
+        observation = (
+            f"Task {task.id}\n\n{task.statement}\n\nRepository files:\n{files}\n\n"
+            f"You have {budget} actions. Run the tests with run_tests; finish with submit."
+        )
+        self.episode = Episode(
+            task_id=task.id,
+            task_type=task.type,
+            step_budget=budget,
+            files_before=self.workspace.snapshot(),
+            messages=[{"role": "system", "content": system_prompt(self.tools)}, {"role": "user", "content": observation}],
+            tools=self.tools.schemas(),
+        )
+        return observation
+
+    def step(self, action: str | ToolCall) -> StepResult:
+        """Apply one action; never raises for anything the agent sends."""
+        ep = self.episode
+        if ep is None or ep.done:
+            raise RuntimeError("call reset(task) before step(), and not after the episode ended")
+        ep.steps += 1
+        was_summarising = ep.summarising
+        text = action if isinstance(action, str) else render_tool_call(action)
+        record, output = self._dispatch(action)
+        record.step = ep.steps
+        if record.tool == "run_tests" and record.ok:
+            failing = output.data.get("status") != "passed"
+            ep.consecutive_failing_runs = ep.consecutive_failing_runs + 1 if failing else 0
+        ep.log.append(record)
+        observation = output.text if record.ok else f"error ({record.error_kind}): {record.message}"
+
+        stop = None
+        if output.done:
+            ep.summary = output.data.get("summary", "")
+            stop = "anti_spin" if was_summarising else "submitted"
+        elif was_summarising:
+            stop = "anti_spin"
+        elif ep.steps >= ep.step_budget:
+            stop = "step_budget"
+        elif ep.consecutive_failing_runs >= self.config.max_failing_test_runs:
+            ep.summarising = True
+            observation += (
+                f"\n\nThe tests failed {ep.consecutive_failing_runs} runs in a row. Stop trying: summarise what you "
+                'found and what is left with submit (args: {"summary": ...}). The episode ends after your next action.'
+            )
+        ep.messages += [{"role": "assistant", "content": text}, {"role": "tool", "content": observation}]
+        if stop is not None:
+            self._finish(stop)
+        info = {"step": ep.steps, "tool": record.tool, "ok": record.ok, "error_kind": record.error_kind,
+                "summarise": ep.summarising, "stop_reason": ep.stop_reason}
+        return StepResult(observation, ep.done, info)
+
+    def _dispatch(self, action: str | ToolCall) -> tuple[StepRecord, ToolOutput]:
+        try:
+            call = parse_tool_call(action) if isinstance(action, str) else action
+        except ActionFormatError as exc:
+            return StepRecord(tool="", args={}, ok=False, error_kind=exc.kind, format_error=True, message=str(exc)), ToolOutput("")
+        record = StepRecord(tool=call.tool, args=dict(call.args))
+        try:
+            output = self.tools.call(self, call)
+        except ActionFormatError as exc:
+            record.ok, record.error_kind, record.format_error, record.message = False, exc.kind, True, str(exc)
+            return record, ToolOutput("")
+        except ToolError as exc:
+            record.ok, record.error_kind, record.message = False, exc.kind, str(exc)
+            return record, ToolOutput("")
+        record.data = {k: v for k, v in output.data.items() if k != "tests"}
+        return record, output
+
+    def _finish(self, reason: str) -> None:
+        ep, task, ws = self.episode, self.task, self.workspace
+        assert ep is not None and task is not None and ws is not None
+        ep.done, ep.stop_reason = True, reason
+        ep.files_after = ws.snapshot()
+        before, after = self.grade(task, ep.files_after)
+        ep.record_grades(task, before, after)
+        if self.config.trajectory_path:
+            from codemoe.sandbox.agent.trajectory import TrajectoryWriter
+
+            with TrajectoryWriter(self.config.trajectory_path) as writer:
+                writer.write(ep)
+
+    def grade(self, task: Task, files: dict[str, str]) -> tuple[ExecutionResult, ExecutionResult]:
+        """Visible + hidden test outcomes on the original repository (cached) and on ``files``."""
+        requests = [self._grading_request(task, files, "after")]
+        if task.id not in self._baselines:
+            requests.insert(0, self._grading_request(task, task.repo_files(), "before"))
+        results = self.executor.run_batch(requests)
+        if len(results) == 2:
+            self._baselines[task.id] = results[0]
+        return self._baselines[task.id], results[-1]
+
+    def _grading_request(self, task: Task, files: dict[str, str], label: str) -> ExecutionRequest:
+        return grading_request(task, files, self._limits(task.timeout_s), label)
+
+    def close_workspace(self) -> None:
+        """Delete the current episode's working copy."""
+        if self.workspace is not None:
+            self.workspace.close()
+            self.workspace = None
+
+    def close(self) -> None:
+        """Delete the workspace and stop the executor if this environment created it."""
+        self.close_workspace()
+        if self._own_executor:
+            self.executor.close()
+
+    def __enter__(self) -> RepoEnvironment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def grading_request(task: Task, files: dict[str, str], limits: Limits, label: str) -> ExecutionRequest:
+    """One execution that runs the visible and the hidden tests on ``files`` plus the hidden overlay."""
+    overlay = {path: text for path, text in files.items() if not task.is_hidden(path)}
+    overlay.update(task.hidden_files)
+    return ExecutionRequest(files=dict(overlay), command=pytest_args(task.grading_command()), runner="pytest",
+                            limits=limits, id=f"{task.id}/{label}")
+
+
+def _default_executor() -> Executor:
+    from codemoe.sandbox.local import LocalExecutor
+
+    return LocalExecutor()
+
+
+def build_repo_environment(config: RepoEnvironmentConfig, executor: Executor | None = None) -> RepoEnvironment:
+    """Factory of the ``repo`` environment component (kind ``environment``)."""
+    return RepoEnvironment(dataclasses.replace(config), executor=executor)

@@ -1,0 +1,248 @@
+"""Repository-level tasks: the folder format, its loader, and the SWE-bench JSONL loader.
+
+A task folder holds::
+
+    task.yaml       statement, type, visible test command, fail_to_pass, pass_to_pass,
+                    optional clarification, step budget, read-only patterns
+    repo/           the repository the agent starts from
+    hidden_tests/   tests the agent never sees; grading copies them to ``hidden_tests/``
+    gold.patch      a unified diff that solves the task
+
+Test ids are pytest node ids relative to the repository root (``tests/test_x.py::test_y``); ids
+under ``hidden_tests/`` name hidden tests. ``fail_to_pass`` and ``pass_to_pass`` may name both.
+A SWE-bench instance maps onto the same :class:`Task`: ``patch`` is the gold patch and the files
+``test_patch`` touches become the hidden overlay, with the repository checked out from local disk.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import subprocess
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from codemoe.sandbox.agent.patches import apply_patch, parse_patch
+
+__all__ = [
+    "HIDDEN_DIR",
+    "TASK_TYPES",
+    "Task",
+    "TaskFormatError",
+    "load_swebench_jsonl",
+    "load_task",
+    "load_tasks",
+    "read_tree",
+]
+
+HIDDEN_DIR = "hidden_tests"
+
+TASK_TYPES = (
+    "cross-file-refactor",
+    "test-driven-bug-fix",
+    "multi-round-error-correction",
+    "dependency-upgrade",
+    "performance-optimisation",
+    "multi-file-edit",
+    "build-external-dependency",
+    "debugging-several-runs",
+    "clarification-needed",
+    "long-horizon-constraints",
+)
+
+_REQUIRED = ("id", "type", "statement", "test_command", "fail_to_pass")
+_OPTIONAL = ("pass_to_pass", "clarification", "step_budget", "readonly", "timeout_s")
+
+
+class TaskFormatError(ValueError):
+    """A task folder or instance that does not follow the format; the message names the file."""
+
+
+@dataclass
+class Task:
+    """One repository-level task, wherever it came from."""
+
+    id: str  # unique in its suite
+    type: str  # one of TASK_TYPES (or "swe-bench" for loaded instances)
+    statement: str  # what the agent is asked to do
+    repo: Path  # the repository the agent starts from (never modified)
+    test_command: list[str]  # visible tests; a pytest command that accepts extra paths
+    fail_to_pass: list[str]  # test ids that fail before and pass after the gold patch
+    pass_to_pass: list[str] = field(default_factory=list)  # test ids that pass both times
+    hidden_files: dict[str, str] = field(default_factory=dict)  # grading overlay: path -> text
+    hidden_targets: list[str] = field(default_factory=lambda: [HIDDEN_DIR])  # paths appended to grade hidden tests
+    gold_patch: str = ""  # unified diff that solves the task
+    clarification: str | None = None  # the answer ask_clarification gives; None: nothing to clarify
+    step_budget: int = 30  # actions allowed in an episode
+    readonly: list[str] = field(default_factory=list)  # glob patterns the agent cannot write
+    timeout_s: float = 30.0  # wall-clock limit of one test run
+    source: str = ""  # where the task was loaded from
+
+    def repo_files(self) -> dict[str, str]:
+        """The starting repository as ``{path: text}``."""
+        return read_tree(self.repo)
+
+    def gold_files(self) -> dict[str, str]:
+        """The repository with the gold patch applied."""
+        return apply_patch(self.repo_files(), self.gold_patch)
+
+    def grading_command(self) -> list[str]:
+        """The command that runs the visible and the hidden tests in one execution."""
+        return [*self.test_command, *self.hidden_targets]
+
+    def is_hidden(self, test_id: str) -> bool:
+        """Whether ``test_id`` names a hidden test."""
+        path = test_id.split("::", 1)[0]
+        return path in self.hidden_files or any(path == t or path.startswith(t.rstrip("/") + "/") for t in self.hidden_targets)
+
+
+def read_tree(root: Path) -> dict[str, str]:
+    """Every UTF-8 file under ``root`` as ``{posix path: text}`` (caches and ``.git`` skipped)."""
+    files: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if not path.is_file() or {".git", "__pycache__", ".pytest_cache"} & set(rel.parts):
+            continue
+        try:
+            files[rel.as_posix()] = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+    return files
+
+
+def _command(value: Any, where: str) -> list[str]:
+    if isinstance(value, str):
+        return shlex.split(value)
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise TaskFormatError(f"{where}: test_command must be a string or a list of strings, got {value!r}")
+
+
+def _id_list(meta: Mapping[str, Any], key: str, where: str) -> list[str]:
+    value = meta.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) and "::" in v for v in value):
+        raise TaskFormatError(f"{where}: {key} must be a list of pytest node ids ('path::test'), got {value!r}")
+    return list(value)
+
+
+def load_task(folder: Path | str) -> Task:
+    """Load one task folder; raises :class:`TaskFormatError` naming the file and the problem."""
+    folder = Path(folder)
+    spec = folder / "task.yaml"
+    if not spec.is_file():
+        raise TaskFormatError(f"{folder}: no task.yaml")
+    meta = yaml.safe_load(spec.read_text(encoding="utf-8"))
+    if not isinstance(meta, dict):
+        raise TaskFormatError(f"{spec}: expected a mapping")
+    missing = [key for key in _REQUIRED if key not in meta]
+    unknown = sorted(set(meta) - set(_REQUIRED) - set(_OPTIONAL))
+    if missing or unknown:
+        raise TaskFormatError(f"{spec}: missing keys {missing}, unknown keys {unknown}; allowed: {_REQUIRED + _OPTIONAL}")
+    if meta["type"] not in TASK_TYPES:
+        raise TaskFormatError(f"{spec}: type {meta['type']!r} is not one of {', '.join(TASK_TYPES)}")
+    for part in ("repo", HIDDEN_DIR, "gold.patch"):
+        if not (folder / part).exists():
+            raise TaskFormatError(f"{folder}: missing {part}")
+    hidden = {f"{HIDDEN_DIR}/{path}": text for path, text in read_tree(folder / HIDDEN_DIR).items()}
+    return Task(
+        id=str(meta["id"]),
+        type=meta["type"],
+        statement=str(meta["statement"]).strip(),
+        repo=folder / "repo",
+        test_command=_command(meta["test_command"], str(spec)),
+        fail_to_pass=_id_list(meta, "fail_to_pass", str(spec)),
+        pass_to_pass=_id_list(meta, "pass_to_pass", str(spec)),
+        hidden_files=hidden,
+        gold_patch=(folder / "gold.patch").read_text(encoding="utf-8"),
+        clarification=(str(meta["clarification"]).strip() if meta.get("clarification") else None),
+        step_budget=int(meta.get("step_budget", 30)),
+        readonly=list(meta.get("readonly") or []),
+        timeout_s=float(meta.get("timeout_s", 30.0)),
+        source=str(folder),
+    )
+
+
+def load_tasks(path: Path | str) -> list[Task]:
+    """Load a task folder, a suite folder of task folders, or a SWE-bench ``.jsonl`` file."""
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        return load_swebench_jsonl(path, path.parent / "repos")
+    if (path / "task.yaml").is_file():
+        return [load_task(path)]
+    folders = sorted(p for p in path.iterdir() if (p / "task.yaml").is_file()) if path.is_dir() else []
+    if not folders:
+        raise TaskFormatError(f"{path}: neither a task folder, a folder of tasks nor a .jsonl file")
+    return [load_task(folder) for folder in folders]
+
+
+# -------------------------------------------------------------------------------------------------
+# SWE-bench instances with repositories on local disk
+# -------------------------------------------------------------------------------------------------
+
+
+def _json_list(value: Any) -> list[str]:
+    return list(json.loads(value)) if isinstance(value, str) else list(value or [])
+
+
+def _checkout(repo: Path, commit: str, dest: Path) -> Path:
+    """Extract ``commit`` of the git repository ``repo`` into ``dest`` (once)."""
+    if not dest.exists():
+        archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit],
+                                 capture_output=True, check=False)
+        if archive.returncode != 0:
+            raise TaskFormatError(f"{repo}: cannot check out {commit}: {archive.stderr.decode(errors='replace').strip()}")
+        dest.mkdir(parents=True)
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(dest, filter="data")
+    return dest
+
+
+def _find_repo(repos_dir: Path, name: str) -> Path:
+    for candidate in (repos_dir / name.replace("/", "__"), repos_dir / name, repos_dir / name.split("/")[-1]):
+        if (candidate / ".git").exists():
+            return candidate
+    raise TaskFormatError(f"repository {name!r} not found under {repos_dir} (tried owner__name, owner/name and name)")
+
+
+def load_swebench_jsonl(path: Path | str, repos_dir: Path | str, cache_dir: Path | str | None = None) -> list[Task]:
+    """Load SWE-bench-style instances whose repositories are git checkouts under ``repos_dir``.
+
+    Uses ``instance_id``, ``repo``, ``base_commit``, ``patch``, ``test_patch``, ``problem_statement``,
+    ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` (JSON-encoded lists or lists), and ``hints_text`` as the
+    clarification when present. Checkouts go to ``cache_dir`` (default: ``<jsonl dir>/.checkouts``).
+    """
+    path, repos_dir = Path(path), Path(repos_dir)
+    cache = Path(cache_dir) if cache_dir else path.parent / ".checkouts"
+    tasks = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            inst = json.loads(line)
+            repo = _checkout(_find_repo(repos_dir, inst["repo"]), inst["base_commit"], cache / inst["instance_id"])
+            base = read_tree(repo)
+            test_files = [p.path for p in parse_patch(inst["test_patch"])]
+            hidden = {name: text for name, text in apply_patch(base, inst["test_patch"]).items() if name in test_files}
+            tasks.append(Task(
+                id=inst["instance_id"],
+                type="swe-bench",
+                statement=inst["problem_statement"].strip(),
+                repo=repo,
+                test_command=["python", "-m", "pytest", "-q", "."],
+                fail_to_pass=_json_list(inst["FAIL_TO_PASS"]),
+                pass_to_pass=_json_list(inst.get("PASS_TO_PASS")),
+                hidden_files=hidden,
+                hidden_targets=test_files,
+                gold_patch=inst["patch"],
+                clarification=(inst.get("hints_text") or "").strip() or None,
+                source=where,
+            ))
+        except (KeyError, json.JSONDecodeError, ValueError) as exc:
+            raise TaskFormatError(f"{where}: {type(exc).__name__}: {exc}") from None
+    return tasks
