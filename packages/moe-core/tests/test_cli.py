@@ -31,24 +31,7 @@ def codemoe(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([exe, *args], capture_output=True, text=True, cwd=cwd, env=env)
 
 
-def test_plugins_lists_the_six_packages_and_the_example_plugin():
-    result = codemoe("plugins", "--json")
-    assert result.returncode == 0, result.stderr
-    plugins = {p["name"]: p for p in json.loads(result.stdout)}
-    expected = {
-        "core": "codemoe-core", "router": "codemoe-router", "rl": "codemoe-rl-algos",
-        "sandbox": "codemoe-sandbox", "serving": "codemoe-serving", "evals": "codemoe-evals",
-        "example": "codemoe-example",
-    }
-    assert {name: plugins[name]["distribution"] for name in expected} == expected
-    assert "stage:disk-check" in plugins["example"]["components"]
-    assert "codemoe_after_stage" in plugins["example"]["hooks"]
-
-
-def test_components_filters_by_kind_and_rejects_unknown_kinds():
-    result = codemoe("components", "stage", "--json")
-    names = {c["name"] for c in json.loads(result.stdout)}
-    assert {"environment", "disk-check"} <= names
+def test_components_rejects_unknown_kinds():
     bad = codemoe("components", "stagee")
     assert bad.returncode == 2 and "did you mean 'stage'" in bad.stderr
 
@@ -66,7 +49,7 @@ def test_misspelled_component_prints_the_valid_choices(tmp_path: Path, registry_
     text = " ".join(result.stderr.split())
     assert result.returncode == 2
     assert "unknown stage 'environmnt' at 'stages.env' (did you mean 'environment'?)" in text
-    assert "Valid stage names:" in text and "disk-check" in text
+    assert "Valid stage names:" in text and "environment" in text
 
 
 def test_run_writes_a_run_directory(tmp_path: Path, registry_dir: Path):

@@ -6,9 +6,6 @@ from pathlib import Path
 import pytest
 from codemoe.core import PluginError, RegistryError, build_plugin_manager, build_registry, hookimpl, plugin_infos
 
-BUILT_INS = {"core", "router", "rl", "sandbox", "serving", "evals"}
-
-
 class StageOnly:
     @hookimpl
     def codemoe_register_components(self, registry):
@@ -19,15 +16,6 @@ class Typo:
     @hookimpl
     def codemoe_after_stgae(self, ctx, stage, result):
         pass
-
-
-def test_built_in_packages_register_through_entry_points():
-    pm = build_plugin_manager()
-    infos = {info.name: info for info in plugin_infos(pm)}
-    assert set(infos) >= BUILT_INS
-    assert infos["sandbox"].distribution == "codemoe-sandbox"
-    assert infos["core"].distribution == "codemoe-core" and infos["core"].version == "0.1.0"
-    assert "codemoe_register_components" in infos["core"].hooks
 
 
 def test_components_record_the_plugin_that_registered_them():
@@ -49,12 +37,6 @@ def test_two_plugins_registering_the_same_component_are_both_named():
     pm = build_plugin_manager([("first", StageOnly()), ("second", StageOnly())], entry_points=False)
     with pytest.raises(RegistryError, match="by plugin 'first' and by plugin 'second'"):
         build_registry(pm)
-
-
-def test_disable_env_blocks_plugins_by_name(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("CODEMOE_DISABLE_PLUGINS", "serving, example")
-    names = {info.name for info in plugin_infos(build_plugin_manager())}
-    assert "serving" not in names and "example" not in names and "core" in names
 
 
 def test_manager_is_built_by_a_function_not_at_import():
@@ -105,3 +87,11 @@ def test_plugin_that_fails_to_import_is_named(tmp_path: Path):
     assert result.returncode == 2
     assert "plugin 'typo'" in text and "typo-plugin" in text and "needs libfoo" in text
     assert "CODEMOE_DISABLE_PLUGINS=typo" in text
+
+
+def test_disable_env_blocks_plugins_by_name(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("CODEMOE_DISABLE_PLUGINS", "mine, other")
+    pm = build_plugin_manager([("mine", StageOnly())])
+    names = {info.name for info in plugin_infos(pm)}
+    assert "mine" not in names and "core" in names
+    assert ("stage", "noop") not in build_registry(pm)
