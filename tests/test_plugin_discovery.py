@@ -63,3 +63,15 @@ def test_the_third_party_stage_fails_with_its_config_key(run_root: Path):
     cfg = compose(DATA / "pipelines" / "with-example-plugin.yaml", ["stages.disk-check.min_free_gb=1e9"])
     with pytest.raises(RuntimeError, match=r"stages.disk-check.min_free_gb"):
         run_pipeline(cfg, build_registry(pm), Hooks(pm), show_progress=False)
+
+
+def test_listing_plugins_and_components_does_not_import_torch():
+    """Design rule: plugin modules register "module:attr" targets, so the CLI starts fast."""
+    code = (
+        "import sys; from codemoe.core import build_plugin_manager, build_registry;"
+        "r = build_registry(build_plugin_manager()); print(len(r.components()), 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    count, imported = out.stdout.split()
+    assert int(count) >= 2 and imported == "False"
