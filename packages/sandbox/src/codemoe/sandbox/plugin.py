@@ -35,6 +35,8 @@ def register_executors(registry: Any) -> None:
 def codemoe_register_components(registry: Any) -> None:
     """Register executors, reward components and agent environments."""
     register_executors(registry)
+    from codemoe.sandbox.rewards.registration import register_rewards
+    register_rewards(registry)
 
 
 @hookimpl

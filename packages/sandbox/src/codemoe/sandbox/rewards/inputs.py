@@ -1,0 +1,68 @@
+"""Build a :class:`RewardInput` from the executor's :class:`~codemoe.sandbox.api.ExecutionResult`.
+
+Per-test outcomes come from ``result.tests`` (pytest runner). A run without per-test outcomes (the
+asserts runner, a plain command) counts as one test named after the request id: passed or not.
+A run that did not complete honestly (no nonce, early exit) is recorded in ``integrity`` so the
+``early_exit`` detector can quote it; a program that did not compile is recorded as a build error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from codemoe.sandbox.rewards.types import DEFAULT_TEST_PATTERNS, RewardInput, ToolCall
+
+__all__ = ["integrity_findings", "outcomes", "reward_input_from_results"]
+
+# Words in an executor's ``reason`` saying that the run ended before its checks were proven complete.
+_INTEGRITY_WORDS = ("nonce", "early exit", "exited before", "no valid report", "report")
+
+
+def outcomes(result: Any) -> dict[str, str]:
+    """Test id -> outcome of one execution result (``{}`` for ``None``)."""
+    if result is None:
+        return {}
+    if result.tests:
+        return {str(k): str(getattr(v, "value", v)) for k, v in result.tests.items()}
+    return {result.id or "checks": "passed" if result.status == "passed" else "failed"}
+
+
+def integrity_findings(result: Any) -> list[str]:
+    """The executor's reasons to distrust a run (it ended without proving its checks completed)."""
+    if result is None or result.status == "passed":
+        return []
+    reason = (result.reason or "").strip()
+    return [reason] if any(word in reason.lower() for word in _INTEGRITY_WORDS) else []
+
+
+def reward_input_from_results(
+    *,
+    after: Any,
+    before: Any = None,
+    hidden_after: Any = None,
+    hidden_before: Any = None,
+    files_before: Mapping[str, str] | None = None,
+    files_after: Mapping[str, str] | None = None,
+    tool_calls: Sequence[ToolCall] = (),
+    steps: int = 0,
+    task_id: str = "",
+    test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS,
+) -> RewardInput:
+    """A reward input from execution results of the visible (and optionally hidden) tests."""
+    build_errors = [after.reason] if after.status == "error" and after.reason.startswith("compile:") else []
+    return RewardInput(
+        task_id=task_id,
+        visible_before=outcomes(before),
+        visible_after=outcomes(after),
+        hidden_before=outcomes(hidden_before) if hidden_before is not None else None,
+        hidden_after=outcomes(hidden_after) if hidden_after is not None else None,
+        status_after=after.status,
+        integrity=integrity_findings(after),
+        files_before=dict(files_before or {}),
+        files_after=dict(files_after or {}),
+        test_patterns=tuple(test_patterns),
+        build_errors=build_errors,
+        tool_calls=tuple(tool_calls),
+        steps=steps,
+    )

@@ -1,0 +1,96 @@
+"""Small AST helpers shared by the hack detectors and the code-quality components.
+
+Everything here parses source text; nothing imports or runs it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "NOT_LITERAL",
+    "call_name",
+    "functions",
+    "is_main_guard",
+    "literal",
+    "parse",
+    "test_functions",
+    "walk_outside_main_guard",
+]
+
+NOT_LITERAL = object()  # returned by :func:`literal` for expressions that are not constants
+
+
+def parse(text: str) -> ast.Module | None:
+    """The module's AST, or None when it does not parse (the compile component reports that)."""
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def literal(node: ast.AST) -> Any:
+    """The value of a literal expression (numbers, strings, tuples, lists ...), else NOT_LITERAL."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return NOT_LITERAL
+
+
+def call_name(node: ast.AST) -> str:
+    """Dotted name of a call's function (``os._exit``, ``pytest.mark.skip``), or '' when not a name."""
+    func = node.func if isinstance(node, ast.Call) else node
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name):
+        parts.append(func.id)
+        return ".".join(reversed(parts))
+    if isinstance(func, ast.Call):
+        return call_name(func)
+    return ""
+
+
+def functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function and method in the tree, nested ones included."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def test_functions(tree: ast.AST) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Test functions by qualified name (``test_x`` or ``TestCase.test_x``), as pytest collects them."""
+    out: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    body = tree.body if isinstance(tree, ast.Module) else []
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            out[node.name] = node
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
+                    out[f"{node.name}.{item.name}"] = item
+    return out
+
+
+test_functions.__test__ = False  # type: ignore[attr-defined]  # a helper, not a pytest test
+
+
+def is_main_guard(node: ast.AST) -> bool:
+    """True for ``if __name__ == "__main__":``."""
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    sides = [node.test.left, *node.test.comparators]
+    names = any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+    return names and any(literal(s) == "__main__" for s in sides)
+
+
+def walk_outside_main_guard(tree: ast.AST) -> Iterator[ast.AST]:
+    """Like :func:`ast.walk`, skipping the bodies of ``if __name__ == "__main__":`` blocks."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(child for child in ast.iter_child_nodes(node) if not is_main_guard(child))

@@ -1,0 +1,140 @@
+"""What a reward component reads (:class:`RewardInput`) and what it returns (:class:`RewardValue`).
+
+A component sees the task and what happened: per-test outcomes before and after the change (visible
+and hidden tests apart), the files before and after, the executor's status and integrity findings,
+build errors, the tool-call log and the number of steps. It returns a named value with a short
+explanation; a recipe weighs the values into a :class:`RewardResult`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULT_TEST_PATTERNS",
+    "RewardConfig",
+    "RewardInput",
+    "RewardResult",
+    "RewardValue",
+    "TestSelection",
+    "ToolCall",
+    "outcome_passed",
+]
+
+# Which tests a component scores: training rewards use the visible ones (the agent's view); the
+# hidden ones are for evaluation and for detecting hacks.
+TestSelection = Literal["visible", "hidden", "all"]
+
+# Paths (fnmatch, matched against the whole relative path and against its file name) that hold tests.
+DEFAULT_TEST_PATTERNS: tuple[str, ...] = ("test_*.py", "*_test.py", "tests/*", "*/tests/*", "conftest.py")
+
+
+def outcome_passed(outcome: Any) -> bool:
+    """True for a passing outcome; accepts strings and enums whose value is a string."""
+    return str(getattr(outcome, "value", outcome)).lower() == "passed"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One entry of the agent's tool-call log."""
+
+    name: str  # the tool the agent called
+    ok: bool = True  # False when the call was malformed (bad JSON, unknown tool, bad arguments)
+    error: str = ""  # why the call was rejected
+
+
+@dataclass
+class RewardInput:
+    """Everything a reward component may look at for one episode (or one sampled solution).
+
+    Outcome maps go from test id to outcome (``"passed"``, ``"failed"``, ``"error"``, ``"skipped"``
+    ...); a test id missing from a map did not run. ``None`` for the hidden maps means hidden tests
+    were not run. File maps go from a path relative to the repository root to its text.
+    """
+
+    task_id: str = ""
+    visible_before: Mapping[str, Any] = field(default_factory=dict)
+    visible_after: Mapping[str, Any] = field(default_factory=dict)
+    hidden_before: Mapping[str, Any] | None = None
+    hidden_after: Mapping[str, Any] | None = None
+    status_after: str = "passed"  # the executor's status of the visible run after the change
+    integrity: Sequence[str] = ()  # the executor's reasons to distrust that run (missing nonce, early exit)
+    files_before: Mapping[str, str] = field(default_factory=dict)
+    files_after: Mapping[str, str] = field(default_factory=dict)
+    test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS
+    build_errors: Sequence[str] = ()  # errors of the task's build step, when it has one
+    tool_calls: Sequence[ToolCall] = ()
+    steps: int = 0  # actions the agent took
+
+    def tests(self, which: TestSelection) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(before, after) outcome maps of the selected tests."""
+        if which == "visible":
+            return dict(self.visible_before), dict(self.visible_after)
+        hidden_before, hidden_after = dict(self.hidden_before or {}), dict(self.hidden_after or {})
+        if which == "hidden":
+            return hidden_before, hidden_after
+        return {**self.visible_before, **hidden_before}, {**self.visible_after, **hidden_after}
+
+    def is_test_file(self, path: str) -> bool:
+        """Whether ``path`` is a test file (or test configuration) under :attr:`test_patterns`."""
+        name = path.rsplit("/", 1)[-1]
+        return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(name, p) for p in self.test_patterns)
+
+    def changed_files(self) -> list[str]:
+        """Paths added or modified by the change, sorted (deleted paths are not included)."""
+        return sorted(p for p, text in self.files_after.items() if self.files_before.get(p) != text)
+
+    def deleted_files(self) -> list[str]:
+        """Paths present before and gone after, sorted."""
+        return sorted(p for p in self.files_before if p not in self.files_after)
+
+    def changed_source_files(self) -> list[str]:
+        """Changed Python files that are not test files: the 'business logic' of the change."""
+        return [p for p in self.changed_files() if p.endswith(".py") and not self.is_test_file(p)]
+
+
+@dataclass(frozen=True)
+class RewardValue:
+    """One component's verdict: a named value, a one-line explanation, and evidence lines.
+
+    ``parts`` holds the values of sub-components (a hack penalty's detectors) for logging.
+    """
+
+    name: str
+    value: float
+    explanation: str
+    evidence: tuple[str, ...] = ()
+    parts: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RewardConfig:
+    """Options every reward component accepts."""
+
+    weight: float = 1.0  # the component's weight when a recipe sums components
+
+
+@dataclass
+class RewardResult:
+    """A recipe's output: the total and every component's value next to it.
+
+    ``total == sum(weights[n] * components[n])``. ``metrics`` holds numbers worth logging that are
+    not part of the total (the visible-hidden gap, whether a hack was detected).
+    """
+
+    total: float
+    components: dict[str, float]
+    weights: dict[str, float]
+    explanations: dict[str, str]
+    metrics: dict[str, float] = field(default_factory=dict)
+    evidence: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def as_metrics(self, prefix: str = "reward/") -> dict[str, float]:
+        """Flat scalars for a metrics log: total, each component's value, and the extra metrics."""
+        out = {f"{prefix}total": self.total}
+        out.update({f"{prefix}{name}": value for name, value in self.components.items()})
+        out.update({f"{prefix}{name}": value for name, value in self.metrics.items()})
+        return out
