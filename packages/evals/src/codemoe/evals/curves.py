@@ -1,0 +1,105 @@
+"""Reading training curves out of a run's ``metrics.jsonl``.
+
+Trainers name their metrics; these functions find the usual ones by name so that reports work for
+any trainer that follows the conventions:
+
+- reward: ``reward_mean`` (else ``reward``);
+- pass rate during training: ``pass_rate`` (else ``pass@1``);
+- KL: ``kl`` (else the first key starting with ``kl``); entropy: ``entropy``;
+- expert load: either one key ``expert_load`` holding ``[layers][experts]`` token fractions, or scalar
+  keys whose name starts with ``expert_load`` and ends in ``<layer><sep><expert>`` numbers
+  (``expert_load/3/7``, ``expert_load.l3.e7``, ``expert_load_layer3_expert7``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Series", "expert_load", "read_metrics", "series"]
+
+Series = tuple[list[int], list[float]]  # (steps, values)
+
+_LOAD_KEY = re.compile(r"^expert_load\D*?(\d+)\D+(\d+)$")
+_ALIASES = {
+    "reward": ("reward_mean", "reward"),
+    "pass_rate": ("pass_rate", "pass@1"),
+    "kl": ("kl", "kl_mean"),
+    "entropy": ("entropy", "entropy_mean"),
+}
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of ``run_dir/metrics.jsonl`` (empty when there is none)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def series(records: Sequence[dict[str, Any]], quantity: str, stage: str | None = None) -> dict[str, Series]:
+    """Per stage: the (steps, values) of ``quantity`` ('reward', 'pass_rate', 'kl', 'entropy' or a
+    metric name), from records that have a step."""
+    names = _ALIASES.get(quantity, (quantity,))
+    out: dict[str, Series] = {}
+    by_stage: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        if record.get("step") is not None and (stage is None or record.get("stage") == stage):
+            by_stage[record["stage"]].append(record)
+    for stage_id, rows in by_stage.items():
+        for name in names:
+            points = [(int(r["step"]), _number(r.get(name))) for r in rows]
+            points = [(s, v) for s, v in points if v is not None]
+            if points:
+                out[stage_id] = ([s for s, _ in points], [v for _, v in points])
+                break
+    return out
+
+
+def expert_load(
+    records: Sequence[dict[str, Any]], stage: str | None = None
+) -> tuple[list[int], list[list[list[float]]]]:
+    """Expert load over training: (steps, load[step][layer][expert]) for one stage.
+
+    Takes the first stage that logs expert load when ``stage`` is None. Missing cells are 0.
+    """
+    steps: list[int] = []
+    grids: list[list[list[float]]] = []
+    chosen = stage
+    for record in records:
+        if record.get("step") is None or (chosen is not None and record.get("stage") != chosen):
+            continue
+        grid = _load_grid(record)
+        if grid is None:
+            continue
+        chosen = record.get("stage")
+        steps.append(int(record["step"]))
+        grids.append(grid)
+    return steps, grids
+
+
+def _load_grid(record: dict[str, Any]) -> list[list[float]] | None:
+    nested = record.get("expert_load")
+    if isinstance(nested, list) and nested and all(isinstance(row, list) for row in nested):
+        return [[float(v) for v in row] for row in nested]
+    cells: dict[tuple[int, int], float] = {}
+    for key, value in record.items():
+        match = _LOAD_KEY.match(key)
+        number = _number(value)
+        if match and number is not None:
+            cells[(int(match.group(1)), int(match.group(2)))] = number
+    if not cells:
+        return None
+    layers = max(layer for layer, _ in cells) + 1
+    experts = max(expert for _, expert in cells) + 1
+    return [[cells.get((layer, e), 0.0) for e in range(experts)] for layer in range(layers)]

@@ -1,0 +1,154 @@
+"""``report.md`` for a run: evaluations with CIs, the improvement, per-family scores, training
+curves and expert load, human-review links, and the plots (written next to it in ``plots/``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from codemoe.evals.compare import compare_summaries, eval_stages, format_improvement
+from codemoe.evals.curves import expert_load, read_metrics, series
+from codemoe.evals.plots import write_plots
+from codemoe.evals.summary import load_summary
+
+__all__ = ["REPORT_FILE", "build_report"]
+
+REPORT_FILE = "report.md"
+
+
+def _ci(block: Mapping[str, float]) -> str:
+    return f"{100 * block['value']:.1f}% [{100 * block['low']:.1f}, {100 * block['high']:.1f}]"
+
+
+def _relative(path: Path, root: Path) -> Path:
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def _eval_table(evals: Mapping[str, dict[str, Any]], summaries: Mapping[str, dict[str, Any]]) -> list[str]:
+    ks = sorted({k for s in summaries.values() for k in s["ks"]})
+    conf = next(iter(summaries.values()))["confidence"]
+    head = ["stage", "suite", "split", "checkpoint", "tasks", "samples/task"] + [
+        f"pass@{k} ({conf:.0%} CI)" for k in ks
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for sid, result in evals.items():
+        s = summaries[sid]
+        cells = [
+            sid,
+            str(result.get("suite", "")),
+            str(result.get("split", "")),
+            str(result.get("checkpoint_from") or Path(str(result.get("checkpoint", ""))).name),
+            str(s["tasks"]),
+            str(s["samples_per_task"]),
+        ] + [_ci(s["overall"][f"pass@{k}"]) if f"pass@{k}" in s["overall"] else "-" for k in ks]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _family_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
+    families = sorted({f for s in summaries.values() for f in s["families"]})
+    head = ["family", *summaries]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for family in families:
+        row = [family]
+        for s in summaries.values():
+            block = s["families"].get(family)
+            row.append(f"{_ci(block['pass@1'])} ({block['tasks']} tasks)" if block and "pass@1" in block else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _training_table(records: list[dict[str, Any]]) -> list[str]:
+    rows = []
+    quantities = ("reward", "pass_rate", "kl", "entropy")
+    curves = {q: series(records, q) for q in quantities}
+    stages = sorted({sid for c in curves.values() for sid in c})
+    for sid in stages:
+        cells = [sid]
+        for q in quantities:
+            if sid in curves[q]:
+                values = curves[q][sid][1]
+                cells.append(f"{values[0]:.3f} -> {values[-1]:.3f}")
+            else:
+                cells.append("-")
+        rows.append("| " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["| stage | reward (first -> last) | pass rate | KL | entropy |", "|---|---|---|---|---|", *rows]
+
+
+def _expert_lines(records: list[dict[str, Any]]) -> list[str]:
+    steps, grids = expert_load(records)
+    if not steps:
+        return []
+    last = grids[-1]
+    lines = [
+        f"At step {steps[-1]} (share of routed tokens per expert; uniform would be {1 / len(last[0]):.3f}):",
+        "",
+        "| layer | min | max | max / uniform |",
+        "|---|---|---|---|",
+    ]
+    for layer, row in enumerate(last):
+        total = sum(row) or 1.0
+        shares = [v / total for v in row]
+        lines.append(f"| {layer} | {min(shares):.3f} | {max(shares):.3f} | {max(shares) * len(shares):.2f} |")
+    return lines
+
+
+def build_report(
+    run_dir: Path,
+    results: Mapping[str, Any] | None = None,
+    *,
+    baseline: str | None = None,
+    candidate: str | None = None,
+    k: int = 1,
+    title: str | None = None,
+) -> Path:
+    """Write ``report.md`` and ``plots/`` into ``run_dir``; returns the report's path.
+
+    ``baseline`` and ``candidate`` are eval stage ids to compare (default: the first and last).
+    """
+    run_dir = Path(run_dir)
+    evals = eval_stages(run_dir, results)
+    summaries = {sid: load_summary(Path(r["summary"])) for sid, r in evals.items()}
+    records = read_metrics(run_dir)
+    points = {
+        sid: (
+            int(evals[sid].get("step") or 0),
+            *(summaries[sid]["overall"]["pass@1"][x] for x in ("value", "low", "high")),
+        )
+        for sid in evals
+        if "pass@1" in summaries[sid]["overall"]
+    }
+    plots = write_plots(records, run_dir / "plots", points)
+    out = [f"# {title or 'codemoe run report'}: {run_dir.name}", ""]
+    if evals:
+        out += ["## Evaluation (hidden tests)", "", *_eval_table(evals, summaries), ""]
+        ids = list(evals)
+        a, b = baseline or ids[0], candidate or ids[-1]
+        if a != b:
+            imp = compare_summaries(summaries[a], summaries[b], k=k)
+            out += ["## Improvement", "", "```", format_improvement(a, b, imp, k), "```", ""]
+        out += ["## pass@1 per family", "", *_family_table(summaries), ""]
+    training = _training_table(records)
+    if training:
+        out += ["## Training", "", *training, ""]
+    experts = _expert_lines(records)
+    if experts:
+        out += ["## Expert load", "", *experts, ""]
+    if plots:
+        out += ["## Plots", ""] + [f"![{name}](plots/{path.name})" for name, path in plots.items()] + [""]
+    reviews = [(sid, r["review"]) for sid, r in evals.items() if r.get("review")]
+    if reviews:
+        out += ["## Human review", ""]
+        for sid, page in reviews:
+            rel = _relative(Path(page), run_dir)
+            out.append(
+                f"- {sid}: [{rel}]({rel}) ({evals[sid].get('review_samples', '?')} samples); import verdicts "
+                f"with `codemoe eval review-import {Path(page).parent} verdicts.json`"
+            )
+        out.append("")
+    path = run_dir / REPORT_FILE
+    path.write_text("\n".join(out))
+    return path

@@ -1,0 +1,214 @@
+"""Pipeline stages of codemoe.evals: ``eval`` (pass@k of a checkpoint on hidden tests) and ``report``.
+
+``eval`` takes the checkpoint an earlier stage returned (``checkpoint_from: sft`` reads
+``ctx.results["sft"]["checkpoint"]``) or a path, samples ``samples`` completions per task of the
+suite's split with the engine, grades them on the hidden tests in the sandbox, and writes into its
+stage folder ``eval.json`` (pass@k with CIs, per family, per task), ``samples.jsonl`` and the human
+review page. With ``baseline`` naming an earlier eval stage, it also reports the improvement.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codemoe.core.errors import ConfigError
+from codemoe.evals.compare import compare_summaries, format_improvement
+from codemoe.evals.evaluate import EvalOptions, Sampler, grade_and_summarize, sample_completions, write_evaluation
+from codemoe.evals.review import sample_for_review, write_review
+from codemoe.evals.summary import load_summary
+from codemoe.evals.tasks import STOP_SEQUENCES
+
+__all__ = ["EvalStage", "EvalStageConfig", "ReportStage", "ReportStageConfig", "engine_sampler"]
+
+log = logging.getLogger("codemoe.evals")
+
+
+@dataclass
+class EvalStageConfig:
+    """Options of the ``eval`` stage."""
+
+    suite: Any = field(default_factory=lambda: {"name": "synthetic"}, metadata={"kind": "suite"})  # task suite
+    split: str = "heldout"  # which split of the suite to evaluate
+    max_tasks: int = 0  # 0: every task of the split; else the first max_tasks
+    checkpoint_from: str = ""  # id of an earlier stage whose result holds "checkpoint"
+    checkpoint: str = ""  # a checkpoint directory, used when checkpoint_from is empty
+    engine: Any = field(default_factory=lambda: {"name": "embedded"}, metadata={"kind": "engine"})  # generator
+    executor: Any = field(default_factory=lambda: {"name": "local"}, metadata={"kind": "executor"})  # sandbox
+    samples: int = 8  # completions per task (n of pass@k)
+    ks: list[int] = field(default_factory=lambda: [1])  # pass@k values to report; each k <= samples
+    temperature: float = 0.8  # sampling temperature (0: greedy, then use samples=1)
+    top_p: float = 1.0  # nucleus sampling mass
+    max_new_tokens: int = 64  # longest completion, in tokens
+    stop: list[str] = field(default_factory=lambda: list(STOP_SEQUENCES))  # completion ends before these
+    prompts_per_batch: int = 16  # prompts per engine.generate call
+    tests: str = "hidden"  # grade on 'hidden' (evaluation) or 'visible' tests
+    timeout_s: float = 10.0  # sandbox limit per sample, seconds
+    confidence: float = 0.95  # confidence level of every interval
+    bootstrap_resamples: int = 2000  # bootstrap resamples for the intervals
+    review_fraction: float = 0.07  # share of graded samples put on the human review page (0.05-0.10)
+    baseline: str = ""  # id of an earlier eval stage to compare with (paired bootstrap over tasks)
+    seed: int = 0  # added to the run seed for sampling
+
+
+def engine_sampler(engine: Any, config: EvalStageConfig, seed: int, advance: Any = None) -> Sampler:
+    """A sampler that asks a generation engine (kind ``engine``) for ``n`` samples per prompt."""
+    from codemoe.serving.api import SamplingParams  # the engine's own request type
+
+    def sample(prompts: list[str], n: int) -> list[list[str]]:
+        out: list[list[str]] = []
+        for start in range(0, len(prompts), config.prompts_per_batch):
+            chunk = prompts[start : start + config.prompts_per_batch]
+            params = SamplingParams(
+                n=n,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                max_new_tokens=config.max_new_tokens,
+                stop=list(config.stop),
+                seed=seed + start,
+            )
+            out.extend([s.text for s in result.samples] for result in engine.generate(chunk, params))
+            if advance is not None:
+                advance(len(chunk))
+        return out
+
+    return sample
+
+
+def _checkpoint(ctx: Any, stage: Any, config: EvalStageConfig) -> tuple[str, int | None]:
+    if config.checkpoint_from:
+        result = ctx.results.get(config.checkpoint_from)
+        if result is None:
+            raise ConfigError(
+                f"'stages.{stage.id}.checkpoint_from': no earlier stage '{config.checkpoint_from}'; "
+                f"earlier stages: {', '.join(ctx.results) or 'none'}"
+            )
+        if "checkpoint" not in result:
+            raise ConfigError(
+                f"'stages.{stage.id}.checkpoint_from': stage '{config.checkpoint_from}' returned no 'checkpoint'"
+            )
+        step = result.get("step", result.get("steps"))
+        return str(result["checkpoint"]), int(step) if isinstance(step, (int, float)) else None
+    if not config.checkpoint:
+        raise ConfigError(f"'stages.{stage.id}': set checkpoint_from (an earlier stage id) or checkpoint (a path)")
+    return config.checkpoint, None
+
+
+class EvalStage:
+    """pass@k with confidence intervals of a checkpoint on a suite's hidden tests."""
+
+    def __init__(self, config: EvalStageConfig) -> None:
+        self.config = config
+
+    def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
+        from codemoe.core.models import load_pretrained
+
+        cfg = self.config
+        where = f"stages.{stage.id}"
+        if cfg.baseline and cfg.baseline not in ctx.results:
+            raise ConfigError(f"'{where}.baseline': no earlier stage '{cfg.baseline}'")
+        suite = ctx.registry.build("suite", cfg.suite, where=f"{where}.suite")
+        tasks = suite.tasks(cfg.split)
+        tasks = tasks[: cfg.max_tasks] if cfg.max_tasks > 0 else tasks
+        checkpoint, step = _checkpoint(ctx, stage, cfg)
+        model, tokenizer = load_pretrained(checkpoint)
+        engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=model, tokenizer=tokenizer)
+        executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
+        options = EvalOptions(
+            samples=cfg.samples,
+            ks=cfg.ks,
+            tests=cfg.tests,
+            stop=cfg.stop,
+            timeout_s=cfg.timeout_s,
+            confidence=cfg.confidence,
+            resamples=cfg.bootstrap_resamples,
+            seed=ctx.seed,
+        )
+        folder = ctx.stage_dir(stage)
+        try:
+            with ctx.progress(f"{stage.id}: sampling", len(tasks)) as sampled:
+                sampler = engine_sampler(engine, cfg, ctx.seed + cfg.seed, sampled)
+                completions = sample_completions(tasks, sampler, options)
+            with ctx.progress(f"{stage.id}: grading", len(tasks) * cfg.samples) as graded_bar:
+                graded, summary = grade_and_summarize(tasks, completions, executor, options, advance=graded_bar)
+        finally:
+            executor.close()
+        summary["checkpoint"] = checkpoint
+        summary_path = write_evaluation(folder, graded, summary)
+        review = sample_for_review(graded, cfg.review_fraction, seed=ctx.seed)
+        page = write_review(folder, review, {t.id: t for t in tasks}, title=f"{stage.id}: review", total=len(graded))
+        headline = {f"pass@{k}": summary["overall"][f"pass@{k}"] for k in cfg.ks}
+        ctx.metrics.write(
+            stage.id,
+            step,
+            **{name: est["value"] for name, est in headline.items()},
+            **{f"{name}_low": est["low"] for name, est in headline.items()},
+            **{f"{name}_high": est["high"] for name, est in headline.items()},
+        )
+        result: dict[str, Any] = {
+            "kind": "eval",
+            "suite": getattr(suite, "name", str(cfg.suite)),
+            "split": cfg.split,
+            "checkpoint": checkpoint,
+            "checkpoint_from": cfg.checkpoint_from,
+            "step": step,
+            "tasks": summary["tasks"],
+            "samples_per_task": cfg.samples,
+            "summary": str(summary_path),
+            "review": str(page),
+            "review_samples": len(review),
+            **{name: round(est["value"], 4) for name, est in headline.items()},
+            "pass@1_ci": [round(headline["pass@1"]["low"], 4), round(headline["pass@1"]["high"], 4)]
+            if "pass@1" in headline
+            else None,
+        }
+        if cfg.baseline:
+            result["comparison"] = self._compare(ctx, cfg, summary)
+        log.info("stage %s: %s", stage.id, {k: result[k] for k in headline})
+        return result
+
+    @staticmethod
+    def _compare(ctx: Any, cfg: EvalStageConfig, summary: dict[str, Any]) -> dict[str, Any]:
+        base = ctx.results[cfg.baseline]
+        if base.get("kind") != "eval":
+            raise ConfigError(f"baseline stage '{cfg.baseline}' is not an eval stage")
+        imp = compare_summaries(
+            load_summary(Path(base["summary"])), summary, confidence=cfg.confidence, resamples=cfg.bootstrap_resamples
+        )
+        log.info("%s", format_improvement(cfg.baseline, "this stage", imp))
+        return imp.as_dict()
+
+
+@dataclass
+class ReportStageConfig:
+    """Options of the ``report`` stage."""
+
+    baseline: str = ""  # eval stage id to compare from; empty: the first eval stage
+    candidate: str = ""  # eval stage id to compare to; empty: the last eval stage
+    k: int = 1  # pass@k used for the comparison
+    print_report: bool = True  # print report.md to the console at the end
+
+
+class ReportStage:
+    """Write report.md and plots for the run so far."""
+
+    def __init__(self, config: ReportStageConfig) -> None:
+        self.config = config
+
+    def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
+        from codemoe.evals.report import build_report
+
+        path = build_report(
+            ctx.run_dir,
+            ctx.results,
+            baseline=self.config.baseline or None,
+            candidate=self.config.candidate or None,
+            k=self.config.k,
+            title=str(ctx.config.run.name),
+        )
+        if self.config.print_report:
+            print(path.read_text())
+        plots = sorted(p.name for p in (ctx.run_dir / "plots").glob("*.png"))
+        return {"report": str(path), "plots": plots}
