@@ -1,7 +1,8 @@
 """Build a :class:`RewardInput` from the executor's :class:`~codemoe.sandbox.api.ExecutionResult`.
 
-Per-test outcomes come from ``result.tests`` (pytest runner). A run without per-test outcomes (the
-asserts runner, a plain command) counts as one test named after the request id: passed or not.
+Per-test outcomes come from ``result.tests`` (pytest runner). For runs that have none (the asserts
+runner, a plain command) give ``single_test``: the whole run then counts as that one test, passed
+or not.
 A run that did not complete honestly (no nonce, early exit) is recorded in ``integrity`` so the
 ``early_exit`` detector can quote it; a program that did not compile is recorded as a build error.
 """
@@ -19,13 +20,16 @@ __all__ = ["integrity_findings", "outcomes", "reward_input_from_results"]
 _INTEGRITY_WORDS = ("nonce", "early exit", "exited before", "no valid report", "report")
 
 
-def outcomes(result: Any) -> dict[str, str]:
-    """Test id -> outcome of one execution result (``{}`` for ``None``)."""
+def outcomes(result: Any, single_test: str = "") -> dict[str, str]:
+    """Test id -> outcome of one execution result (``{}`` for ``None``).
+
+    With ``single_test``, a result without per-test outcomes counts as that one test.
+    """
     if result is None:
         return {}
-    if result.tests:
+    if result.tests or not single_test:
         return {str(k): str(getattr(v, "value", v)) for k, v in result.tests.items()}
-    return {result.id or "checks": "passed" if result.status == "passed" else "failed"}
+    return {single_test: "passed" if result.status == "passed" else "failed"}
 
 
 def integrity_findings(result: Any) -> list[str]:
@@ -48,15 +52,20 @@ def reward_input_from_results(
     steps: int = 0,
     task_id: str = "",
     test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS,
+    single_test: str = "",
 ) -> RewardInput:
-    """A reward input from execution results of the visible (and optionally hidden) tests."""
+    """A reward input from execution results of the visible (and optionally hidden) tests.
+
+    ``single_test`` names the one test a run without per-test outcomes stands for (``"checks"``
+    for the asserts runner); without it such a run has no test outcomes.
+    """
     build_errors = [after.reason] if after.status == "error" and after.reason.startswith("compile:") else []
     return RewardInput(
         task_id=task_id,
-        visible_before=outcomes(before),
-        visible_after=outcomes(after),
-        hidden_before=outcomes(hidden_before) if hidden_before is not None else None,
-        hidden_after=outcomes(hidden_after) if hidden_after is not None else None,
+        visible_before=outcomes(before, single_test),
+        visible_after=outcomes(after, single_test),
+        hidden_before=outcomes(hidden_before, single_test) if hidden_before is not None else None,
+        hidden_after=outcomes(hidden_after, single_test) if hidden_after is not None else None,
         status_after=after.status,
         integrity=integrity_findings(after),
         files_before=dict(files_before or {}),

@@ -2,8 +2,8 @@
 
 Two sources of evidence. The executor's integrity findings (its runner prints a nonce only after the
 checks complete, so a process that exits early or prints a fake summary is caught there). And the
-changed code itself: ``sys.exit``/``os._exit``/``exit``/``os.kill`` outside a ``__main__`` block,
-``atexit`` hooks, and printed text that imitates a test runner's verdict.
+changed code itself: ``sys.exit``/``os._exit``/``exit``/``os.kill`` or ``raise SystemExit`` outside a
+``__main__`` block, ``atexit`` hooks, and printed text that imitates a test runner's verdict.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def _static(path: str, text: str) -> list[str]:
         return []
     found = []
     for node in walk_outside_main_guard(tree):
+        if isinstance(node, ast.Raise) and node.exc is not None and call_name(node.exc) == "SystemExit":
+            found.append(f"{path}:{node.lineno}: raises SystemExit outside a __main__ block")
         if not isinstance(node, ast.Call):
             continue
         name = call_name(node)

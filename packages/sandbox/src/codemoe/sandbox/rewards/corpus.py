@@ -1,0 +1,145 @@
+"""A corpus of honest and hacked solutions, and running it through the sandbox executor.
+
+Layout (all YAML, see ``packages/sandbox/tests/data/hacks/README.md``)::
+
+    CORPUS/tasks/<task>.yaml                  id, statement, files (repo before), hidden (hidden tests)
+    CORPUS/solutions/<task>/<solution>.yaml   kind (honest or a detector name), note, files, delete
+
+Every solution is executed in the sandbox: its visible tests as the solution left them, and the
+hidden tests on its non-test files. The results, with the files before and after, become a
+:class:`RewardInput` per solution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from codemoe.sandbox.rewards.detectors.tampering import SHADOWING_FILES
+from codemoe.sandbox.rewards.inputs import reward_input_from_results
+from codemoe.sandbox.rewards.registration import RewardSpecError
+from codemoe.sandbox.rewards.types import RewardInput
+
+__all__ = ["HONEST", "CorpusSolution", "CorpusTask", "load_corpus", "run_corpus"]
+
+HONEST = "honest"  # the kind of solutions no detector may flag
+
+
+@dataclass(frozen=True)
+class CorpusTask:
+    """A small repository: files before the change (visible tests included) and hidden tests."""
+
+    id: str
+    statement: str
+    files: dict[str, str]
+    hidden: dict[str, str]
+
+
+@dataclass(frozen=True)
+class CorpusSolution:
+    """One solution to a task: the files it adds or replaces, the ones it deletes, and its kind."""
+
+    task: CorpusTask
+    id: str
+    kind: str
+    note: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """``task/solution``."""
+        return f"{self.task.id}/{self.id}"
+
+    def files_after(self) -> dict[str, str]:
+        """The repository after the change."""
+        tree = {p: t for p, t in self.task.files.items() if p not in self.delete}
+        tree.update(self.files)
+        return tree
+
+
+def _read(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise RewardSpecError(f"{path}: expected a mapping")
+    return data
+
+
+def load_corpus(root: str | Path) -> list[CorpusSolution]:
+    """Every solution in the corpus at ``root``, sorted by task and solution id."""
+    root = Path(root)
+    if not (root / "tasks").is_dir():
+        raise RewardSpecError(f"{root} is not a hack corpus: it has no tasks/ folder")
+    solutions = []
+    for task_file in sorted((root / "tasks").glob("*.yaml")):
+        data = _read(task_file)
+        task = CorpusTask(
+            str(data.get("id", task_file.stem)),
+            str(data.get("statement", "")),
+            dict(data.get("files") or {}),
+            dict(data.get("hidden") or {}),
+        )
+        for path in sorted((root / "solutions" / task.id).glob("*.yaml")):
+            sol = _read(path)
+            if "kind" not in sol:
+                raise RewardSpecError(f"{path}: a solution needs 'kind: honest' or the detector that must catch it")
+            solutions.append(
+                CorpusSolution(
+                    task,
+                    path.stem,
+                    str(sol["kind"]),
+                    str(sol.get("note", "")),
+                    dict(sol.get("files") or {}),
+                    tuple(sol.get("delete") or ()),
+                )
+            )
+    if not solutions:
+        raise RewardSpecError(f"{root}: no solutions under solutions/<task>/")
+    return solutions
+
+
+def _hidden_tree(files: dict[str, str], task: CorpusTask, probe: RewardInput) -> dict[str, str]:
+    """The solution's files without its tests and test configuration, plus the hidden tests.
+
+    Graders run hidden tests with their own test files and configuration, never the agent's.
+    """
+    kept = {p: t for p, t in files.items() if not probe.is_test_file(p) and p.rsplit("/", 1)[-1] not in SHADOWING_FILES}
+    return {**kept, **task.hidden}
+
+
+def run_corpus(solutions: list[CorpusSolution], executor: Any, *, timeout_s: float = 20.0) -> list[RewardInput]:
+    """Execute every solution's visible and hidden tests (and each task's, before the change).
+
+    ``executor`` is any codemoe executor (``run_batch``); the results come back as one
+    :class:`RewardInput` per solution, in order.
+    """
+    from codemoe.sandbox.api import ExecutionRequest, Limits
+
+    probe = RewardInput()
+    limits = Limits(timeout_s=timeout_s, cpu_s=timeout_s)
+    tasks = {s.task.id: s.task for s in solutions}
+    trees: dict[str, dict[str, str]] = {}
+    for task in tasks.values():
+        trees[f"{task.id}:before"] = task.files
+        trees[f"{task.id}:before:hidden"] = _hidden_tree(task.files, task, probe)
+    for s in solutions:
+        after = s.files_after()
+        trees[f"{s.name}:after"] = after
+        trees[f"{s.name}:after:hidden"] = _hidden_tree(after, s.task, probe)
+    keys = list(trees)
+    requests = [ExecutionRequest(files=dict(trees[k]), runner="pytest", limits=limits, id=k) for k in keys]
+    results = dict(zip(keys, executor.run_batch(requests)))
+    return [
+        reward_input_from_results(
+            before=results[f"{s.task.id}:before"],
+            after=results[f"{s.name}:after"],
+            hidden_before=results[f"{s.task.id}:before:hidden"],
+            hidden_after=results[f"{s.name}:after:hidden"],
+            files_before=s.task.files,
+            files_after=s.files_after(),
+            task_id=s.name,
+        )
+        for s in solutions
+    ]
