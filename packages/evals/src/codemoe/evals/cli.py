@@ -70,6 +70,17 @@ def _cmd_ablation(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lm_eval(args: argparse.Namespace) -> int:
+    from codemoe.evals.lmeval import run_lm_eval
+
+    metadata = json.loads(args.metadata) if args.metadata else None
+    results = run_lm_eval(
+        args.checkpoint, args.tasks, limit=args.limit, batch_size=args.batch_size, device=args.device, metadata=metadata
+    )
+    print(json.dumps(results, indent=2))
+    return 0
+
+
 def add_eval_command(subparsers: Any) -> None:
     """Register ``codemoe eval`` and its subcommands."""
     parser = subparsers.add_parser("eval", help="compare evaluations, reports, human review, ablations")
@@ -97,6 +108,15 @@ def add_eval_command(subparsers: Any) -> None:
     p.add_argument("review_dir", help="the eval stage folder holding review.json (or the file)")
     p.add_argument("verdicts", help="verdicts.json saved from review.html")
     p.set_defaults(handler=_cmd_review_import)
+
+    p = sub.add_parser("lm-eval", help="evaluate a checkpoint with lm-eval on codemoe's tasks (sandbox-graded)")
+    p.add_argument("checkpoint", help="checkpoint directory (model and tokenizer)")
+    p.add_argument("--tasks", nargs="+", default=["codemoe_synthetic"], help="codemoe_synthetic, codemoe_humaneval")
+    p.add_argument("--limit", type=int, help="evaluate only the first N documents of each task")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--metadata", help="JSON passed to the task data loaders, e.g. '{\"seed\": 1}'")
+    p.set_defaults(handler=_cmd_lm_eval)
 
     p = sub.add_parser("ablation", help="run pipeline variants (MoE vs dense, with vs without RL) and compare")
     p.add_argument("spec", help="ablation YAML: base pipeline, variants with overrides, baseline variant")

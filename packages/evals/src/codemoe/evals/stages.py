@@ -103,7 +103,7 @@ class EvalStage:
         self.config = config
 
     def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
-        from codemoe.core.models import load_pretrained
+        from codemoe.evals.checkpoints import load_policy
 
         cfg = self.config
         where = f"stages.{stage.id}"
@@ -113,7 +113,7 @@ class EvalStage:
         tasks = suite.tasks(cfg.split)
         tasks = tasks[: cfg.max_tasks] if cfg.max_tasks > 0 else tasks
         checkpoint, step = _checkpoint(ctx, stage, cfg)
-        model, tokenizer = load_pretrained(checkpoint)
+        model, tokenizer = load_policy(checkpoint)
         engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=model, tokenizer=tokenizer)
         executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
         options = EvalOptions(
