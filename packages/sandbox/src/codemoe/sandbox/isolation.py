@@ -1,0 +1,348 @@
+"""Which protections this machine allows (:func:`probe`), and how a worker and each of its
+executions enter them.
+
+The work is split by cost. Once per worker (:func:`prepare_worker`): a private mount namespace in
+which the whole file system is read-only, ``/root`` and ``/home`` are hidden except the
+interpreter's own paths, and ``/proc`` only shows a user's own processes; a network namespace with
+loopback only; a fixed host name. Per execution (:func:`prepare_execution`, :func:`enter`): a
+fresh tmpfs on ``/tmp`` (holding the work dir) and ``/dev/shm``; a ``clone`` into new PID and IPC
+namespaces, so the execution is PID 1 of its namespace and every descendant dies with it; and,
+when the worker is root, a user id of its own (``BASE_UID`` + worker PID), so the process limit
+counts only this execution and nothing outside the work dir is writable. A worker runs one
+execution at a time and nothing of an execution survives it, so sharing the worker-level
+namespaces between its successive executions leaks nothing between them.
+
+Whatever the machine refuses is left out of the plan with the reason; ``codemoe sandbox doctor``
+prints the list.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import sys
+import sysconfig
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from codemoe.sandbox import linux
+
+__all__ = [
+    "BASE_UID",
+    "WORK_DIR",
+    "IsolationPlan",
+    "Protection",
+    "enter",
+    "finish_execution",
+    "prepare_execution",
+    "prepare_worker",
+    "probe",
+]
+
+WORK_DIR = "/tmp/work"  # where the request's files are laid out, inside the private /tmp
+BASE_UID = 1_000_000  # executions run as BASE_UID + the worker's PID when the worker is root
+HIDDEN_DIRS = ("/root", "/home")  # home directories: where host secrets usually live
+_PSEUDO_FS = ("/proc", "/sys", "/dev")  # mounts that need not (and sometimes cannot) be remounted
+_TMPFS_FLAGS = linux.MS_NOSUID | linux.MS_NODEV
+
+
+@dataclass
+class Protection:
+    """One protection and whether it is active here."""
+
+    name: str
+    active: bool
+    detail: str  # how it is enforced, or why it is missing
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+@dataclass
+class IsolationPlan:
+    """What the worker and every execution get; decided once by :func:`probe`."""
+
+    user_ns: bool = False  # not root: a user namespace maps the worker's user to root inside
+    pid_ns: bool = False  # each execution is PID 1 of its own PID namespace
+    net_ns: bool = False  # the worker's network namespace has loopback only
+    mount_ns: bool = False  # read-only file system, private tmpfs /tmp, hidden home dirs
+    ipc_ns: bool = False  # each execution has its own System V IPC
+    drop_uid: bool = False  # root: executions run as BASE_UID + worker PID
+    keep_paths: list[str] = field(default_factory=list)  # interpreter paths re-exposed under HIDDEN_DIRS
+    protections: list[Protection] = field(default_factory=list)
+
+    def clone_flags(self) -> int:
+        """Namespace flags of each execution's ``clone``."""
+        return (linux.CLONE_NEWPID if self.pid_ns else 0) | (linux.CLONE_NEWIPC if self.ipc_ns else 0)
+
+
+
+@dataclass
+class WorkerState:
+    """What :func:`prepare_worker` set up and executions need."""
+
+    host_net: int | None = None  # fd of the host network namespace, for limits.network=True
+    fallback_root: str = ""  # without a mount namespace: where work dirs are made
+    uid: int | None = None  # user id of the executions; None keeps the worker's
+
+
+# ---------------------------------------------------------------------------------------------
+# once per worker
+# ---------------------------------------------------------------------------------------------
+
+
+def prepare_worker(plan: IsolationPlan) -> WorkerState:
+    """Move this worker into its namespaces; called once, before it serves executions."""
+    state = WorkerState(uid=BASE_UID + os.getpid() if plan.drop_uid else None)
+    if plan.net_ns and not plan.user_ns:
+        state.host_net = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    flags = (linux.CLONE_NEWUSER if plan.user_ns else 0) | (linux.CLONE_NEWNS if plan.mount_ns else 0)
+    flags |= (linux.CLONE_NEWNET | linux.CLONE_NEWUTS) if plan.net_ns else 0
+    outer_uid, outer_gid = os.getuid(), os.getgid()
+    if flags:
+        linux.unshare(flags)
+    if plan.user_ns:
+        _map_user(outer_uid, outer_gid)
+    if plan.net_ns:
+        linux.loopback_up()
+        linux.sethostname("sandbox")
+    if plan.mount_ns:
+        _read_only_filesystem(plan)
+    else:
+        state.fallback_root = tempfile.mkdtemp(prefix="codemoe-sandbox-")
+        os.chmod(state.fallback_root, 0o711)
+    return state
+
+
+def _map_user(outer_uid: int, outer_gid: int) -> None:
+    """Be root inside the new user namespace, ``outer_uid`` outside."""
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"0 {outer_uid} 1")
+    Path("/proc/self/gid_map").write_text(f"0 {outer_gid} 1")
+
+
+def _read_only_filesystem(plan: IsolationPlan) -> None:
+    """Everything read-only, home dirs hidden, a /proc that hides other users' processes."""
+    linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)  # nothing propagates to the host
+    points = linux.mount_points()
+    keep = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in plan.keep_paths}
+    for target, flags in points:
+        _remount_read_only(target, flags)
+    if not plan.user_ns:
+        linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "hidepid=2")
+    for hidden in HIDDEN_DIRS:
+        if os.path.isdir(hidden):
+            _hide(hidden, {p: fd for p, fd in keep.items() if _is_under(p, hidden)}, points)
+    for fd in keep.values():
+        os.close(fd)
+
+
+def _remount_read_only(target: str, flags: int) -> None:
+    try:
+        linux.mount(None, target, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | flags)
+    except OSError as exc:
+        # pseudo file systems are not storage; a shadowed mount point may no longer resolve
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EINVAL, errno.ENOENT) and (
+            any(_is_under(target, p) for p in _PSEUDO_FS) or not os.path.exists(target)
+        ):
+            return
+        raise
+
+
+def _hide(hidden: str, keep: dict[str, int], points: list[tuple[str, int]]) -> None:
+    """An empty read-only tmpfs over ``hidden``, with the ``keep`` paths bound back read-only."""
+    linux.mount("tmpfs", hidden, "tmpfs", _TMPFS_FLAGS, "size=1m,mode=0755")
+    for path, fd in sorted(keep.items()):
+        os.makedirs(path, exist_ok=True)
+        linux.mount(f"/proc/self/fd/{fd}", path, None, linux.MS_BIND | linux.MS_REC)
+        _remount_read_only(path, _flags_at(path, points))
+    _remount_read_only(hidden, _TMPFS_FLAGS)
+
+
+def _flags_at(path: str, points: list[tuple[str, int]]) -> int:
+    """Locked flags of the mount that holds ``path`` (the longest mount point above it)."""
+    best, flags = "", 0
+    for target, target_flags in points:
+        if _is_under(path, target) and len(target) >= len(best):
+            best, flags = target, target_flags
+    return flags
+
+
+def _is_under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def interpreter_paths() -> list[str]:
+    """Directories the sandboxed interpreter must still read when home dirs are hidden."""
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)}
+    candidates.update(sysconfig.get_paths().values())
+    candidates.update(p for p in sys.path if p)
+    real = {os.path.realpath(p) for p in candidates if os.path.isdir(p)}
+    real.add(os.path.dirname(os.path.realpath(sys.executable)))
+    keep = [p for p in real if any(_is_under(p, h) for h in HIDDEN_DIRS)]
+    return sorted(p for p in keep if not any(q != p and _is_under(p, q) for q in keep))
+
+
+# ---------------------------------------------------------------------------------------------
+# per execution
+# ---------------------------------------------------------------------------------------------
+
+
+def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int) -> str:
+    """In the worker, before the clone: a fresh private /tmp and /dev/shm; returns the work dir."""
+    uid = state.uid
+    if plan.mount_ns:
+        linux.mount("tmpfs", "/tmp", "tmpfs", _TMPFS_FLAGS, f"size={disk_mb}m,mode=1777")
+        if os.path.isdir("/dev/shm"):
+            linux.mount("tmpfs", "/dev/shm", "tmpfs", _TMPFS_FLAGS, f"size={disk_mb}m,mode=1777")
+        work = WORK_DIR
+        os.mkdir(work)
+    else:
+        work = tempfile.mkdtemp(dir=state.fallback_root)
+    os.chmod(work, 0o700)
+    if uid is not None:
+        os.chown(work, uid, uid)
+    return work
+
+
+def finish_execution(plan: IsolationPlan, work: str) -> None:
+    """In the worker, after every process of the execution is gone: drop its files."""
+    if plan.mount_ns:
+        linux.umount("/tmp")
+        if os.path.isdir("/dev/shm"):
+            linux.umount("/dev/shm")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) -> None:
+    """In the cloned child, before any untrusted code: own session, user id, no privileges."""
+    if network:
+        if state.host_net is None:
+            raise OSError(errno.EPERM, "limits.network=True needs a worker started as root")
+        linux.setns(state.host_net, linux.CLONE_NEWNET)
+    if state.host_net is not None:
+        os.close(state.host_net)
+    os.setsid()
+    linux.parent_death_signal(signal.SIGKILL)
+    uid = state.uid
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    linux.no_new_privs()
+    os.chdir(work)
+
+
+# ---------------------------------------------------------------------------------------------
+# probing: try each protection in a throw-away child
+# ---------------------------------------------------------------------------------------------
+
+
+def _try_in_child(flags: int, plan: IsolationPlan, step: str) -> str:
+    """Clone with ``flags``, run ``step`` in the child; "" on success, else the error text."""
+    read_end, write_end = os.pipe()
+    outer_uid, outer_gid = os.getuid(), os.getgid()
+    try:
+        pid = linux.clone(flags)
+    except OSError as exc:
+        os.close(read_end)
+        os.close(write_end)
+        return str(exc)
+    if pid == 0:
+        os.close(read_end)
+        message = b""
+        try:
+            _probe_step(step, plan, outer_uid, outer_gid)
+        except BaseException as exc:  # report whatever failed, then leave the child
+            message = f"{type(exc).__name__}: {exc}".encode()[:500]
+        os.write(write_end, message)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        message = f.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    return message
+
+
+def _probe_step(step: str, plan: IsolationPlan, outer_uid: int, outer_gid: int) -> None:
+    if plan.user_ns:
+        _map_user(outer_uid, outer_gid)
+    if step == "net":
+        linux.loopback_up()
+        linux.sethostname("sandbox")
+    elif step == "mount":
+        _read_only_filesystem(plan)
+        linux.mount("tmpfs", "/tmp", "tmpfs", _TMPFS_FLAGS, "size=1m,mode=1777")
+        if plan.drop_uid:
+            os.setresuid(BASE_UID, BASE_UID, BASE_UID)
+            os.listdir(os.path.dirname(os.path.realpath(sys.executable)))
+
+
+def probe() -> IsolationPlan:
+    """Find out which protections work here; the result is every execution's plan."""
+    plan = IsolationPlan()
+    found: list[Protection] = []
+    root = os.geteuid() == 0
+    unavailable = "needs root or an unprivileged user namespace"
+    error_pid = error_net = error_mount = error_ipc = unavailable
+    if not root:
+        error_user = _try_in_child(linux.CLONE_NEWUSER, plan, "")
+        plan.user_ns = not error_user
+        found.append(Protection("user namespace", plan.user_ns, "maps the worker's user to root inside"
+                                if plan.user_ns else f"unavailable ({error_user})"))
+    if root or plan.user_ns:
+        base = linux.CLONE_NEWUSER if plan.user_ns else 0
+        error_pid = _try_in_child(base | linux.CLONE_NEWPID, plan, "")
+        error_net = _try_in_child(base | linux.CLONE_NEWNET | linux.CLONE_NEWUTS, plan, "net")
+        error_ipc = _try_in_child(base | linux.CLONE_NEWIPC, plan, "")
+        plan.keep_paths = interpreter_paths()
+        plan.drop_uid = root
+        error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount")
+        plan.pid_ns, plan.net_ns, plan.ipc_ns = not error_pid, not error_net, not error_ipc
+        plan.mount_ns = not error_mount
+        plan.drop_uid = root and plan.mount_ns
+    found += [
+        Protection("pid namespace", plan.pid_ns, "each execution is PID 1 of its own namespace: when it "
+                   "ends or is killed, every descendant dies with it" if plan.pid_ns else f"unavailable "
+                   f"({error_pid}); falling back to killing the process group, which a program can leave"),
+        Protection("network namespace", plan.net_ns, "no network but loopback" if plan.net_ns else
+                   f"unavailable ({error_net}); THE HOST NETWORK IS REACHABLE"),
+        Protection("mount namespace", plan.mount_ns, "file system read-only except a private tmpfs /tmp "
+                   f"holding the work dir; {', '.join(HIDDEN_DIRS)} hidden; /proc shows only the "
+                   "execution's processes" if plan.mount_ns else f"unavailable ({error_mount}); the "
+                   "program sees and may write the host file system as far as its user may"),
+        Protection("ipc namespace", plan.ipc_ns, "own System V IPC per execution" if plan.ipc_ns
+                   else f"unavailable ({error_ipc})"),
+        Protection("separate user id", plan.drop_uid, f"runs as uid {BASE_UID}+worker pid, no capabilities"
+                   if plan.drop_uid else "not root (or no mount namespace to expose the interpreter): "
+                   "runs as the worker's user"),
+    ]
+    found += _limits_protections(plan, root)
+    plan.protections = found
+    return plan
+
+
+def _limits_protections(plan: IsolationPlan, root: bool) -> list[Protection]:
+    """The protections that need no namespace: resource limits, environment, privileges."""
+    nproc = plan.drop_uid or not root
+    return [
+        Protection("time limits", True, "wall clock (SIGKILL by the worker) and RLIMIT_CPU"),
+        Protection("memory limit", True, "RLIMIT_AS per process"),
+        Protection("file-size limit", True, "RLIMIT_FSIZE; the tmpfs size bounds the work dir"
+                   if plan.mount_ns else "RLIMIT_FSIZE"),
+        Protection("process limit", nproc, "RLIMIT_NPROC on the execution's own user" if plan.drop_uid
+                   else "RLIMIT_NPROC on the worker's user" if nproc else
+                   "root ignores RLIMIT_NPROC and no separate user id is possible: fork bombs are only "
+                   "stopped by the time limit"),
+        Protection("no new privileges", True, "PR_SET_NO_NEW_PRIVS: setuid binaries do not elevate"),
+        Protection("scrubbed environment", True, "fixed PATH, HOME, LANG, TZ=UTC, PYTHONHASHSEED=0; "
+                   "nothing inherited from the host"),
+        Protection("cgroups", False, "not used: the limits above are per-process rlimits"),
+        Protection("bubblewrap", False, "not used: codemoe makes the same namespaces itself "
+                   f"(bwrap {'is' if shutil.which('bwrap') else 'is not'} installed)"),
+    ]

@@ -1,0 +1,185 @@
+"""Thin wrappers over the Linux system calls the sandbox needs and Python 3.10 lacks.
+
+``clone`` with namespace flags (so one system call gives the child its own PID, network, mount,
+IPC and UTS namespaces), ``unshare``, ``mount``, ``prctl``, ``sethostname`` and bringing the
+loopback interface up. Each raises ``OSError`` with the errno, like the ``os`` module does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import fcntl
+import os
+import platform
+import socket
+import struct
+
+__all__ = [
+    "CLONE_NEWIPC",
+    "CLONE_NEWNET",
+    "CLONE_NEWNS",
+    "CLONE_NEWPID",
+    "CLONE_NEWUSER",
+    "CLONE_NEWUTS",
+    "MS_BIND",
+    "MS_NODEV",
+    "MS_NOEXEC",
+    "MS_NOSUID",
+    "MS_PRIVATE",
+    "MS_RDONLY",
+    "MS_REC",
+    "MS_REMOUNT",
+    "clone",
+    "loopback_up",
+    "mount",
+    "mount_points",
+    "no_new_privs",
+    "parent_death_signal",
+    "sethostname",
+    "setns",
+    "umount",
+    "unshare",
+]
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+MS_STRICTATIME = 1 << 24
+
+# Mount options that an unprivileged remount must keep ("locked" flags), by their mountinfo names.
+_OPTION_FLAGS = {
+    "ro": MS_RDONLY,
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+    "strictatime": MS_STRICTATIME,
+}
+
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220, "ppc64le": 120, "s390x": 120}
+_MNT_DETACH = 2
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+
+def _check(ret: int, what: str) -> int:
+    if ret == -1:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def clone(flags: int) -> int:
+    """Fork with ``flags`` (``CLONE_NEW*``): returns the child's PID in the parent, 0 in the child.
+
+    Python's own fork bookkeeping runs around the call (``PyOS_BeforeFork`` and friends), so the
+    child is a proper Python process, as after ``os.fork()``. The caller must be single-threaded.
+    """
+    number = _SYS_CLONE.get(platform.machine())
+    if number is None:
+        raise OSError(38, f"clone: no system call number known for {platform.machine()}")
+    api = ctypes.pythonapi
+    api.PyOS_BeforeFork()
+    pid = _libc.syscall(ctypes.c_long(number), ctypes.c_ulong(flags | 17), None, None, None, None)  # 17: SIGCHLD
+    err = ctypes.get_errno()
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    api.PyOS_AfterFork_Parent()
+    if pid == -1:
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return pid
+
+
+def unshare(flags: int) -> None:
+    """Move the calling process into new namespaces."""
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    """Join the namespace that ``fd`` (an open ``/proc/PID/ns/...`` file) refers to."""
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+
+
+def umount(target: str) -> None:
+    """Detach the mount at ``target`` (lazy unmount: it goes once nothing uses it)."""
+    _check(_libc.umount2(os.fsencode(target), ctypes.c_int(_MNT_DETACH)), f"umount {target}")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    """mount(2)."""
+
+    def enc(s: str | None) -> bytes | None:
+        return None if s is None else os.fsencode(s)
+
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def mount_points() -> list[tuple[str, int]]:
+    """Every mount point of this mount namespace with the flags a bind remount must keep."""
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split()
+            target = _unescape(fields[4])
+            flags = 0
+            for option in fields[5].split(","):
+                flags |= _OPTION_FLAGS.get(option, 0)
+            points.append((target, flags))
+    return points
+
+
+def _unescape(path: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    for code in ("\\040", "\\011", "\\012", "\\134"):
+        path = path.replace(code, chr(int(code[1:], 8)))
+    return path
+
+
+def parent_death_signal(signum: int) -> None:
+    """Have the kernel send ``signum`` to this process when its parent dies."""
+    _check(_libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+
+
+def no_new_privs() -> None:
+    """Forbid gaining privileges through exec (setuid binaries, file capabilities)."""
+    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def sethostname(name: str) -> None:
+    """Set the host name of this UTS namespace."""
+    raw = name.encode()
+    _check(_libc.sethostname(raw, len(raw)), "sethostname")
+
+
+def loopback_up() -> None:
+    """Bring ``lo`` up in this network namespace (a new one starts with it down)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))

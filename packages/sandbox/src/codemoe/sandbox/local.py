@@ -1,0 +1,198 @@
+"""The ``local`` executor: a pool of warm, isolated workers on this machine.
+
+Each worker is a fresh ``python -m codemoe.sandbox.worker`` process (never a fork of the caller,
+so a large trainer process does not make the workers large), started with a scrubbed environment.
+A request goes to an idle worker, which clones an isolated child for it; ``run_batch`` keeps every
+worker busy. A worker that dies is replaced and its request answered with status ``error``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codemoe.sandbox import wire
+from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, new_nonce
+from codemoe.sandbox.errors import SandboxError
+
+__all__ = ["LocalExecutor", "LocalExecutorConfig", "build_local_executor", "default_workers"]
+
+
+@dataclass
+class LocalExecutorConfig:
+    """Options of the ``local`` executor."""
+
+    workers: int = 0  # warm workers, i.e. executions at once; 0 means one per CPU
+    start_timeout_s: float = 60.0  # how long a worker may take to start and warm up
+
+
+def build_local_executor(config: LocalExecutorConfig) -> LocalExecutor:
+    """Factory of the ``local`` executor."""
+    return LocalExecutor(workers=config.workers, start_timeout_s=config.start_timeout_s)
+
+
+def default_workers() -> int:
+    """One worker per CPU this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _worker_env() -> dict[str, str]:
+    """Nothing of the caller's environment reaches a worker, so none of it can reach a program."""
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding codemoe/
+    return {
+        "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "TZ": "UTC",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTHONPATH": package_root,
+    }
+
+
+class _Worker:
+    """One worker process and its pipes; used by one thread at a time."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-s", "-m", "codemoe.sandbox.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_worker_env(),
+            cwd="/",
+            close_fds=True,
+        )
+        self.protections: list[dict[str, Any]] = []
+
+    def wait_ready(self, timeout_s: float) -> None:
+        box: dict[str, Any] = {}
+
+        def read() -> None:
+            try:
+                box["message"] = wire.receive(self.process.stdout.fileno())
+            except (OSError, EOFError, ValueError) as exc:
+                box["error"] = exc
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        message = box.get("message")
+        if not message or not message.get("ready"):
+            self.stop()
+            why = box.get("error") or ("no answer" if reader.is_alive() else "it exited")
+            raise SandboxError(
+                f"a sandbox worker did not start within {timeout_s:g} s ({why}); "
+                "run `codemoe sandbox doctor` to see what this machine allows"
+            )
+        self.protections = message.get("protections", [])
+
+    def execute(self, request: ExecutionRequest) -> ExecutionResult:
+        wire.send(self.process.stdin.fileno(), request.to_dict())
+        answer = wire.receive(self.process.stdout.fileno())
+        if answer is None:
+            raise EOFError("the worker exited")
+        return ExecutionResult.from_dict(answer)
+
+    def stop(self) -> None:
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+        self.process.kill()
+        self.process.wait()
+
+
+class LocalExecutor:
+    """Runs requests in isolated children of warm workers on this machine.
+
+    >>> from codemoe.sandbox import LocalExecutor, function_task_request
+    >>> with LocalExecutor(workers=1) as ex:
+    ...     ex.run(function_task_request("def inc(x):\\n    return x + 1\\n",
+    ...                                  "def check(f):\\n    assert f(1) == 2\\n", "inc")).status
+    'passed'
+    """
+
+    def __init__(self, workers: int = 0, *, start_timeout_s: float = 60.0) -> None:
+        self.size = workers or default_workers()
+        self.start_timeout_s = start_timeout_s
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._all: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        started = [_Worker() for _ in range(self.size)]
+        try:
+            for worker in started:
+                worker.wait_ready(start_timeout_s)
+        except SandboxError:
+            for worker in started:
+                worker.stop()
+            raise
+        for worker in started:
+            self._all.append(worker)
+            self._idle.put(worker)
+
+    @property
+    def protections(self) -> list[dict[str, Any]]:
+        """The protections the workers found active (see ``codemoe sandbox doctor``)."""
+        return self._all[0].protections if self._all else []
+
+    def run(self, request: ExecutionRequest) -> ExecutionResult:
+        """Run one request on the next idle worker."""
+        if self._closed:
+            raise SandboxError("this executor is closed")
+        request.validate()
+        if request.runner is not None and not request.nonce:
+            request = dataclasses.replace(request, nonce=new_nonce())
+        worker = self._idle.get()
+        try:
+            return worker.execute(request)
+        except (OSError, EOFError, ValueError) as exc:
+            worker = self._replace(worker)
+            return ExecutionResult(status="error", id=request.id, reason=f"sandbox: the worker failed ({exc})")
+        finally:
+            self._idle.put(worker)
+
+    def run_batch(self, requests: list[ExecutionRequest]) -> list[ExecutionResult]:
+        """Run all requests, as many at once as there are workers; results in request order."""
+        for request in requests:
+            request.validate()
+        if len(requests) <= 1:
+            return [self.run(r) for r in requests]
+        with ThreadPoolExecutor(max_workers=min(self.size, len(requests))) as pool:
+            return list(pool.map(self.run, requests))
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        worker.stop()
+        fresh = _Worker()
+        fresh.wait_ready(self.start_timeout_s)
+        with self._lock:
+            self._all[self._all.index(worker)] = fresh
+        return fresh
+
+    def close(self) -> None:
+        """Stop every worker (an execution still running is killed with its worker)."""
+        with self._lock:
+            self._closed = True
+            workers, self._all = self._all, []
+        for worker in workers:
+            worker.stop()
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_all", None):
+            self.close()

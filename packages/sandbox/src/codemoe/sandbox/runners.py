@@ -1,0 +1,251 @@
+"""What runs inside the sandboxed child once it is isolated: the command, pytest, or asserts.
+
+The child is a fork of a warm worker, so pytest and the interpreter are already loaded. Every
+runner ends the process itself (``os._exit``) and reports to the worker over the result channel
+(file descriptor 3), one JSON object per line; see :mod:`codemoe.sandbox.api` for what the nonce
+proves. Messages: ``{"kind": "done", "nonce": ...}`` (asserts finished), ``{"kind": "pytest",
+"nonce": ..., "tests": {...}, "exitstatus": n, ...}``, ``{"kind": "exception", ...}``,
+``{"kind": "exit", "code": ...}`` (SystemExit before the end), ``{"kind": "compile-error", ...}``,
+``{"kind": "memory"}``, ``{"kind": "setup-error", "message": ...}``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import json
+import os
+import resource
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from codemoe.sandbox.api import ExecutionRequest, Limits
+
+__all__ = ["CHANNEL_FD", "RUNNERS", "apply_limits", "run_in_child", "sandbox_env"]
+
+CHANNEL_FD = 3
+EXIT_SETUP_FAILED = 120  # the child could not be set up; the channel says why
+
+
+def _send(message: dict[str, Any], _write: Callable[[int, bytes], int] = os.write) -> None:
+    data = (json.dumps(message) + "\n").encode()
+    while data:
+        data = data[_write(CHANNEL_FD, data):]
+
+
+def sandbox_env(request: ExecutionRequest, work: str, tmp: str) -> dict[str, str]:
+    """The whole environment of an execution: nothing is inherited from the host."""
+    env = {
+        "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": work,
+        "TMPDIR": tmp,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    }
+    env.update(request.env)
+    return env
+
+
+def apply_limits(limits: Limits, nproc_base: int = 0) -> None:
+    """Set the rlimits (soft = hard, so a program cannot raise them again)."""
+    mib = 1024 * 1024
+    cpu = max(1, int(limits.cpu_s + 0.999))
+    for which, value in (
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_AS, int(limits.memory_mb * mib)),
+        (resource.RLIMIT_FSIZE, int(limits.max_file_mb * mib)),
+        (resource.RLIMIT_NOFILE, int(limits.max_open_files)),
+        (resource.RLIMIT_NPROC, nproc_base + int(limits.max_processes)),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        resource.setrlimit(which, (value, value))
+
+
+def _write_files(request: ExecutionRequest, work: str) -> None:
+    for path, content in request.files.items():
+        target = os.path.join(work, path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(content.encode() if isinstance(content, str) else content)
+
+
+def _stdio(request: ExecutionRequest, out_fd: int, err_fd: int, channel_fd: int) -> None:
+    """fd 0: the request's stdin (a memfd), 1/2: the output pipes, 3: the result channel."""
+    stdin_fd = os.memfd_create("stdin")
+    data = request.stdin.encode() if isinstance(request.stdin, str) else (request.stdin or b"")
+    os.write(stdin_fd, data)
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    moved = [os.dup(fd) for fd in (stdin_fd, out_fd, err_fd, channel_fd)]  # above 0..3 first
+    for target, fd in enumerate(moved):
+        os.dup2(fd, target)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True
+    )
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+
+
+def _exit(code: int) -> NoReturn:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+# ---------------------------------------------------------------------------------------------
+# runners
+# ---------------------------------------------------------------------------------------------
+
+
+def run_command(request: ExecutionRequest, env: dict[str, str]) -> NoReturn:
+    """exec the request's argv: a fresh program image, limits and namespaces kept."""
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(signum, signal.SIG_DFL)
+    command = request.command or []
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        _send({"kind": "setup-error", "message": f"cannot run {command[0]!r}: {exc.strerror}"})
+        _exit(127)
+
+
+def run_asserts(request: ExecutionRequest, env: dict[str, str]) -> NoReturn:
+    """program.py then checks.py in one namespace; the nonce only after both ran to the end."""
+    nonce, send = request.nonce, _send
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    for name in ("program.py", "checks.py"):
+        source = request.files[name]
+        try:
+            code = compile(source, name, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            traceback.print_exception(exc, limit=0)
+            send({"kind": "compile-error", "file": name, "message": f"{type(exc).__name__}: {exc}"})
+            _exit(1)
+        namespace["__file__"] = name
+        sys.argv = [name]
+        try:
+            exec(code, namespace)
+        except MemoryError:
+            send({"kind": "memory"})
+            _exit(1)
+        except SystemExit as exc:
+            send({"kind": "exit", "code": repr(exc.code), "file": name})
+            _exit(1)
+        except BaseException as exc:  # the verdict of the checks: any exception fails them
+            traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)  # without this frame
+            send({"kind": "exception", "file": name, "message": f"{type(exc).__name__}: {exc}"[:500]})
+            _exit(1)
+    send({"kind": "done", "nonce": nonce})
+    _exit(0)
+
+
+class _PytestReporter:
+    """pytest plugin: per-test outcomes, sent with the nonce when the session finishes."""
+
+    def __init__(self, nonce: str) -> None:
+        self.nonce = nonce
+        self.tests: dict[str, str] = {}
+        self.collect_errors: list[str] = []
+        self.memory = False
+        self._send = _send
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.tests[report.nodeid or "<collection>"] = "error"
+            self.collect_errors.append(_crash_line(report))
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        if report.failed and _crash_line(report).startswith("MemoryError"):
+            self.memory = True
+        if report.when == "call":
+            outcome = report.outcome
+            if hasattr(report, "wasxfail"):
+                outcome = "skipped" if report.skipped else "passed"
+            self.tests[report.nodeid] = outcome
+        elif report.failed:
+            self.tests[report.nodeid] = "error"
+        elif report.skipped:
+            self.tests[report.nodeid] = "skipped"
+
+    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
+        self._send({
+            "kind": "pytest",
+            "nonce": self.nonce,
+            "tests": self.tests,
+            "exitstatus": int(exitstatus),
+            "collect_errors": self.collect_errors[:20],
+            "memory": self.memory,
+        })
+
+
+def _crash_line(report: Any) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message).splitlines()[0] if crash.message else ""
+    text = str(report.longrepr or "").strip().splitlines()
+    return text[-1] if text else ""
+
+
+def run_pytest(request: ExecutionRequest, env: dict[str, str]) -> NoReturn:
+    """pytest on the work dir (plus the request's arguments), outcomes reported with the nonce."""
+    import pytest
+
+    reporter = _PytestReporter(request.nonce)
+    args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *(request.command or [])]
+    try:
+        code = pytest.main(args, plugins=[reporter])
+    except MemoryError:
+        _send({"kind": "memory"})
+        _exit(1)
+    except SystemExit as exc:
+        _send({"kind": "exit", "code": repr(exc.code), "file": "pytest"})
+        _exit(1)
+    _exit(int(code))
+
+
+RUNNERS: dict[str | None, Callable[[ExecutionRequest, dict[str, str]], NoReturn]] = {
+    None: run_command,
+    "asserts": run_asserts,
+    "pytest": run_pytest,
+}
+
+
+def run_in_child(
+    request: ExecutionRequest,
+    *,
+    enter: Callable[[], None],
+    work: str,
+    fds: tuple[int, int, int],
+    nproc_base: Callable[[], int],
+) -> NoReturn:
+    """The whole life of the sandboxed child: wire stdio, isolate (``enter``), close every other
+    descriptor, lay out the files, set the environment and limits, run the runner. Never returns.
+    """
+    try:
+        _stdio(request, *fds)
+        enter()
+        os.closerange(CHANNEL_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        _write_files(request, work)
+        env = sandbox_env(request, work, os.path.dirname(work) if work.startswith("/tmp/") else work)
+        os.environ.clear()
+        os.environ.update(env)
+        time.tzset()
+        sys.path[0:0] = [work]
+        sys.dont_write_bytecode = True
+        apply_limits(request.limits, nproc_base())
+        runner = RUNNERS[request.runner]
+    except BaseException as exc:  # report why the child could not start; the worker sees status error
+        _send({"kind": "setup-error", "message": f"{type(exc).__name__}: {exc}"})
+        _exit(EXIT_SETUP_FAILED)
+    runner(request, env)

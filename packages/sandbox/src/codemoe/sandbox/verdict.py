@@ -1,0 +1,147 @@
+"""From what the worker observed to an :class:`ExecutionResult` status and reason.
+
+Pure functions over plain data, so every rule is a known-answer test. The order of the rules is
+the order of :func:`decide`: limits the worker enforced first, then what the runner proved.
+"""
+
+from __future__ import annotations
+
+import signal as signals
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Observation", "decide"]
+
+_MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
+_FILE_SIZE_MARKERS = ("File too large", "Errno 27")
+_PYTEST_EXIT = {2: "interrupted", 3: "pytest internal error", 4: "pytest usage error", 5: "no tests collected"}
+
+
+@dataclass
+class Observation:
+    """What the worker saw of one execution."""
+
+    runner: str | None
+    nonce: str
+    exit_code: int | None  # None when a signal ended the process
+    signal: int | None
+    wall_timeout: bool  # the worker killed it at the deadline
+    output_limit: bool  # the worker killed it for too much output
+    cpu_s: float  # CPU time the execution used
+    cpu_limit_s: float
+    max_file_mb: float
+    stderr_tail: str  # last bytes of stderr, decoded
+    messages: list[dict[str, Any]] = field(default_factory=list)  # from the result channel
+
+
+def decide(obs: Observation) -> tuple[str, str, dict[str, str]]:
+    """Return (status, reason, tests) for ``obs``."""
+    tests = _tests(obs)
+    if obs.wall_timeout:
+        return "timeout", "wall-clock limit reached; the process tree was killed", tests
+    if _cpu_limited(obs):
+        return "timeout", f"CPU-time limit ({obs.cpu_limit_s:g} s) reached", tests
+    if obs.output_limit:
+        return "output-limit", "output exceeded max_output_bytes; the process tree was killed", tests
+    setup = _first(obs, "setup-error")
+    if setup is not None:
+        return "error", f"sandbox: {setup.get('message', '')}", tests
+    if _memory(obs):
+        return "memory", "memory limit reached", tests
+    if obs.signal is not None:
+        return "killed", f"killed by {_signal_name(obs.signal)}", tests
+    status, reason = _RUNNER_VERDICTS[obs.runner](obs, tests)
+    if status != "passed" and any(m in obs.stderr_tail for m in _FILE_SIZE_MARKERS):
+        reason = f"file-size limit ({obs.max_file_mb:g} MiB) exceeded; {reason}"
+    return status, reason, tests
+
+
+def _tests(obs: Observation) -> dict[str, str]:
+    report = _report(obs)
+    if report is not None:
+        return {str(k): str(v) for k, v in report.get("tests", {}).items()}
+    if obs.runner == "asserts":
+        done = _first(obs, "done")
+        passed = done is not None and done.get("nonce") == obs.nonce and obs.exit_code == 0
+        return {"checks.py": "passed" if passed else "failed"}
+    return {}
+
+
+def _report(obs: Observation) -> dict[str, Any] | None:
+    """The pytest report, only when it carries this execution's nonce."""
+    for message in obs.messages:
+        if message.get("kind") == "pytest" and message.get("nonce") == obs.nonce:
+            return message
+    return None
+
+
+def _first(obs: Observation, kind: str) -> dict[str, Any] | None:
+    return next((m for m in obs.messages if m.get("kind") == kind), None)
+
+
+def _cpu_limited(obs: Observation) -> bool:
+    return obs.signal in (signals.SIGKILL, signals.SIGXCPU) and obs.cpu_s >= obs.cpu_limit_s - 0.05
+
+
+def _memory(obs: Observation) -> bool:
+    if _first(obs, "memory") is not None:
+        return True
+    report = _report(obs)
+    if report is not None and report.get("memory"):
+        return True
+    if obs.exit_code not in (None, 0):
+        lines = [line for line in obs.stderr_tail.splitlines() if line.strip()]
+        return bool(lines) and any(m in lines[-1] for m in _MEMORY_MARKERS)
+    return False
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signals.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _command_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]:
+    if obs.exit_code == 0:
+        return "passed", ""
+    return "failed", f"exit code {obs.exit_code}"
+
+
+def _asserts_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]:
+    if tests.get("checks.py") == "passed":
+        return "passed", ""
+    compile_error = _first(obs, "compile-error")
+    if compile_error is not None:
+        return "error", f"compile: {compile_error.get('file')}: {compile_error.get('message')}"
+    exception = _first(obs, "exception")
+    if exception is not None:
+        return "failed", f"{exception.get('file')}: {exception.get('message')}"
+    early = _first(obs, "exit")
+    if early is not None:
+        return "failed", f"exited early ({early.get('file')} raised SystemExit({early.get('code')}))"
+    return "failed", f"exited (code {obs.exit_code}) before the checks completed: no completion nonce"
+
+
+def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]:
+    report = _report(obs)
+    if report is None:
+        early = _first(obs, "exit")
+        how = f"SystemExit({early.get('code')})" if early else f"exit code {obs.exit_code}"
+        return "failed", f"no valid test report ({how}): the session did not finish"
+    exitstatus = int(report.get("exitstatus", -1))
+    bad = sorted(k for k, v in tests.items() if v in ("failed", "error"))
+    if report.get("collect_errors"):
+        return "error", f"collection: {report['collect_errors'][0]}"
+    if exitstatus in _PYTEST_EXIT:
+        return "error", _PYTEST_EXIT[exitstatus]
+    if bad:
+        return "failed", f"{len(bad)} of {len(tests)} tests failed or errored: {', '.join(bad[:5])}"
+    if exitstatus != 0 or obs.exit_code != 0:
+        return "failed", f"pytest exit status {exitstatus}, process exit code {obs.exit_code}"
+    if not tests:
+        return "error", "no tests ran"
+    return "passed", ""
+
+
+_RUNNER_VERDICTS = {None: _command_verdict, "asserts": _asserts_verdict, "pytest": _pytest_verdict}

@@ -1,0 +1,280 @@
+"""The warm worker: a fork server with the interpreter and pytest loaded.
+
+``python -m codemoe.sandbox.worker`` probes the protections once, warms pytest up with one empty
+session, says it is ready, then serves one execution at a time: it reads a request from its
+standard input, clones an isolated child for it (:mod:`codemoe.sandbox.isolation`,
+:mod:`codemoe.sandbox.runners`), supervises it (deadline, output caps, result channel), and writes
+the :class:`ExecutionResult` to its standard output. Messages on both pipes are framed by
+:mod:`codemoe.sandbox.wire`. The worker itself never runs untrusted code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import selectors
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from codemoe.sandbox import linux, wire
+from codemoe.sandbox.api import ExecutionRequest, ExecutionResult
+from codemoe.sandbox.isolation import (
+    IsolationPlan,
+    WorkerState,
+    enter,
+    finish_execution,
+    prepare_execution,
+    prepare_worker,
+    probe,
+)
+from codemoe.sandbox.runners import run_in_child
+from codemoe.sandbox.verdict import Observation, decide
+
+__all__ = ["execute", "main"]
+
+_CHANNEL_CAP = 8 << 20  # bytes of result-channel messages kept
+_DRAIN_S = 0.5  # after the child is gone, how long to wait for the last output
+
+
+@dataclass
+class _Stream:
+    """One pipe from the child, read with a cap."""
+
+    fd: int
+    cap: int
+    data: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.cap - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+
+    @property
+    def over(self) -> bool:
+        return self.total > self.cap
+
+
+def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) -> ExecutionResult:
+    """Run ``request`` in a new isolated child of this (single-threaded) worker."""
+    limits = request.limits
+    work = prepare_execution(plan, state, limits.disk_mb)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    chan_r, chan_w = os.pipe()
+    start = time.monotonic()
+    flags = plan.clone_flags()
+    pid = linux.clone(flags) if flags else os.fork()
+    if pid == 0:
+        run_in_child(
+            request,
+            enter=lambda: enter(plan, state, work, network=limits.network),
+            work=work,
+            fds=(out_w, err_w, chan_w),
+            nproc_base=_nproc_base(plan),
+        )
+    for fd in (out_w, err_w, chan_w):
+        os.close(fd)
+    streams = {
+        "stdout": _Stream(out_r, limits.max_output_bytes),
+        "stderr": _Stream(err_r, limits.max_output_bytes),
+        "channel": _Stream(chan_r, _CHANNEL_CAP),
+    }
+    try:
+        wall_timeout, output_limit = _supervise(pid, streams, start + limits.timeout_s)
+        _, status, usage = os.wait4(pid, 0)
+        duration = time.monotonic() - start
+        if not plan.pid_ns:
+            _kill_group(pid)
+        _drain(streams)
+    finally:
+        for stream in streams.values():
+            os.close(stream.fd)
+        finish_execution(plan, work)
+    return _result(request, streams, status, usage, duration, wall_timeout, output_limit)
+
+
+def _nproc_base(plan: IsolationPlan) -> Any:
+    """RLIMIT_NPROC counts every process of the real user: add the ones it already has."""
+    def count() -> int:
+        if plan.drop_uid:
+            return 0
+        uid, n = os.getuid(), 0
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    n += os.stat(f"/proc/{entry}").st_uid == uid
+                except OSError:
+                    continue
+        return n
+
+    return count
+
+
+def _supervise(pid: int, streams: dict[str, _Stream], deadline: float) -> tuple[bool, bool]:
+    """Read the child's pipes until it exits; kill it at the deadline or on too much output."""
+    selector = selectors.DefaultSelector()
+    pidfd = os.pidfd_open(pid)
+    selector.register(pidfd, selectors.EVENT_READ, None)
+    for stream in streams.values():
+        selector.register(stream.fd, selectors.EVENT_READ, stream)
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _kill(pid)
+                return True, False
+            for key, _ in selector.select(remaining):
+                if key.data is None:
+                    return False, False
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    continue
+                key.data.feed(chunk)
+                if key.data.over and key.data is not streams["channel"]:
+                    _kill(pid)
+                    return False, True
+    finally:
+        selector.close()
+        os.close(pidfd)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _drain(streams: dict[str, _Stream]) -> None:
+    """Read what is left in the pipes; bounded, in case something still holds a write end."""
+    deadline = time.monotonic() + _DRAIN_S
+    selector = selectors.DefaultSelector()
+    for stream in streams.values():
+        selector.register(stream.fd, selectors.EVENT_READ, stream)
+    try:
+        while selector.get_map() and (remaining := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(remaining):
+                chunk = os.read(key.fd, 1 << 16)
+                if chunk:
+                    key.data.feed(chunk)
+                else:
+                    selector.unregister(key.fd)
+    finally:
+        selector.close()
+
+
+def _messages(raw: bytes) -> list[dict[str, Any]]:
+    import json
+
+    messages = []
+    for line in raw.splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict):
+            messages.append(message)
+    return messages
+
+
+def _result(
+    request: ExecutionRequest,
+    streams: dict[str, _Stream],
+    status: int,
+    usage: Any,
+    duration: float,
+    wall_timeout: bool,
+    output_limit: bool,
+) -> ExecutionResult:
+    exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    stdout = bytes(streams["stdout"].data).decode("utf-8", errors="replace")
+    stderr = bytes(streams["stderr"].data).decode("utf-8", errors="replace")
+    observation = Observation(
+        runner=request.runner,
+        nonce=request.nonce,
+        exit_code=exit_code,
+        signal=signum,
+        wall_timeout=wall_timeout,
+        output_limit=output_limit,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        cpu_limit_s=float(max(1, int(request.limits.cpu_s + 0.999))),
+        max_file_mb=request.limits.max_file_mb,
+        stderr_tail=stderr[-4000:],
+        messages=_messages(bytes(streams["channel"].data)),
+    )
+    verdict, reason, tests = decide(observation)
+    return ExecutionResult(
+        status=verdict,
+        exit_code=exit_code,
+        tests=tests,
+        stdout=stdout,
+        stderr=stderr,
+        stdout_truncated=streams["stdout"].over,
+        stderr_truncated=streams["stderr"].over,
+        duration_s=round(duration, 6),
+        peak_memory_mb=round(usage.ru_maxrss / 1024, 3),
+        id=request.id,
+        reason=reason,
+        signal=signum,
+    )
+
+
+def _warm_up() -> None:
+    """Run one empty pytest session here so its lazily imported modules are loaded for every fork."""
+    import pytest
+
+    with tempfile.TemporaryDirectory(prefix="codemoe-warm-") as folder:
+        with open(os.path.join(folder, "test_warm.py"), "w") as f:
+            f.write("def test_warm():\n    assert [1] == [1]\n")
+        saved = [os.dup(1), os.dup(2)]
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        try:
+            pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", folder, folder])
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in (*saved, devnull):
+                os.close(fd)
+        sys.modules.pop("test_warm", None)
+
+
+def main() -> int:
+    """Serve executions over stdin/stdout until stdin closes."""
+    sys.dont_write_bytecode = True
+    control_in, control_out = os.dup(0), os.dup(1)
+    plan = probe()
+    _warm_up()
+    state = prepare_worker(plan)
+    gc.freeze()  # the warm objects stay out of collections, so forks do not copy their pages
+    wire.send(control_out, {"ready": True, "protections": [p.to_dict() for p in plan.protections]})
+    while True:
+        message = wire.receive(control_in)
+        if message is None:
+            return 0
+        try:
+            request = ExecutionRequest.from_dict(message)
+            result = execute(request, plan, state)
+        except Exception as exc:  # a bad request or a failed clone: answer with an error result
+            result = ExecutionResult(status="error", id=str(message.get("id", "")),
+                                     reason=f"sandbox: {type(exc).__name__}: {exc}")
+        wire.send(control_out, result.to_dict())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
