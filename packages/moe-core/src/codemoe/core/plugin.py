@@ -14,3 +14,38 @@ def codemoe_register_components(registry) -> None:
         "codemoe.core.stages:EnvironmentConfig",
         summary="record the software and hardware of the run",
     )
+    registry.register(
+        "model",
+        "qwen3_moe",
+        "codemoe.core.models.qwen3_moe:build_qwen3_moe",
+        "codemoe.core.models.qwen3_moe:Qwen3MoeModelConfig",
+        summary="transformers Qwen3-MoE causal LM with codemoe MoE blocks",
+    )
+    registry.register(
+        "experts",
+        "grouped",
+        "codemoe.core.moe.experts:build_grouped_experts",
+        "codemoe.core.moe.experts:GroupedExpertsConfig",
+        summary="sort by expert, grouped matmuls with a fused SwiGLU backward, unsort (fast)",
+    )
+    registry.register(
+        "experts",
+        "loop",
+        "codemoe.core.moe.experts:build_loop_experts",
+        "codemoe.core.moe.experts:LoopExpertsConfig",
+        summary="one masked pass per expert (reference)",
+    )
+    registry.register(
+        "dispatcher",
+        "local",
+        "codemoe.core.moe.experts:build_local_dispatcher",
+        "codemoe.core.moe.dispatch:LocalDispatcherConfig",
+        summary="sort (token, expert) assignments by expert within one process",
+    )
+
+
+@hookimpl
+def codemoe_add_commands(subparsers) -> None:
+    from codemoe.core.models.cli import add_model_command
+
+    add_model_command(subparsers)

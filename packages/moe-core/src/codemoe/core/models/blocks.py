@@ -1,0 +1,84 @@
+"""Putting codemoe MoE blocks into ``transformers`` decoder layers, weights carried over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from codemoe.core.moe.block import MoEBlock, options_from
+from torch import nn
+
+__all__ = ["make_block", "replace_moe_blocks"]
+
+
+def make_block(config: Any, registry: Any, layer: int) -> MoEBlock:
+    """A codemoe MoE block for ``layer`` from a model config (router, experts and block options)."""
+    router = registry.build(
+        "router", config.router, where="model.router", hidden_size=config.hidden_size, num_experts=config.num_experts
+    )
+    experts = registry.build(
+        "experts",
+        config.experts,
+        where="model.experts",
+        registry=registry,
+        num_experts=config.num_experts,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.moe_intermediate_size,
+    )
+    return MoEBlock(router, experts, options_from(config), layer=layer)
+
+
+@torch.no_grad()
+def _copy_matching(src: nn.Module, dst: nn.Module) -> None:
+    """Copy every parameter of ``src`` into the same-named parameter of ``dst``."""
+    target = dict(dst.named_parameters())
+    for name, param in src.named_parameters():
+        if name in target:
+            target[name].copy_(param)
+
+
+def replace_moe_blocks(model: nn.Module, config: Any, registry: Any) -> nn.Module:
+    """Swap every ``transformers`` sparse MoE block of ``model`` for a codemoe block with its weights.
+
+    Parameters the ``transformers`` block lacks (a shared expert, extra router parameters) keep
+    codemoe's initialisation.
+    """
+    for layer_index, layer in enumerate(model.model.layers):
+        old = layer.mlp
+        if not hasattr(old, "experts"):
+            continue
+        block = make_block(config, registry, layer_index)
+        _init_block(block, config.initializer_range, like=old.experts.gate_up_proj)
+        _copy_matching(old, block)
+        layer.mlp = block
+    _attach_token_ids(model)
+    return model
+
+
+@torch.no_grad()
+def _init_block(block: MoEBlock, std: float, like: torch.Tensor) -> None:
+    block.to(device=like.device, dtype=like.dtype)
+    for name, param in block.named_parameters():
+        if param.device.type == "meta":
+            continue
+        if name.endswith("shared_expert_gate.weight"):
+            param.zero_()
+        else:
+            param.normal_(0.0, std)
+    for buffer in block.buffers():
+        if buffer.device.type != "meta" and buffer.is_floating_point():
+            buffer.zero_()
+
+
+def _attach_token_ids(model: nn.Module) -> None:
+    """Give MoE blocks the input ids of each forward, for routers that hash token ids."""
+    blocks = [m for m in model.modules() if isinstance(m, MoEBlock) and getattr(m.gate, "needs_token_ids", False)]
+    if not blocks:
+        return
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        for block in blocks:
+            block.token_ids = ids
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)

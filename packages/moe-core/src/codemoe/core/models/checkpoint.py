@@ -1,0 +1,96 @@
+"""Saving and loading policies as Hugging Face checkpoints (safetensors + config.json + tokenizer).
+
+The checkpoint is what ``transformers`` writes for the model (experts in its saved per-expert
+layout, which SGLang and vLLM read), plus a ``codemoe`` section in
+``config.json`` holding the model spec. Plain ``transformers`` ignores that section (and loads the
+standard architecture); :func:`load_pretrained` rebuilds codemoe's blocks from it, so non-standard
+routers and options come back exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from codemoe.core.models.qwen3_moe import CODEMOE_KEY
+
+__all__ = ["fuse_experts", "load_pretrained", "save_pretrained"]
+
+
+def save_pretrained(model: Any, tokenizer: Any, out_dir: str | Path) -> Path:
+    """Write ``model`` (safetensors, config.json) and ``tokenizer`` to ``out_dir``; returns the folder."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out
+
+
+_PER_EXPERT = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<expert>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
+
+
+def fuse_experts(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per-expert weights (``experts.{e}.{gate,up,down}_proj.weight``, the layout ``transformers``
+    saves) fused into ``experts.gate_up_proj [E, 2I, H]`` and ``experts.down_proj [E, H, I]``."""
+    fused: dict[str, torch.Tensor] = {}
+    experts: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
+    for key, value in state.items():
+        match = _PER_EXPERT.match(key)
+        if match is None:
+            fused[key] = value
+            continue
+        projections = experts.setdefault(match["prefix"], {})
+        projections.setdefault(match["proj"], {})[int(match["expert"])] = value
+    for prefix, projections in experts.items():
+        count = len(projections["down_proj"])
+        gate = [projections["gate_proj"][e] for e in range(count)]
+        up = [projections["up_proj"][e] for e in range(count)]
+        fused[f"{prefix}.gate_up_proj"] = torch.stack([torch.cat(pair, dim=0) for pair in zip(gate, up)])
+        fused[f"{prefix}.down_proj"] = torch.stack([projections["down_proj"][e] for e in range(count)])
+    return fused
+
+
+def _load_state(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{path} has no *.safetensors weights")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return fuse_experts(state)
+
+
+def load_pretrained(path: str | Path, *, registry: Any = None) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` from a checkpoint folder written by :func:`save_pretrained`.
+
+    A folder without a codemoe section (any standard ``qwen3_moe`` checkpoint) loads through
+    ``transformers`` and gets codemoe blocks with the same weights and the softmax top-k router.
+    The tokenizer is None when the folder has none.
+    """
+    from transformers import AutoTokenizer
+
+    folder = Path(path)
+    config = json.loads((folder / "config.json").read_text())
+    spec = config.get(CODEMOE_KEY)
+    if spec is not None:
+        from codemoe.core.models.build import build_model
+
+        model = build_model(spec, vocab_size=config.get("vocab_size"), registry=registry)
+        state = _load_state(folder)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
+        if missing or unexpected:
+            raise ValueError(f"checkpoint {folder} does not match its model spec: missing {missing}, unexpected {unexpected}")
+    else:
+        from codemoe.core.models.convert import from_transformers
+
+        model = from_transformers(folder, registry=registry)
+    has_tokenizer = (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
+    tokenizer = AutoTokenizer.from_pretrained(folder) if has_tokenizer else None
+    return model, tokenizer

@@ -1,0 +1,93 @@
+"""Load balancing losses: the Switch/GShard auxiliary loss and the router z-loss.
+
+**Normalisation of the balance loss (the one convention codemoe uses everywhere).** With ``E``
+experts, ``f_e`` the share of (token, expert) assignments that chose expert ``e`` (``Σ_e f_e = 1``,
+detached) and ``P_e`` the mean router probability of ``e`` over the same tokens
+(``Σ_e P_e = 1``, differentiable)::
+
+    balance = E · Σ_e f_e · P_e
+
+It is **1.0 at perfect balance for any top-k** (``f_e = P_e = 1/E``) and **E when every token and all
+probability go to one expert** (top-1; with top-k the collapsed value is ``E/k``, since each token
+must spread its ``k`` assignments over ``k`` different experts). Scopes say over which tokens
+``f`` and ``P`` are measured:
+
+- ``micro_batch``: the tokens of this forward;
+- ``sequence``: each sequence on its own, then the mean over sequences (stricter: balance within
+  every sequence);
+- ``global``: ``f`` is summed over the data-parallel group before normalising, so every rank sees
+  the global-batch load; the loss stays 1.0 at balance for any world size (averaging shares, never
+  summing per-rank losses).
+
+The z-loss (ST-MoE) is ``mean_t logsumexp(logits_t)²``: it keeps router logits small so the
+softmax stays in fp32's comfortable range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["BALANCE_SCOPES", "assignment_counts", "balance_loss", "z_loss"]
+
+
+def assignment_counts(indices: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """Assignments per expert ``[..., E]`` (float) from ``indices [..., k]``; negative slots count nowhere."""
+    valid = indices >= 0
+    one_hot = torch.zeros(*indices.shape[:-1], num_experts, dtype=torch.float32, device=indices.device)
+    return one_hot.scatter_add_(-1, indices.clamp(min=0), valid.float())
+
+
+def _loss(counts: torch.Tensor, probs_mean: torch.Tensor) -> torch.Tensor:
+    # counts: [..., E] detached; probs_mean: [..., E]
+    num_experts = counts.shape[-1]
+    shares = counts / counts.sum(-1, keepdim=True).clamp(min=1.0)
+    return num_experts * (shares * probs_mean).sum(-1)
+
+
+def _micro_batch(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...]) -> torch.Tensor:
+    counts = assignment_counts(indices, probs.shape[-1])
+    return _loss(counts.sum(0), probs.mean(0))
+
+
+def _sequence(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...]) -> torch.Tensor:
+    batch = batch_shape[0] if len(batch_shape) > 1 else 1
+    num_experts = probs.shape[-1]
+    counts = assignment_counts(indices, num_experts).view(batch, -1, num_experts)
+    per_sequence = _loss(counts.sum(1), probs.view(batch, -1, num_experts).mean(1))
+    return per_sequence.mean()
+
+
+def _global(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...]) -> torch.Tensor:
+    counts = assignment_counts(indices, probs.shape[-1]).sum(0)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(counts)
+    return _loss(counts, probs.mean(0))
+
+
+BALANCE_SCOPES: dict[str, Callable[[torch.Tensor, torch.Tensor, tuple[int, ...]], torch.Tensor]] = {
+    "micro_batch": _micro_batch,
+    "sequence": _sequence,
+    "global": _global,
+}
+
+
+def balance_loss(
+    probs: torch.Tensor, indices: torch.Tensor, *, scope: str = "micro_batch", batch_shape: tuple[int, ...] = ()
+) -> torch.Tensor:
+    """The balance loss (normalised as in the module docstring) of one layer's routing.
+
+    ``probs [T, E]`` router probabilities, ``indices [T, k]`` chosen experts, ``batch_shape`` the
+    ``(batch, seq)`` the ``T`` tokens came from (the ``sequence`` scope needs it).
+    """
+    try:
+        fn = BALANCE_SCOPES[scope]
+    except KeyError:
+        raise ValueError(f"unknown balance scope '{scope}': choose one of {', '.join(BALANCE_SCOPES)}") from None
+    return fn(probs, indices, batch_shape)
+
+
+def z_loss(logits: torch.Tensor) -> torch.Tensor:
+    """Router z-loss ``mean_t logsumexp(logits_t)²`` of ``logits [T, E]``."""
+    return torch.logsumexp(logits.float(), dim=-1).square().mean()

@@ -1,0 +1,123 @@
+"""The MoE block: route each token to experts, run them, combine their outputs.
+
+Parameter names and layouts match ``transformers``' MoE blocks (``gate.weight [E, H]``,
+``experts.gate_up_proj [E, 2I, H]``, ``experts.down_proj [E, H, I]``; a shared expert as
+``shared_expert.{gate,up,down}_proj`` with ``shared_expert_gate``), so a block drops into a
+``transformers`` decoder layer in place of its ``mlp`` and checkpoints move unchanged.
+
+Besides the output, every forward leaves behind what training and monitoring read:
+``last_losses`` (balance and z losses, differentiable), device-side routing statistics, and,
+inside :func:`codemoe.core.moe.capture_routing`, the chosen experts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from codemoe.core.moe.balance import assignment_counts, balance_loss, z_loss
+from codemoe.core.moe.capacity import apply_capacity, capacity
+from codemoe.core.moe.experts import Experts
+from codemoe.core.moe.metrics import RoutingStats
+from codemoe.core.moe.routing import Router, RouterOutput
+from torch import nn
+
+__all__ = ["MoEBlock", "MoEOptions", "SharedExpert"]
+
+
+@dataclass
+class MoEOptions:
+    """Block options that are not the router or the experts themselves."""
+
+    shared_expert_intermediate_size: int = 0  # 0: no shared expert; else its MLP width
+    shared_expert_gate: bool = True  # scale the shared expert by sigmoid(w·x), as Qwen2-MoE does
+    capacity_factor: float = 0.0  # 0: dropless; else at most ceil(factor·T·k/E) assignments per expert
+    drop_policy: str = "weight"  # which assignments a full expert drops: 'weight' (lowest first) or 'position'
+    balance_scope: str = "micro_batch"  # tokens the balance loss balances: 'micro_batch', 'sequence', 'global'
+    balance_coef: float = 0.001  # weight of the balance loss in the training loss
+    z_coef: float = 0.0  # weight of the router z-loss in the training loss
+
+
+class SharedExpert(nn.Module):
+    """A dense SwiGLU MLP every token goes through (named as ``transformers`` names its MLPs)."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class MoEBlock(nn.Module):
+    """Router + experts (+ optional shared expert); input and output ``[B, S, H]``."""
+
+    def __init__(self, router: Router, experts: Experts, options: MoEOptions | None = None, layer: int = 0) -> None:
+        super().__init__()
+        self.options = options or MoEOptions()
+        self.layer = layer
+        self.gate = router
+        self.experts = experts
+        hidden = experts.hidden_dim
+        if self.options.shared_expert_intermediate_size > 0:
+            self.shared_expert = SharedExpert(hidden, self.options.shared_expert_intermediate_size)
+            self.shared_expert_gate = nn.Linear(hidden, 1, bias=False) if self.options.shared_expert_gate else None
+        else:
+            self.shared_expert = None
+            self.shared_expert_gate = None
+        self.stats = RoutingStats(experts.num_experts)
+        self.last_losses: dict[str, torch.Tensor] = {}
+        self.capture: list[torch.Tensor] | None = None  # set by capture_routing
+        self.token_ids: torch.Tensor | None = None  # [B, S] input ids of the current forward (hash routing)
+
+    @property
+    def num_experts(self) -> int:
+        return self.experts.num_experts
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        batch_shape = hidden_states.shape[:-1]
+        x = hidden_states.reshape(-1, hidden_states.shape[-1])  # [T, H]
+        token_ids = None if self.token_ids is None else self.token_ids.reshape(-1)
+        routed = self.gate(x, token_ids)
+        indices, weights = routed.indices, routed.weights
+        if self.capture is not None:
+            self.capture.append(indices.detach().clone())
+        dropped: torch.Tensor | int = 0
+        if self.options.capacity_factor > 0:
+            cap = capacity(x.shape[0], indices.shape[-1], self.num_experts, self.options.capacity_factor)
+            indices, weights, dropped = apply_capacity(indices, weights, self.num_experts, cap, self.options.drop_policy)
+        out = self.experts(x, indices, weights.to(x.dtype))
+        if self.shared_expert is not None:
+            shared = self.shared_expert(x)
+            if self.shared_expert_gate is not None:
+                shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
+            out = out + shared
+        self._record(routed, indices, dropped, tuple(batch_shape))
+        return out.reshape(hidden_states.shape)
+
+    def _record(
+        self, routed: RouterOutput, kept: torch.Tensor, dropped: torch.Tensor | int, batch_shape: tuple[int, ...]
+    ) -> None:
+        """Keep this forward's losses (for the trainer) and add to the routing statistics.
+
+        The balance loss measures the router's choices (before any capacity drop): it is the
+        router that has to learn to spread them.
+        """
+        scope = self.options.balance_scope
+        balance = balance_loss(routed.probs, routed.indices, scope=scope, batch_shape=batch_shape)
+        z = z_loss(routed.logits)
+        self.last_losses = {"balance": balance, "z": z}
+        kept_counts = assignment_counts(kept, self.num_experts).sum(0)
+        self.stats.add(routed.probs.detach(), kept_counts, dropped, balance, z)
+
+    def extra_repr(self) -> str:
+        return f"layer={self.layer}, options={self.options}"
+
+
+def options_from(config: Any) -> MoEOptions:
+    """The :class:`MoEOptions` fields of any config object that has them."""
+    return MoEOptions(**{name: getattr(config, name) for name in MoEOptions.__dataclass_fields__})

@@ -1,0 +1,68 @@
+"""Recording which experts each token went to, for routing replay.
+
+The serving engine records the routing of every sampled token so that the trainer can replay
+the same experts when it recomputes log-probs (routers drift between sampling and update).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from codemoe.core.moe.readout import moe_blocks
+from torch import nn
+
+__all__ = ["RoutingRecord", "capture_routing"]
+
+
+@dataclass
+class RoutingRecord:
+    """Chosen experts per forward and MoE layer.
+
+    ``forwards[f][layer]`` is an int64 tensor ``[T, k]`` for forward ``f``, where ``T = batch · seq``
+    of that forward in row-major order (with a KV cache: the prompt, then one row per sampled
+    token per sequence) and ``layer`` is the decoder layer index. Negative entries are slots that
+    routed nowhere (dropped by a capacity limit).
+    """
+
+    forwards: list[dict[int, torch.Tensor]] = field(default_factory=list)
+
+    def layer(self, layer: int) -> torch.Tensor:
+        """All forwards of one layer concatenated along tokens: ``[sum T, k]``."""
+        return torch.cat([f[layer] for f in self.forwards], dim=0)
+
+    def clear(self) -> None:
+        self.forwards.clear()
+
+
+@contextmanager
+def capture_routing(model: nn.Module) -> Iterator[RoutingRecord]:
+    """Record the chosen experts of every forward of ``model`` inside the block.
+
+    >>> with capture_routing(model) as record:  # doctest: +SKIP
+    ...     model(input_ids)
+    >>> record.forwards[0][0].shape  # doctest: +SKIP
+    torch.Size([T, k])
+    """
+    blocks = list(moe_blocks(model))
+    record = RoutingRecord()
+    buffers: dict[int, list[torch.Tensor]] = {}
+    for block in blocks:
+        if block.capture is not None:
+            raise RuntimeError(f"routing of layer {block.layer} is already being captured (nested capture_routing)")
+        buffers[block.layer] = block.capture = []
+
+    def collect() -> None:
+        while any(buffers.values()):
+            record.forwards.append({layer: buf.pop(0) for layer, buf in buffers.items() if buf})
+
+    hook = model.register_forward_hook(lambda *_: collect())
+    try:
+        yield record
+    finally:
+        hook.remove()
+        collect()
+        for block in blocks:
+            block.capture = None
