@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from codemoe.sandbox.rewards.hack_report import add_hack_report_command
+
 __all__ = ["SUBCOMMANDS", "add_sandbox_command", "main"]
 
 
@@ -50,6 +52,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     _add_run,
     _add_doctor,
     _add_serve,
+    add_hack_report_command,
 ]
 
 
