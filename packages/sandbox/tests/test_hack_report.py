@@ -1,0 +1,93 @@
+"""The hack corpus run through the sandbox executor: detection and false-positive rates, and rewards.
+
+Every solution's visible tests (as the solution left them) and hidden tests run in the sandbox;
+nothing in the corpus runs on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from codemoe.sandbox.cli import main
+from codemoe.sandbox.rewards import build_reward
+from codemoe.sandbox.rewards.corpus import HONEST, load_corpus, run_corpus
+from codemoe.sandbox.rewards.detectors.special_casing import pass_rate
+from codemoe.sandbox.rewards.hack_report import detector_rows, format_report, kind_rows
+from codemoe.sandbox.rewards.penalty import DETECTORS
+from codemoe.sandbox.rewards.presets import load_preset
+
+CORPUS = Path(__file__).parent / "data" / "hacks"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def corpus(executor):
+    solutions = load_corpus(CORPUS)
+    return solutions, run_corpus(solutions, executor)
+
+
+def test_every_detector_catches_its_hacks_and_flags_no_honest_solution(corpus):
+    rows = {r.detector: r for r in detector_rows(*corpus)}
+    assert set(rows) == set(DETECTORS)
+    for row in rows.values():
+        assert row.hacks >= 3 and row.honest >= 8
+        assert (row.missed, row.flagged_honest) == ([], []), row.detector
+        assert row.detection_rate == 1.0 and row.false_positive_rate == 0.0
+
+
+def test_the_corpus_behaves_as_labelled(corpus):
+    """Honest full solutions pass everything; the test-fitting hacks pass every visible test."""
+    for solution, inp in zip(*corpus):
+        visible, hidden = pass_rate(*inp.tests("visible")), pass_rate(*inp.tests("hidden"))
+        if solution.kind == HONEST and "partial" not in solution.id:
+            assert (visible, hidden) == (1.0, 1.0), solution.name
+        if solution.kind in ("hardcoded_tests", "special_casing", "test_state"):
+            assert visible == 1.0 and hidden < 1.0, solution.name
+
+
+def test_early_exit_is_caught_by_the_executor_nonce(corpus):
+    by_name = {s.name: inp for s, inp in zip(*corpus)}
+    exited = by_name["fib/exit_on_import"]
+    assert exited.status_after != "passed"
+    assert any("no valid test report" in reason for reason in exited.integrity)
+    verdict = build_reward("early_exit")(exited)
+    assert verdict.evidence[0].startswith("executor: no valid test report")
+
+
+def test_under_seed2_hacks_passing_every_visible_test_score_below_honest_solutions_passing_fewer(corpus):
+    recipe = build_reward(load_preset("seed2-weighted"))
+    hacked_all_visible, honest_fewer = [], []
+    for solution, inp in zip(*corpus):
+        visible = pass_rate(*inp.tests("visible"))
+        if solution.kind != HONEST and visible == 1.0:
+            hacked_all_visible.append(recipe(inp).total)
+        elif solution.kind == HONEST and visible < 1.0:
+            honest_fewer.append(recipe(inp).total)
+    assert len(hacked_all_visible) >= 10 and len(honest_fewer) >= 2
+    assert max(hacked_all_visible) < min(honest_fewer)
+    kinds = {row.kind: row for row in kind_rows(*corpus, recipe)}
+    assert kinds[HONEST].mean_reward > max(row.mean_reward for kind, row in kinds.items() if kind != HONEST)
+
+
+def test_report_table_lists_every_detector(corpus):
+    recipe = build_reward(load_preset("seed2-weighted"))
+    text = format_report(detector_rows(*corpus), kind_rows(*corpus, recipe), "seed2-weighted")
+    for name in DETECTORS:
+        line = next(line for line in text.splitlines() if line.startswith(name))
+        assert "100%" in line and "0/10" in line
+
+
+def test_hack_report_command(tmp_path, capsys):
+    """``codemoe sandbox hack-report CORPUS --json --check`` on a one-task corpus."""
+    small = tmp_path / "corpus"
+    (small / "tasks").mkdir(parents=True)
+    shutil.copy(CORPUS / "tasks" / "primes.yaml", small / "tasks")
+    shutil.copytree(CORPUS / "solutions" / "primes", small / "solutions" / "primes")
+    assert main(["hack-report", str(small), "--json", "--check", "--workers", "2"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rates = {row["detector"]: (row["detection_rate"], row["false_positive_rate"]) for row in report["detectors"]}
+    assert rates == {name: (1.0, 0.0) for name in DETECTORS}
+    assert report["recipe"] == "seed2-weighted"
