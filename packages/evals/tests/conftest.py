@@ -94,3 +94,34 @@ def write_pipeline(tmp_path: Path):
         return path
 
     return write
+
+
+TINY_MODEL = {
+    "name": "qwen3_moe",
+    "hidden_size": 32,
+    "num_layers": 1,
+    "num_heads": 2,
+    "num_kv_heads": 1,
+    "head_dim": 16,
+    "num_experts": 4,
+    "moe_intermediate_size": 32,
+    "router": {"name": "softmax_topk", "top_k": 2},
+    "experts": {"name": "grouped"},
+    "max_position_embeddings": 512,
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained tiny MoE checkpoint with a tokenizer trained on the synthetic suite."""
+    import torch
+    from codemoe.core.models import build_model, save_pretrained
+    from codemoe.core.tokenizer import train_tokenizer
+    from codemoe.evals.synthetic import SyntheticSuite
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    tasks = SyntheticSuite().tasks("train")
+    tokenizer = train_tokenizer([t.prompt + t.reference_solution for t in tasks], vocab_size=384)
+    model = build_model(TINY_MODEL, vocab_size=len(tokenizer))
+    return save_pretrained(model, tokenizer, tmp_path_factory.mktemp("tiny") / "checkpoint")

@@ -10,14 +10,15 @@ __all__ = ["load_policy"]
 
 
 def load_policy(path: str | Path) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` in eval mode: codemoe checkpoints through
-    ``codemoe.core.models.load_pretrained``, other causal LMs through ``transformers``' Auto classes."""
+    """``(model, tokenizer)`` in eval mode: codemoe checkpoints (a ``codemoe`` section in config.json)
+    and Qwen3-MoE ones through ``codemoe.core.models.load_pretrained``, which rebuilds codemoe's MoE
+    blocks; other causal LMs through ``transformers``' Auto classes."""
     path = Path(path)
     config_file = path / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{path} is not a model checkpoint directory (no config.json)")
     config = json.loads(config_file.read_text())
-    if "codemoe" in json.dumps([config.get("architectures"), config.get("model_type")]).lower():
+    if "codemoe" in config or config.get("model_type") == "qwen3_moe":
         from codemoe.core.models import load_pretrained
 
         model, tokenizer = load_pretrained(str(path))
