@@ -28,7 +28,7 @@ def test_humaneval_canonical_solutions_score_164_of_164(executor) -> None:
 def test_humaneval_wrong_answers_fail(executor) -> None:
     tasks = HumanEvalSuite().tasks("heldout")[:40]
     wrong = lambda prompts, n: [["    return None\n"] * n for _ in prompts]  # noqa: E731
-    graded, summary = evaluate(tasks, wrong, executor, EvalOptions(samples=1))
+    _, summary = evaluate(tasks, wrong, executor, EvalOptions(samples=1))
     assert summary["overall"]["pass@1"]["value"] <= 0.05
 
 
