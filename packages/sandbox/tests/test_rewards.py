@@ -265,3 +265,16 @@ def test_presets_build_through_the_codemoe_registry(solved):
     assert recipe(solved).total == pytest.approx(1.0)
     with pytest.raises(core.ConfigError, match="wieght"):
         registry.build("reward", {"name": "weighted_sum", "components": [{"name": "all_pass", "wieght": 1}]})
+
+
+def test_readme_rewards_example_runs_as_written(repo_root, monkeypatch, capsys):
+    text = (repo_root / "packages" / "sandbox" / "README.md").read_text()
+    section = text.split("## Rewards", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(repo_root)
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # the README's own example, not candidate code
+    assert namespace["result"].total == pytest.approx(0.35)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "{'compile_success': 1.0, 'test_pass_rate': 0.5, 'task_complete': 0.0, 'hack_penalty': 0.0}"
+    assert lines[2] == "1/2 visible tests pass"
