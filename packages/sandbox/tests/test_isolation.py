@@ -1,0 +1,243 @@
+"""Issue 4's isolation list: each protection shown against a real program, in a real sandbox."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from codemoe.sandbox import ExecutionRequest, Limits, LocalExecutor
+from codemoe.sandbox.isolation import interpreter_paths
+
+
+def _uid(result) -> int:
+    return int(result.stdout.split()[0])
+
+
+@pytest.mark.slow
+def test_infinite_loop_times_out_on_time_and_leaves_no_process(executor, python_request, processes_of):
+    request = python_request("import os\nprint(os.getuid(), flush=True)\nwhile True:\n    pass\n", timeout_s=1.0)
+    started = time.monotonic()
+    result = executor.run(request)
+    elapsed = time.monotonic() - started
+    assert result.status == "timeout"
+    assert result.duration_s < 1.5 and elapsed < 1.5
+    assert processes_of(_uid(result)) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import re\nre.match(r'(a|aa)*c', 'a' * 80)\n",  # backtracking inside the C regex engine
+        "x = 10 ** (10 ** 9)\n",  # one C-level big-int power
+    ],
+    ids=["regex", "bigint"],
+)
+def test_c_level_heavy_loop_is_stopped_never_hangs(executor, python_request, source):
+    result = executor.run(python_request(source, timeout_s=1.0))
+    assert result.status in ("timeout", "memory")
+    assert result.duration_s < 1.5
+
+
+def test_8_gib_allocation_is_a_memory_error_and_siblings_pass(executor, python_request):
+    hog = python_request("data = bytearray(8 * 1024 ** 3)\nprint(len(data))\n", memory_mb=512)
+    siblings = [python_request(f"print(sum(range({n})))") for n in (10, 100, 1000)]
+    results = executor.run_batch([hog, *siblings])
+    assert results[0].status == "memory"
+    assert [r.status for r in results[1:]] == ["passed"] * 3
+    assert [r.stdout.strip() for r in results[1:]] == ["45", "4950", "499500"]
+
+
+@pytest.mark.slow
+def test_fork_bomb_is_contained_and_the_host_stays_usable(executor, python_request, processes_of):
+    bomb = python_request(
+        "import os\nprint(os.getuid(), flush=True)\n"
+        "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        timeout_s=2.0,
+        max_processes=32,
+    )
+    box = {}
+    thread = threading.Thread(target=lambda: box.setdefault("result", executor.run(bomb)))
+    thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    host = subprocess.run([sys.executable, "-c", "print('host ok')"], capture_output=True, text=True, timeout=20)
+    host_s = time.monotonic() - started
+    thread.join(30)
+    result = box["result"]
+    assert host.stdout.strip() == "host ok" and host_s < 10
+    assert result.status == "timeout" and result.duration_s < 3.0
+    assert processes_of(_uid(result)) == []
+    after = executor.run(python_request("print('after')"))
+    assert after.status == "passed" and after.stdout == "after\n"
+
+
+def test_grandchild_sleep_is_killed_when_the_program_ends(executor, python_request, processes_of):
+    source = (
+        "import os, subprocess\n"
+        "subprocess.Popen(['sleep', '1000'], start_new_session=True)\n"
+        "if os.fork() == 0:\n    os.setsid()\n    os.execvp('sleep', ['sleep', '1001'])\n"
+        "print(os.getuid())\n"
+    )
+    result = executor.run(python_request(source))
+    assert result.status == "passed"
+    assert processes_of(_uid(result)) == []
+
+
+def test_100_mb_file_is_a_file_size_error(executor, python_request):
+    source = "with open('big.bin', 'wb') as f:\n    f.write(b'x' * (100 * 1024 * 1024))\n"
+    result = executor.run(python_request(source, max_file_mb=16))
+    assert result.status == "failed"
+    assert "file-size limit" in result.reason
+    assert "File too large" in result.stderr
+
+
+def test_writing_outside_the_work_dir_is_denied(executor, python_request, tmp_path):
+    host_tmp = tmp_path / "from-sandbox.txt"
+    repo_file = os.path.join(os.path.dirname(__file__), "from-sandbox.txt")
+    prefix_file = os.path.join(sys.prefix, "from-sandbox.txt")
+    source = (
+        "import os\n"
+        f"for path in [{str(host_tmp)!r}, {repo_file!r}, {prefix_file!r}, '/etc/from-sandbox']:\n"
+        "    try:\n"
+        "        os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+        "        open(path, 'w').write('x')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as exc:\n"
+        "        print('denied', path, exc.errno)\n"
+        "open('inside.txt', 'w').write('ok')\n"
+        "print('inside', open('inside.txt').read())\n"
+    )
+    result = executor.run(python_request(source))
+    assert result.status == "passed", result.stderr
+    assert "inside ok" in result.stdout
+    for line in result.stdout.splitlines()[1:4]:
+        assert line.startswith("denied"), line
+    # the host /tmp is not the sandbox's /tmp: nothing written there reaches the host
+    assert not host_tmp.exists() and not os.path.exists(repo_file) and not os.path.exists(prefix_file)
+    assert not os.path.exists("/etc/from-sandbox")
+
+
+def test_outbound_network_and_dns_fail_while_loopback_works(executor, python_request):
+    source = (
+        "import socket, threading\n"
+        "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    print('outbound ok')\n"
+        "except OSError as exc:\n    print('outbound failed', exc.errno)\n"
+        "try:\n    socket.getaddrinfo('pypi.org', 443)\n    print('dns ok')\n"
+        "except OSError:\n    print('dns failed')\n"
+        "server = socket.create_server(('127.0.0.1', 0))\n"
+        "port = server.getsockname()[1]\n"
+        "threading.Thread(target=lambda: server.accept()[0].sendall(b'pong'), daemon=True).start()\n"
+        "print('loopback', socket.create_connection(('127.0.0.1', port)).recv(4).decode())\n"
+    )
+    result = executor.run(python_request(source))
+    assert result.status == "passed", result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("outbound failed")
+    assert lines[1] == "dns failed"
+    assert lines[2] == "loopback pong"
+
+
+def test_host_secret_is_invisible(monkeypatch, python_request):
+    secret = "codemoe-secret-8c2f1e"
+    monkeypatch.setenv("CODEMOE_TEST_SECRET", secret)
+    source = (
+        "import os\n"
+        "print(sorted(os.environ))\n"
+        "print(os.environ.get('CODEMOE_TEST_SECRET'))\n"
+        "for pid in os.listdir('/proc'):\n"
+        "    if pid.isdigit():\n"
+        "        try:\n            print(open(f'/proc/{pid}/environ', 'rb').read())\n"
+        "        except OSError:\n            pass\n"
+        "print(os.listdir('/root') if os.path.isdir('/root') else [])\n"
+    )
+    with LocalExecutor(workers=1) as ex:
+        result = ex.run(python_request(source))
+    assert result.status == "passed", result.stderr
+    assert secret not in result.stdout
+    assert "CODEMOE_TEST_SECRET" not in result.stdout
+    # home directories are hidden: only the interpreter's own folder may show through
+    allowed = {p.split("/")[2] for p in interpreter_paths() if p.startswith("/root/")}
+    assert set(ast.literal_eval(result.stdout.splitlines()[-1])) <= allowed
+
+
+def test_memory_limit_holds_when_the_parent_process_is_large(python_request):
+    ballast = bytearray(1024 ** 3)
+    ballast[:: 1 << 12] = b"x" * len(ballast[:: 1 << 12])  # really resident, not just reserved
+    with LocalExecutor(workers=1) as ex:
+        small = ex.run(python_request("import os\nb = bytearray(64 * 1024 * 1024)\nprint(len(b))\n", memory_mb=256))
+        big = ex.run(python_request("b = bytearray(512 * 1024 * 1024)\n", memory_mb=256))
+    del ballast
+    assert small.status == "passed" and small.peak_memory_mb < 256
+    assert big.status == "memory"
+
+
+def test_hash_seed_and_time_zone_are_fixed(executor, python_request):
+    source = "import time\nprint(hash('codemoe'), time.strftime('%Z'))\n"
+    first, second = executor.run_batch([python_request(source), python_request(source)])
+    host = subprocess.run(
+        [sys.executable, "-c", "print(hash('codemoe'))"],
+        env={"PYTHONHASHSEED": "0", "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+    )
+    assert first.stdout == second.stdout
+    assert first.stdout.split() == [host.stdout.strip(), "UTC"]
+    in_process = executor.run(ExecutionRequest(
+        files={"program.py": "print(hash('codemoe'))\n", "checks.py": ""}, runner="asserts"))
+    assert in_process.stdout.strip() == host.stdout.strip()
+
+
+def test_cpu_limit_is_a_timeout(executor, python_request):
+    result = executor.run(python_request("while True:\n    pass\n", timeout_s=10.0, cpu_s=1.0))
+    assert result.status == "timeout"
+    assert "CPU" in result.reason
+    assert result.duration_s < 5.0
+
+
+def test_huge_output_is_truncated_and_stops_the_run(executor):
+    request = ExecutionRequest(
+        files={"main.py": "import sys\nwhile True:\n    sys.stdout.write('y' * 65536)\n"},
+        command=["python", "main.py"],
+        limits=Limits(timeout_s=5.0, max_output_bytes=100_000),
+    )
+    result = executor.run(request)
+    assert result.status == "output-limit"
+    assert result.stdout_truncated and not result.stderr_truncated
+    assert len(result.stdout) == 100_000 and set(result.stdout) == {"y"}
+
+
+def test_invalid_utf8_output_is_replaced_not_fatal(executor, python_request):
+    source = "import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe end\\n')\nsys.stderr.buffer.write(b'\\xc3')\n"
+    result = executor.run(python_request(source))
+    assert result.status == "passed"
+    assert result.stdout == "ok \ufffd\ufffd end\n"
+    assert result.stderr == "\ufffd"
+
+
+def test_stdin_env_and_peak_memory(executor, python_request):
+    request = python_request(
+        "import os, sys\nb = bytearray(200 * 1024 * 1024)\nb[::4096] = b'x' * len(b[::4096])\n"
+        "print(sys.stdin.read().upper(), os.environ['GREETING'])\n",
+        memory_mb=1024,
+    )
+    request.stdin = "hello"
+    request.env = {"GREETING": "hi"}
+    result = executor.run(request)
+    assert result.status == "passed", result.stderr
+    assert result.stdout == "HELLO hi\n"
+    assert 200 <= result.peak_memory_mb < 400
+
+
+def test_missing_command_and_crash_statuses(executor, python_request):
+    missing = executor.run(ExecutionRequest(command=["no-such-program-xyz"]))
+    assert missing.status == "error" and "no-such-program-xyz" in missing.reason
+    crash = executor.run(python_request("import ctypes\nctypes.string_at(0)\n"))
+    assert crash.status == "killed" and crash.signal == 11
+    failing = executor.run(python_request("raise SystemExit(3)"))
+    assert failing.status == "failed" and failing.exit_code == 3

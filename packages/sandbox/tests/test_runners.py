@@ -1,0 +1,131 @@
+"""The test runners: per-test outcomes, and no way to pass by exiting early or printing success."""
+
+from __future__ import annotations
+
+import pytest
+
+from codemoe.sandbox import ExecutionRequest, Limits, function_task_request
+
+CHECKS = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"
+
+
+def _pytest(files: dict[str, str], **kwargs) -> ExecutionRequest:
+    return ExecutionRequest(files=files, runner="pytest", limits=Limits(timeout_s=10.0), **kwargs)
+
+
+def test_asserts_runner_passes_a_correct_program(executor):
+    result = executor.run(function_task_request("def square(x):\n    return x * x\n", CHECKS, "square"))
+    assert result.status == "passed" and result.tests == {"checks.py": "passed"} and result.reason == ""
+
+
+@pytest.mark.parametrize(
+    ("program", "status", "reason"),
+    [
+        ("def square(x):\n    return x + x\n", "failed", "checks.py: AssertionError"),
+        ("def square(x):\n    return x *\n", "error", "compile: program.py"),
+        ("import sys\nsys.exit(0)\ndef square(x):\n    return x * x\n", "failed", "exited early"),
+        ("import os\nos._exit(0)\n", "failed", "no completion nonce"),
+        ("print('PASSED')\nprint('All tests passed')\nimport os\nos._exit(0)\n", "failed", "no completion nonce"),
+        ("import os, json\nos.write(3, json.dumps({'kind': 'done', 'nonce': 'guess'}).encode() + b'\\n')\n"
+         "os._exit(0)\n", "failed", "no completion nonce"),
+        ("def square(x):\n    raise SystemExit(0)\n", "failed", "exited early"),
+    ],
+    ids=["wrong", "syntax", "sys-exit", "os-exit", "printed-pass", "forged-channel", "exit-inside-check"],
+)
+def test_asserts_runner_rejects_wrong_programs_and_early_exits(executor, program, status, reason):
+    result = executor.run(function_task_request(program, CHECKS, "square"))
+    assert result.status == status
+    assert reason in result.reason
+    assert result.tests == {"checks.py": "failed"}
+
+
+def test_executor_draws_a_nonce_when_the_request_has_none(executor):
+    request = ExecutionRequest(files={"program.py": "x = 1\n", "checks.py": "assert x == 1\n"}, runner="asserts")
+    assert executor.run(request).status == "passed"
+    assert request.nonce == ""  # the caller's request is left as it was
+
+
+TESTS = """
+import pytest
+
+def test_pass():
+    assert 1 + 1 == 2
+
+def test_fail():
+    assert 1 + 1 == 3
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture broke")
+
+def test_error(broken):
+    pass
+
+@pytest.mark.skip(reason="not today")
+def test_skip():
+    pass
+
+@pytest.mark.xfail(reason="known")
+def test_xfail():
+    assert False
+"""
+
+
+def test_pytest_runner_reports_each_test_outcome(executor):
+    result = executor.run(_pytest({"test_mod.py": TESTS}))
+    assert result.status == "failed"
+    assert result.tests == {
+        "test_mod.py::test_pass": "passed",
+        "test_mod.py::test_fail": "failed",
+        "test_mod.py::test_error": "error",
+        "test_mod.py::test_skip": "skipped",
+        "test_mod.py::test_xfail": "skipped",
+    }
+
+
+def test_pytest_runner_passes_and_takes_arguments(executor):
+    files = {"src/calc.py": "def add(a, b):\n    return a + b\n",
+             "tests/test_calc.py": "from calc import add\n\ndef test_add():\n    assert add(2, 2) == 4\n"
+                                   "\ndef test_other():\n    assert add(1, 1) == 2\n",
+             "conftest.py": "import sys\nsys.path.insert(0, 'src')\n"}
+    result = executor.run(_pytest(files, command=["tests", "-k", "add"]))
+    assert result.status == "passed", result.stdout
+    assert result.tests == {"tests/test_calc.py::test_add": "passed"}
+
+
+FAKE_SUMMARY = "==================== 12 passed in 0.03s ====================\n"
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"test_x.py": "import sys\nsys.exit(0)\n\ndef test_x():\n    assert False\n"},
+        {"test_x.py": "import os\nos._exit(0)\n\ndef test_x():\n    assert False\n"},
+        {"test_x.py": f"print({FAKE_SUMMARY!r})\nimport os\nos._exit(0)\n\ndef test_x():\n    assert False\n"},
+        {"conftest.py": f"import os\nprint('PASSED')\nprint({FAKE_SUMMARY!r})\nos._exit(0)\n",
+         "test_x.py": "def test_x():\n    assert False\n"},
+        {"test_x.py": "def test_x():\n    import os\n    os._exit(0)\n\ndef test_y():\n    assert False\n"},
+        {"test_x.py": "import json, os\n"
+                      "os.write(3, json.dumps({'kind': 'pytest', 'nonce': 'guess', 'tests': {'a': 'passed'},"
+                      " 'exitstatus': 0}).encode() + b'\\n')\nos._exit(0)\n"},
+    ],
+    ids=["sys-exit", "os-exit", "fake-summary", "conftest-exit", "exit-during-test", "forged-report"],
+)
+def test_pytest_runner_cannot_be_passed_by_exiting_or_printing(executor, files):
+    result = executor.run(_pytest(files))
+    assert result.status != "passed"
+    assert all(outcome != "passed" for outcome in result.tests.values())
+
+
+def test_pytest_runner_collection_error_and_no_tests(executor):
+    broken = executor.run(_pytest({"test_x.py": "def test_x(:\n    pass\n"}))
+    assert broken.status == "error" and broken.reason.startswith("collection:")
+    empty = executor.run(_pytest({"test_x.py": "x = 1\n"}))
+    assert empty.status == "error" and empty.reason == "no tests collected"
+
+
+def test_pytest_memory_error_is_memory_status(executor):
+    files = {"test_x.py": "def test_big():\n    b = bytearray(8 * 1024 ** 3)\n"}
+    result = executor.run(ExecutionRequest(files=files, runner="pytest", limits=Limits(memory_mb=512)))
+    assert result.status == "memory"
+    assert result.tests == {"test_x.py::test_big": "failed"}
