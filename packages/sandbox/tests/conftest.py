@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from codemoe.sandbox import ExecutionRequest, Limits, LocalExecutor
 
 

@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-
 from codemoe.sandbox import ExecutionRequest, Limits, LocalExecutor
 from codemoe.sandbox.isolation import interpreter_paths
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from codemoe.sandbox import ExecutionRequest, Limits, function_task_request
 
 CHECKS = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"
