@@ -144,7 +144,7 @@ def test_hack_penalty_counts_detectors_and_quotes_their_evidence():
         "test_state": 0.0,
     }
     assert "early_exit: calc.py:2: calls sys.exit() outside a __main__ block" in value.evidence
-    only = build_reward({"name": "hack_penalty", "detectors": [{"name": "early_exit"}]})(inp)
+    only = build_reward({"name": "hack_penalty", "detectors": {"early_exit": {}}})(inp)
     assert only.value == 1.0
 
 

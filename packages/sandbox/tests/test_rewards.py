@@ -226,14 +226,32 @@ def test_steps_and_tool_call_format_errors():
 
 
 def test_recipe_errors_name_the_problem():
-    with pytest.raises(RewardSpecError, match="unknown reward 'test_pas_rate'.*test_pass_rate"):
-        build_reward({"name": "weighted_sum", "components": [{"name": "test_pas_rate"}]})
-    with pytest.raises(RewardSpecError, match="has no option"):
-        build_reward({"name": "weighted_sum", "components": [{"name": "all_pass", "wieght": 2}]})
-    with pytest.raises(RewardSpecError, match="appears twice"):
-        build_reward({"name": "weighted_sum", "components": ["all_pass", "all_pass"]})
+    with pytest.raises(
+        RewardSpecError, match="'components.test_pas_rate': unknown reward 'test_pas_rate'.*test_pass_rate"
+    ):
+        build_reward({"name": "weighted_sum", "components": {"test_pas_rate": {}}})
+    with pytest.raises(RewardSpecError, match="'components.all_pass': reward 'all_pass' has no option"):
+        build_reward({"name": "weighted_sum", "components": {"all_pass": {"wieght": 2}}})
+    with pytest.raises(RewardSpecError, match="expected a mapping of options"):
+        build_reward({"name": "weighted_sum", "components": {"all_pass": 2}})
     with pytest.raises(RewardSpecError, match="not one of its components"):
-        build_reward({"name": "weighted_sum", "components": ["all_pass"], "hack_signal": "hack_penalty"})
+        build_reward({"name": "weighted_sum", "components": {"all_pass": {}}, "hack_signal": "hack_penalty"})
+
+
+def test_recipe_labels_pick_components_and_null_drops_one(solved):
+    recipe = build_reward(
+        {
+            "name": "weighted_sum",
+            "components": {
+                "visible": {"name": "test_pass_rate", "weight": 1.0},
+                "hidden": {"name": "test_pass_rate", "tests": "hidden", "weight": 0.0},
+                "all_pass": None,
+            },
+        }
+    )
+    result = recipe(solved)
+    assert result.components == {"visible": 1.0, "hidden": 0.0}
+    assert result.total == 1.0
 
 
 def test_reward_input_from_executor_results():
@@ -263,8 +281,8 @@ def test_presets_build_through_the_codemoe_registry(solved):
     registry = core.build_registry(core.build_plugin_manager())
     recipe = registry.build("reward", load_preset("seed2-weighted"), where="stages.rl.reward")
     assert recipe(solved).total == pytest.approx(1.0)
-    with pytest.raises(core.ConfigError, match="wieght"):
-        registry.build("reward", {"name": "weighted_sum", "components": [{"name": "all_pass", "wieght": 1}]})
+    with pytest.raises(RewardSpecError, match="wieght"):
+        registry.build("reward", {"name": "weighted_sum", "components": {"all_pass": {"wieght": 1}}})
 
 
 def test_readme_rewards_example_runs_as_written(repo_root, monkeypatch, capsys):
@@ -278,3 +296,22 @@ def test_readme_rewards_example_runs_as_written(repo_root, monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "{'compile_success': 1.0, 'test_pass_rate': 0.5, 'task_complete': 0.0, 'hack_penalty': 0.0}"
     assert lines[2] == "1/2 visible tests pass"
+
+
+def test_a_pipeline_names_a_preset_and_overrides_a_weight(registry_dir, tmp_path, solved):
+    core = pytest.importorskip("codemoe.core", reason="codemoe-core is not installed with the sandbox alone")
+    from omegaconf import OmegaConf
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("stages:\n  rl:\n    reward: seed2-weighted\n")
+    overrides = [
+        "stages.rl.reward.components.compile_success.weight=0.4",
+        "stages.rl.reward.components.hack_penalty=null",
+        "stages.rl.reward.hack_signal=''",
+    ]
+    cfg = core.compose(pipeline, overrides, registry_dir=registry_dir)
+    spec = OmegaConf.to_container(cfg.stages.rl.reward)
+    registry = core.build_registry(core.build_plugin_manager())
+    result = registry.build("reward", spec, where="stages.rl.reward")(solved)
+    assert result.weights == {"compile_success": 0.4, "test_pass_rate": 0.3, "task_complete": 0.5}
+    assert result.total == pytest.approx(0.4 + 0.3 + 0.5)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codemoe.sandbox.rewards.component import RewardComponent
-from codemoe.sandbox.rewards.registration import build_reward
+from codemoe.sandbox.rewards.registration import REWARD_SPECS, build_named
 from codemoe.sandbox.rewards.types import RewardConfig, RewardInput, RewardValue
 
 __all__ = ["DETECTORS", "HackPenalty", "HackPenaltyConfig"]
@@ -20,8 +20,8 @@ class HackPenaltyConfig(RewardConfig):
     """Options of ``hack_penalty``."""
 
     weight: float = -0.1  # seed 2: -0.1 * hack_penalty
-    # the detectors to run: reward specs whose values are 0 or 1
-    detectors: list[Any] = field(default_factory=lambda: [{"name": n} for n in DETECTORS], metadata={"kind": "reward"})
+    # the detectors to run: label -> options of a reward component worth 0 or 1 (null switches one off)
+    detectors: dict[str, Any] = field(default_factory=lambda: {n: {} for n in DETECTORS}, metadata=REWARD_SPECS)
 
 
 class HackPenalty(RewardComponent):
@@ -32,10 +32,7 @@ class HackPenalty(RewardComponent):
 
     def __init__(self, config: HackPenaltyConfig | None = None, registry: Any = None) -> None:
         super().__init__(config)
-        self.detectors = [
-            build_reward(spec, registry, where=f"hack_penalty.detectors[{i}]")
-            for i, spec in enumerate(self.config.detectors)
-        ]
+        self.detectors = list(build_named(self.config.detectors, registry, where="hack_penalty.detectors").values())
 
     def __call__(self, inp: RewardInput) -> RewardValue:
         verdicts = [detector(inp) for detector in self.detectors]

@@ -2,7 +2,8 @@
 
 codemoe-core expands a preset named in a pipeline itself; this module serves the sandbox on its own
 (``codemoe sandbox hack-report --recipe seed2-weighted``, tests, notebooks). A preset may start from
-another with ``_base_: <preset>``; its top-level keys replace the base's.
+another with ``_base_: <preset>``; mappings merge key by key (as omegaconf merges them), other values
+replace the base's.
 """
 
 from __future__ import annotations
@@ -45,5 +46,13 @@ def load_preset(name_or_path: str | Path, *, folder: Path | None = None, _depth:
     if base is not None:
         if _depth > 8:
             raise RewardSpecError(f"{path}: presets inherit from each other in a cycle")
-        data = {**load_preset(base, folder=path.parent, _depth=_depth + 1), **data}
+        data = _merge(load_preset(base, folder=path.parent, _depth=_depth + 1), data)
     return data
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merge(out[key], value) if both else value
+    return out

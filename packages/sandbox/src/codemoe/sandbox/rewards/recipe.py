@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codemoe.sandbox.rewards.detectors.special_casing import pass_rate
-from codemoe.sandbox.rewards.registration import RewardSpecError, build_reward, spec_name
+from codemoe.sandbox.rewards.registration import REWARD_SPECS, RewardSpecError, build_named
 from codemoe.sandbox.rewards.types import RewardInput, RewardResult, RewardValue
 
 __all__ = ["WeightedSum", "WeightedSumConfig"]
@@ -26,8 +26,8 @@ __all__ = ["WeightedSum", "WeightedSumConfig"]
 class WeightedSumConfig:
     """Options of ``weighted_sum``."""
 
-    # the terms: reward specs, each with its ``weight`` (the component's value is multiplied by it)
-    components: list[Any] = field(default_factory=list, metadata={"kind": "reward"})
+    # the terms: label -> options of a reward component, ``weight`` included (its value is multiplied by it)
+    components: dict[str, Any] = field(default_factory=dict, metadata=REWARD_SPECS)
     hack_signal: str = ""  # a component above whose nonzero value marks the episode as hacked
     void_when_hacked: list[str] = field(default_factory=list)  # components that count 0 in a hacked episode
 
@@ -39,13 +39,11 @@ class WeightedSum:
 
     def __init__(self, config: WeightedSumConfig | None = None, registry: Any = None) -> None:
         self.config = config if config is not None else WeightedSumConfig()
-        self.terms: dict[str, tuple[float, Any]] = {}
-        for i, spec in enumerate(self.config.components):
-            name = spec_name(spec)
-            if name in self.terms:
-                raise RewardSpecError(f"reward recipe: component '{name}' appears twice in components")
-            component = build_reward(spec, registry, where=f"components[{i}]")
-            self.terms[name] = (float(getattr(getattr(component, "config", None), "weight", 1.0)), component)
+        built = build_named(self.config.components, registry, where="components")
+        self.terms: dict[str, tuple[float, Any]] = {
+            label: (float(getattr(getattr(component, "config", None), "weight", 1.0)), component)
+            for label, component in built.items()
+        }
         for name in [self.config.hack_signal, *self.config.void_when_hacked]:
             if name and name not in self.terms:
                 raise RewardSpecError(

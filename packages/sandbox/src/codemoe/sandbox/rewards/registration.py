@@ -1,9 +1,12 @@
 """The reward components codemoe ships, their registration, and building them without codemoe-core.
 
 :func:`register_rewards` puts every built-in component into a registry (kind ``reward``).
-Composite components (a recipe, the hack penalty) build their parts with :func:`build_reward`, which
-uses the registry they were given (so third-party components work inside them) or, when none was
-given, :class:`BuiltinRewards`: the same table, for the sandbox installed without codemoe-core.
+Composite components (a recipe, the hack penalty) hold their parts as a mapping ``label -> options``
+(``{test_pass_rate: {weight: 0.3}}``; a ``name`` option picks a component other than the label, and
+``null`` drops the entry), so that every option can be overridden on the command line
+(``reward.components.test_pass_rate.weight=0.4``). They build their parts with :func:`build_named`,
+which uses the registry they were given (so third-party components work inside them) or, when none
+was given, :class:`BuiltinRewards`: the same table, for the sandbox installed without codemoe-core.
 """
 
 from __future__ import annotations
@@ -14,7 +17,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["REWARDS", "BuiltinRewards", "RewardSpecError", "build_reward", "register_rewards", "spec_name"]
+__all__ = [
+    "REWARDS",
+    "REWARD_SPECS",
+    "BuiltinRewards",
+    "RewardSpecError",
+    "build_named",
+    "build_reward",
+    "register_rewards",
+    "spec_name",
+]
+
+# Field metadata marking a config field that holds a mapping of reward specs (label -> options);
+# a component with such a field is given the registry when it is built.
+REWARD_SPECS = {"reward_specs": True}
 
 _M = "codemoe.sandbox.rewards"
 
@@ -181,11 +197,25 @@ def spec_name(spec: Mapping[str, Any] | str) -> str:
 def build_reward(spec: Mapping[str, Any] | str, registry: Any = None, *, where: str = "reward") -> Any:
     """Build one reward component from its spec.
 
-    A component whose config declares nested reward specs (``metadata={"kind": "reward"}``) is given
-    the registry too, so that it can build them the same way.
+    A component whose config holds reward specs (a field with ``metadata=REWARD_SPECS``) is given the
+    registry too, so that it can build them the same way.
     """
     registry = registry if registry is not None else BuiltinRewards()
     cls = registry.get("reward", spec_name(spec), where=where).config_class()
-    nested = cls is not None and any(f.metadata.get("kind") == "reward" for f in dataclasses.fields(cls))
+    nested = cls is not None and any(f.metadata.get("reward_specs") for f in dataclasses.fields(cls))
     kwargs = {"registry": registry} if nested else {}
     return registry.build("reward", spec, where=where, **kwargs)
+
+
+def build_named(specs: Mapping[str, Any], registry: Any = None, *, where: str) -> dict[str, Any]:
+    """Build ``label -> options`` into ``label -> component``; ``None`` options drop the entry."""
+    built = {}
+    for label, options in specs.items():
+        if options is None:
+            continue
+        if not isinstance(options, Mapping):
+            raise RewardSpecError(
+                f"'{where}.{label}': expected a mapping of options (or null to drop it), got {options!r}"
+            )
+        built[str(label)] = build_reward({"name": str(label), **options}, registry, where=f"{where}.{label}")
+    return built
