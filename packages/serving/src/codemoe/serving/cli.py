@@ -1,0 +1,39 @@
+"""``codemoe serve MODEL_DIR``: an OpenAI- and SGLang-compatible HTTP server over the embedded engine."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["add_serve_command"]
+
+
+def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="serve a checkpoint over an OpenAI-compatible HTTP API")
+    p.add_argument("model_dir", help="checkpoint directory (config.json, safetensors, tokenizer)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--served-model-name", help="model name in the API (default: the directory name)")
+    p.add_argument("--max-batch-size", type=int, default=256, help="samples decoded together")
+    p.add_argument("--max-context", type=int, default=0, help="longest prompt + completion (default: the model's)")
+    p.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from codemoe.serving.embedded import EmbeddedEngineConfig, build_embedded_engine
+    from codemoe.serving.handlers import ServingApp
+    from codemoe.serving.server import ApiServer
+
+    path = Path(args.model_dir)
+    config = EmbeddedEngineConfig(model_dir=str(path), max_batch_size=args.max_batch_size, max_context=args.max_context)
+    engine = build_embedded_engine(config)
+    app = ServingApp(engine, args.served_model_name or path.resolve().name, str(path))
+    server = ApiServer(app, args.host, args.port)
+    print(f"codemoe serve: {app.model_name} on {server.url} (OpenAI API at {server.url}/v1)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+    return 0

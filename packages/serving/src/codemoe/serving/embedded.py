@@ -1,0 +1,388 @@
+"""The embedded engine: batched sampling over a ``transformers`` causal LM on one machine.
+
+- Prefix sharing: the prompt of a group of ``n`` samples (GRPO's shape) is prefilled once and its
+  KV cache copied into the ``n`` sample slots; nothing of the prompt is recomputed.
+- Continuous batching: every step first admits waiting groups (prefill) while slots are free, then
+  decodes one token for every running sample; finished samples leave the batch at once.
+- Determinism: each sample draws from its own random stream (:mod:`codemoe.serving.sampling`),
+  so its tokens do not depend on what else is batched with it.
+
+The engine is thread-safe: ``generate`` may be called from several threads (the HTTP server
+does), and each call to :meth:`EmbeddedEngine.step` advances every request in flight.
+"""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from codemoe.serving.api import ContextLengthError, EngineError, GenerationOutput, RequestError, Sample, SamplingParams
+from codemoe.serving.kv_cache import SlotKVCache, WritePlan
+from codemoe.serving.routing import RoutingRecorder
+from codemoe.serving.sampling import sample_key, sample_next
+from codemoe.serving.stopping import StopChecker, eos_token_ids
+
+__all__ = ["EmbeddedEngine", "EmbeddedEngineConfig", "TokenEvent", "build_embedded_engine"]
+
+
+@dataclass
+class EmbeddedEngineConfig:
+    """Options of the embedded engine."""
+
+    model_dir: str = ""  # checkpoint directory to load when no model object is passed
+    max_batch_size: int = 256  # samples decoded together (KV-cache slots)
+    max_context: int = 0  # longest prompt + generation; 0 uses the model's max_position_embeddings
+    prefix_sharing: bool = True  # prefill a prompt once for all its n samples
+
+
+@dataclass
+class TokenEvent:
+    """One generated token, as streamed to ``on_token`` callbacks."""
+
+    sample_index: int
+    token_id: int
+    logprob: float
+    finish_reason: str | None
+
+
+@dataclass
+class _Sequence:
+    """One sample in flight; it occupies KV slot ``engine._active.index(self)``."""
+
+    group: _Group
+    index: int  # sample index within its prompt
+    key: int  # random stream key
+    length: int  # positions of this sample already in the KV cache
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    routing: list[torch.Tensor] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+@dataclass
+class _Group:
+    """One prompt with the samples it still owes."""
+
+    prompt: list[int]
+    params: SamplingParams
+    checker: StopChecker
+    sample_indices: list[int]
+    keys: list[int]
+    on_token: Callable[[TokenEvent], None] | None
+    finished: list[_Sequence] = field(default_factory=list)
+    prompt_routing: torch.Tensor | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def n(self) -> int:
+        return len(self.sample_indices)
+
+
+@contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _forward_argument_names(model: torch.nn.Module) -> tuple[str, bool]:
+    """The model's name for the cache argument, and whether it accepts ``logits_to_keep``."""
+    params = inspect.signature(model.forward).parameters
+    cache_arg = "cache" if "cache" in params else "past_key_values"
+    return cache_arg, "logits_to_keep" in params
+
+
+class EmbeddedEngine:
+    """Generation engine over an in-process model (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, config: EmbeddedEngineConfig | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config or EmbeddedEngineConfig()
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.max_context = self.config.max_context or int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        if self.max_context <= 0:
+            raise EngineError("the model config has no max_position_embeddings; set the engine's max_context")
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        self.weights_version = 0
+        self.tokens_generated = 0
+        self._cache_arg, self._has_logits_to_keep = _forward_argument_names(model)
+        self._recorder = RoutingRecorder.for_model(model)
+        self._cache = SlotKVCache(self.device, self.dtype)
+        self._active: list[_Sequence] = []
+        self._waiting: deque[_Group] = deque()
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------------------------------
+    # public interface
+    # ------------------------------------------------------------------------------------------
+
+    def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        """Sample ``params.n`` continuations of every prompt (see :class:`codemoe.serving.api.Engine`)."""
+        params.validate()
+        prompt_ids = [self.encode(p) for p in prompts]
+        for i, ids in enumerate(prompt_ids):
+            self.check_request(ids, params, where=f"prompt {i}")
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
+        groups = [self._groups_for(ids, params, seed, i) for i, ids in enumerate(prompt_ids)]
+        with self._lock:
+            for parts in groups:
+                self._waiting.extend(parts)
+        for parts in groups:
+            for group in parts:
+                self.wait(group)
+        return [self._output(ids, parts) for ids, parts in zip(prompt_ids, groups)]
+
+    def submit(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        seed: int | None = None,
+        prompt_index: int = 0,
+        on_token: Callable[[TokenEvent], None] | None = None,
+    ) -> list[_Group]:
+        """Queue one prompt without waiting (the server's path); finish with :meth:`collect`.
+
+        ``seed`` and ``prompt_index`` pick the samples' random streams, as in :meth:`generate`.
+        """
+        params.validate()
+        self.check_request(prompt_ids, params)
+        seed = seed if seed is not None else (params.seed if params.seed is not None else secrets.randbits(63))
+        parts = self._groups_for(prompt_ids, params, seed, prompt_index, on_token)
+        with self._lock:
+            self._waiting.extend(parts)
+        return parts
+
+    def wait(self, group: _Group) -> None:
+        """Drive the engine until ``group`` is done (another thread may be driving it too)."""
+        while not group.done.is_set():
+            if not self.step():
+                group.done.wait(0.01)
+
+    def collect(self, prompt_ids: list[int], parts: list[_Group]) -> GenerationOutput:
+        """Wait for a submitted prompt and return its output."""
+        for group in parts:
+            self.wait(group)
+        return self._output(prompt_ids, parts)
+
+    def update_weights(self, state_dict: dict[str, Any] | None = None, path: str | None = None) -> None:
+        """Load new weights, between two steps; requests in flight continue with them."""
+        if (state_dict is None) == (path is None):
+            raise RequestError("update_weights takes exactly one of state_dict or path")
+        if path is not None:
+            from codemoe.serving.checkpoint import load_state_dict
+
+            state_dict = load_state_dict(path)
+        with self._lock, torch.no_grad():
+            missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+            if missing or unexpected:
+                raise EngineError(
+                    f"weights do not fit the served model: missing {sorted(missing)[:5]}, "
+                    f"unexpected {sorted(unexpected)[:5]} (load a checkpoint of the same architecture)"
+                )
+            self.weights_version += 1
+
+    def health(self) -> dict[str, Any]:
+        """Status, load and model facts."""
+        with self._lock:
+            return {
+                "status": "ok",
+                "engine": "embedded",
+                "model": type(self.model).__name__,
+                "device": str(self.device),
+                "dtype": str(self.dtype).removeprefix("torch."),
+                "max_context": self.max_context,
+                "running": len(self._active),
+                "waiting": sum(g.n for g in self._waiting),
+                "weights_version": self.weights_version,
+                "tokens_generated": self.tokens_generated,
+                "kv_cache_bytes": self._cache.memory_bytes(),
+                "routing": self._recorder is not None,
+            }
+
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        """Token ids of a prompt (lists of ids pass through)."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise RequestError("this engine has no tokenizer: give prompts as token ids")
+            encoded = self.tokenizer.encode(prompt)
+            ids = list(getattr(encoded, "ids", encoded))
+        elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = list(prompt)
+        else:
+            raise RequestError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+        vocab = self.model.config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise RequestError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+        return ids
+
+    def check_request(self, prompt_ids: list[int], params: SamplingParams, where: str = "prompt") -> None:
+        """Refuse requests that cannot be served whole (nothing is ever truncated)."""
+        if not prompt_ids:
+            raise RequestError(f"{where} is empty: give at least one token")
+        total = len(prompt_ids) + params.max_new_tokens
+        if total > self.max_context:
+            raise ContextLengthError(
+                f"{where} has {len(prompt_ids)} tokens and asks for max_new_tokens={params.max_new_tokens}: "
+                f"{total} tokens exceed the model's context of {self.max_context}. "
+                "Shorten the prompt or lower max_new_tokens."
+            )
+        if params.n > self.config.max_batch_size:
+            raise RequestError(f"n={params.n} exceeds the engine's max_batch_size={self.config.max_batch_size}")
+
+    # ------------------------------------------------------------------------------------------
+    # scheduling
+    # ------------------------------------------------------------------------------------------
+
+    def _groups_for(self, ids, params, seed, prompt_index, on_token=None) -> list[_Group]:
+        checker = StopChecker(self.tokenizer, self.eos_ids, list(params.stop), params.max_new_tokens, params.ignore_eos)
+        keys = [sample_key(seed, prompt_index, j) for j in range(params.n)]
+        if self.config.prefix_sharing:
+            return [_Group(ids, params, checker, list(range(params.n)), keys, on_token)]
+        return [_Group(ids, params, checker, [j], [keys[j]], on_token) for j in range(params.n)]
+
+    def step(self) -> bool:
+        """Admit waiting prompts, then decode one token for every running sample; False when idle."""
+        with self._lock:
+            if not self._waiting and not self._active:
+                return False
+            with torch.no_grad(), _eval_mode(self.model):
+                while self._waiting and len(self._active) + self._waiting[0].n <= self.config.max_batch_size:
+                    self._prefill(self._waiting.popleft())
+                if self._active:
+                    self._decode()
+            return True
+
+    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Logits of the last position of each row: ``[B, V]``."""
+        kwargs = {
+            self._cache_arg: self._cache,
+            "position_ids": positions,
+            "attention_mask": mask,
+            "use_cache": True,
+        }
+        if self._has_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        if self._recorder is None:
+            return self.model(input_ids=input_ids, **kwargs).logits[:, -1]
+        with self._recorder.forward():
+            logits = self.model(input_ids=input_ids, **kwargs).logits[:, -1]
+        return logits
+
+    def _prefill(self, group: _Group) -> None:
+        """Compute the group's prompt once into a free slot and copy it to its other samples."""
+        length, slot, n = len(group.prompt), len(self._active), group.n
+        self._cache.reserve(slot + n, length + group.params.max_new_tokens)
+        self._cache.plan = WritePlan(slot=slot, kv_len=length)
+        ids = torch.tensor([group.prompt], device=self.device)
+        positions = torch.arange(length, device=self.device)[None]
+        causal = torch.ones(length, length, dtype=torch.bool, device=self.device).tril()
+        mask = torch.zeros(1, 1, length, length, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~causal, torch.finfo(self.dtype).min)
+        logits = self._forward(ids, positions, mask)  # [1, V]
+        routing = None
+        if self._recorder is not None:
+            group.prompt_routing = self._recorder.last  # [P, layers, k]
+            routing = group.prompt_routing[-1:].expand(n, -1, -1)
+        if n > 1:
+            self._cache.copy_slot(slot, slice(slot + 1, slot + n), length)
+        seqs = [_Sequence(group, index, key, length) for index, key in zip(group.sample_indices, group.keys)]
+        self._active.extend(seqs)
+        self._sample_and_accept(seqs, logits.expand(n, -1), routing)
+
+    def _decode(self) -> None:
+        """One token for every running sample."""
+        seqs = self._active
+        positions = torch.tensor([s.length for s in seqs], device=self.device)  # [B] write positions
+        kv_len = int(positions.max()) + 1
+        self._cache.plan = WritePlan(positions=positions, kv_len=kv_len)
+        ids = torch.tensor([s.tokens[-1] for s in seqs], device=self.device)[:, None]
+        visible = torch.arange(kv_len, device=self.device)[None, :] <= positions[:, None]  # [B, L]
+        mask = torch.zeros(len(seqs), 1, 1, kv_len, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~visible[:, None, None, :], torch.finfo(self.dtype).min)
+        logits = self._forward(ids, positions[:, None], mask)
+        for s in seqs:
+            s.length += 1
+        routing = self._recorder.last if self._recorder is not None else None  # [B, layers, k]
+        self._sample_and_accept(list(seqs), logits, routing)
+
+    def _sample_and_accept(self, seqs: list[_Sequence], logits: torch.Tensor, routing: torch.Tensor | None) -> None:
+        device = self.device
+        params = [s.group.params for s in seqs]
+        tokens, logprobs = sample_next(
+            logits,
+            temperature=torch.tensor([p.temperature for p in params], device=device),
+            top_p=torch.tensor([p.top_p for p in params], device=device),
+            top_k=torch.tensor([p.top_k for p in params], device=device),
+            keys=torch.tensor([s.key for s in seqs], device=device),
+            steps=torch.tensor([len(s.tokens) for s in seqs], device=device),
+        )
+        rows = routing.unbind(0) if routing is not None else [None] * len(seqs)
+        finished = []
+        for seq, token, logprob, row in zip(seqs, tokens.tolist(), logprobs.tolist(), rows):
+            seq.tokens.append(token)
+            seq.logprobs.append(logprob)
+            if row is not None:
+                seq.routing.append(row)
+            seq.finish_reason = seq.group.checker.check(seq.tokens)
+            if seq.group.on_token is not None:
+                seq.group.on_token(TokenEvent(seq.index, token, logprob, seq.finish_reason))
+            if seq.finish_reason is not None:
+                finished.append(seq)
+        self.tokens_generated += len(seqs)
+        if finished:
+            self._retire(finished)
+
+    def _retire(self, finished: list[_Sequence]) -> None:
+        """Remove finished samples, keeping the running ones in slots ``0 .. B-1``."""
+        index = {id(s): i for i, s in enumerate(self._active)}
+        for row in sorted((index[id(s)] for s in finished), reverse=True):
+            last = len(self._active) - 1
+            if row != last:
+                moved = self._active[last]
+                self._cache.move_slot(last, row, moved.length)
+                self._active[row] = moved
+            self._active.pop()
+        for seq in finished:
+            group = seq.group
+            group.finished.append(seq)
+            if len(group.finished) == group.n:
+                group.done.set()
+
+    def _output(self, prompt_ids: list[int], parts: list[_Group]) -> GenerationOutput:
+        seqs = sorted((s for g in parts for s in g.finished), key=lambda s: s.index)
+        samples = [
+            Sample(
+                token_ids=s.tokens,
+                text=s.group.checker.final_text(s.tokens),
+                logprobs=s.logprobs,
+                finish_reason=s.finish_reason or "length",
+                routing=torch.stack(s.routing) if s.routing else None,
+            )
+            for s in seqs
+        ]
+        return GenerationOutput(prompt_ids, samples, parts[0].prompt_routing)
+
+
+def build_embedded_engine(config: EmbeddedEngineConfig, *, model: Any = None, tokenizer: Any = None) -> EmbeddedEngine:
+    """Embedded engine over ``model``/``tokenizer``, or over the checkpoint in ``config.model_dir``."""
+    if model is None:
+        if not config.model_dir:
+            raise EngineError("the embedded engine needs a model: pass model=... or set model_dir")
+        from codemoe.serving.checkpoint import load_checkpoint
+
+        model, tokenizer = load_checkpoint(config.model_dir)
+    return EmbeddedEngine(model, tokenizer, config)

@@ -1,0 +1,391 @@
+"""What each HTTP endpoint does, independent of the HTTP transport.
+
+A handler takes the parsed JSON body and returns ``(status, json)`` or, for streaming requests,
+``(status, iterator of server-sent-event payloads)``. Bad requests raise :class:`HttpError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import queue
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic
+from codemoe.serving.api import ContextLengthError, EngineError, GenerationOutput, RequestError, Sample, SamplingParams
+from codemoe.serving.embedded import EmbeddedEngine, TokenEvent
+from codemoe.serving.protocol import ChatCompletionRequest, CompletionRequest, GenerateRequest, UpdateWeightsRequest
+
+__all__ = ["HttpError", "ServingApp"]
+
+Result = tuple[int, Any]
+
+
+class HttpError(Exception):
+    """An error answered as ``{"error": {...}}`` with an HTTP status (OpenAI's error shape)."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def body(self) -> dict[str, Any]:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+
+
+def _parse(schema: type[pydantic.BaseModel], body: Any) -> Any:
+    if not isinstance(body, dict):
+        raise HttpError(400, "the request body must be a JSON object")
+    try:
+        return schema.model_validate(body)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or None
+        raise HttpError(400, f"invalid '{where}': {first['msg']}", param=where) from None
+
+
+@dataclass
+class _Prepared:
+    """A request turned into token ids and sampling parameters."""
+
+    prompts: list[list[int]]
+    params: SamplingParams
+    seed: int
+
+
+class ServingApp:
+    """The endpoints of ``codemoe serve`` over one :class:`EmbeddedEngine`."""
+
+    def __init__(self, engine: EmbeddedEngine, model_name: str, model_path: str = "") -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.model_path = model_path
+        self.routes: dict[tuple[str, str], Callable[[Any], Result]] = {
+            ("GET", "/health"): self.health,
+            ("GET", "/health_generate"): self.health_generate,
+            ("GET", "/v1/models"): self.models,
+            ("GET", "/get_model_info"): self.model_info,
+            ("POST", "/v1/completions"): self.completions,
+            ("POST", "/v1/chat/completions"): self.chat_completions,
+            ("POST", "/generate"): self.generate,
+            ("POST", "/update_weights_from_disk"): self.update_weights_from_disk,
+        }
+
+    def handle(self, method: str, path: str, body: Any) -> Result:
+        """Dispatch one request; unknown paths are 404, wrong methods 405."""
+        handler = self.routes.get((method, path))
+        if handler is None:
+            allowed = [m for m, p in self.routes if p == path]
+            if allowed:
+                raise HttpError(405, f"{path} accepts {', '.join(allowed)}, not {method}")
+            paths = sorted({p for _, p in self.routes})
+            raise HttpError(404, f"no endpoint {path}; endpoints: {', '.join(paths)}")
+        try:
+            return handler(body)
+        except ContextLengthError as exc:
+            raise HttpError(400, str(exc), code="context_length_exceeded") from None
+        except RequestError as exc:
+            raise HttpError(400, str(exc)) from None
+
+    # ---------------------------------------------------------------------------------- status
+
+    def health(self, _body: Any) -> Result:
+        return 200, self.engine.health()
+
+    def health_generate(self, _body: Any) -> Result:
+        self.engine.generate([[0]], SamplingParams(max_new_tokens=1, temperature=0))
+        return 200, {"status": "ok"}
+
+    def models(self, _body: Any) -> Result:
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "codemoe",
+            "max_model_len": self.engine.max_context,
+        }
+        return 200, {"object": "list", "data": [card]}
+
+    def model_info(self, _body: Any) -> Result:
+        return 200, {
+            "model_path": self.model_path or self.model_name,
+            "tokenizer_path": self.model_path or self.model_name,
+            "is_generation": True,
+            "weight_version": str(self.engine.weights_version),
+        }
+
+    def update_weights_from_disk(self, body: Any) -> Result:
+        req = _parse(UpdateWeightsRequest, body)
+        try:
+            self.engine.update_weights(path=req.model_path)
+        except EngineError as exc:
+            return 400, {"success": False, "message": str(exc)}
+        self.model_path = req.model_path
+        message = f"weights loaded from {req.model_path} (version {self.engine.weights_version})"
+        return 200, {"success": True, "message": message, "num_paused_requests": 0}
+
+    # ---------------------------------------------------------------------------------- helpers
+
+    def _check_model(self, name: str | None) -> None:
+        if name is not None and name != self.model_name:
+            raise HttpError(
+                404, f"model '{name}' does not exist; this server serves '{self.model_name}'", param="model"
+            )
+
+    def _prepare(self, prompts: list[Any], params: SamplingParams, seed: int | None) -> _Prepared:
+        params.validate()
+        ids = [self.engine.encode(p) for p in prompts]
+        if not ids:
+            raise HttpError(400, "no prompt given", param="prompt")
+        for i, prompt in enumerate(ids):
+            self.engine.check_request(prompt, params, where=f"prompt {i}")
+        return _Prepared(ids, params, seed if seed is not None else secrets.randbits(63))
+
+    def _run(self, prepared: _Prepared) -> list[GenerationOutput]:
+        parts = [
+            self.engine.submit(ids, prepared.params, seed=prepared.seed, prompt_index=i)
+            for i, ids in enumerate(prepared.prompts)
+        ]
+        return [self.engine.collect(ids, p) for ids, p in zip(prepared.prompts, parts)]
+
+    def _stream(self, prepared: _Prepared) -> Iterator[tuple[int, TokenEvent]]:
+        """(prompt index, token event) as the engine produces them, until every sample ends."""
+        events: queue.Queue[tuple[int, TokenEvent]] = queue.Queue()
+        for i, ids in enumerate(prepared.prompts):
+            self.engine.submit(
+                ids, prepared.params, seed=prepared.seed, prompt_index=i, on_token=lambda e, i=i: events.put((i, e))
+            )
+        remaining = len(prepared.prompts) * prepared.params.n
+        while remaining:
+            try:
+                item = events.get(timeout=0.01)
+            except queue.Empty:
+                self.engine.step()
+                continue
+            remaining -= item[1].finish_reason is not None
+            yield item
+
+    def _token_text(self, token: int) -> str:
+        return self.engine.tokenizer.decode([token]) if self.engine.tokenizer is not None else ""
+
+    def _usage(self, outputs: list[GenerationOutput]) -> dict[str, int]:
+        prompt = sum(len(o.prompt_token_ids) for o in outputs)
+        completion = sum(len(s.token_ids) for o in outputs for s in o.samples)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    # ---------------------------------------------------------------------------------- OpenAI
+
+    def completions(self, body: Any) -> Result:
+        req = _parse(CompletionRequest, body)
+        self._check_model(req.model)
+        prompt = req.prompt
+        prompts = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt)
+        params = SamplingParams(
+            req.n, req.temperature, req.top_p, req.top_k, req.max_tokens, req.stop, req.seed, req.ignore_eos
+        )
+        prepared = self._prepare(prompts, params, req.seed)
+        head = {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+        }
+        if req.stream:
+            return 200, self._stream_completions(prepared, head, req)
+        outputs = self._run(prepared)
+        choices = [
+            {
+                "index": i * params.n + j,
+                "text": sample.text,
+                "finish_reason": sample.finish_reason,
+                "logprobs": self._completion_logprobs(sample, req) if req.logprobs is not None else None,
+            }
+            for i, out in enumerate(outputs)
+            for j, sample in enumerate(out.samples)
+        ]
+        return 200, {**head, "choices": choices, "usage": self._usage(outputs)}
+
+    def _completion_logprobs(self, sample: Sample, req: CompletionRequest) -> dict[str, Any]:
+        tokens = [f"token_id:{t}" if req.return_tokens_as_token_ids else self._token_text(t) for t in sample.token_ids]
+        offsets, at = [], 0
+        for token in tokens:
+            offsets.append(at)
+            at += len(token)
+        top = [{tok: lp} for tok, lp in zip(tokens, sample.logprobs)] if req.logprobs else None
+        return {"tokens": tokens, "token_logprobs": sample.logprobs, "top_logprobs": top, "text_offset": offsets}
+
+    def _stream_completions(self, prepared: _Prepared, head: dict[str, Any], req: CompletionRequest) -> Iterator[str]:
+        texts = _StreamTexts(self.engine, prepared.params)
+        for i, event in self._stream(prepared):
+            index = i * prepared.params.n + event.sample_index
+            delta = texts.advance(index, event)
+            logprobs = None
+            if req.logprobs is not None:
+                token = (
+                    f"token_id:{event.token_id}" if req.return_tokens_as_token_ids else self._token_text(event.token_id)
+                )
+                top = [{token: event.logprob}] if req.logprobs else None
+                logprobs = {
+                    "tokens": [token],
+                    "token_logprobs": [event.logprob],
+                    "top_logprobs": top,
+                    "text_offset": [0],
+                }
+            choice = {"index": index, "text": delta, "finish_reason": event.finish_reason, "logprobs": logprobs}
+            yield json.dumps({**head, "choices": [choice]})
+
+    def chat_completions(self, body: Any) -> Result:
+        req = _parse(ChatCompletionRequest, body)
+        self._check_model(req.model)
+        prompt = self._chat_prompt(req)
+        max_new = req.new_tokens(self.engine.max_context - len(prompt))
+        params = SamplingParams(
+            req.n, req.temperature, req.top_p, req.top_k, max_new, req.stop, req.seed, req.ignore_eos
+        )
+        prepared = self._prepare([prompt], params, req.seed)
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": self.model_name}
+        if req.stream:
+            return 200, self._stream_chat(prepared, head, req)
+        outputs = self._run(prepared)
+        choices = [
+            {
+                "index": j,
+                "message": {"role": "assistant", "content": sample.text},
+                "finish_reason": sample.finish_reason,
+                "logprobs": {"content": self._chat_logprobs(sample.token_ids, sample.logprobs)}
+                if req.logprobs
+                else None,
+            }
+            for j, sample in enumerate(outputs[0].samples)
+        ]
+        return 200, {**head, "object": "chat.completion", "choices": choices, "usage": self._usage(outputs)}
+
+    def _chat_prompt(self, req: ChatCompletionRequest) -> list[int]:
+        tokenizer = self.engine.tokenizer
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            raise HttpError(400, "the served model's tokenizer has no chat template; use /v1/completions")
+        messages = [m.model_dump() for m in req.messages]
+        encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+        return list(ids)
+
+    def _chat_logprobs(self, tokens: list[int], logprobs: list[float]) -> list[dict[str, Any]]:
+        out = []
+        for token, logprob in zip(tokens, logprobs):
+            text = self._token_text(token)
+            out.append({"token": text, "logprob": logprob, "bytes": list(text.encode()), "top_logprobs": []})
+        return out
+
+    def _stream_chat(self, prepared: _Prepared, head: dict[str, Any], req: ChatCompletionRequest) -> Iterator[str]:
+        head = {**head, "object": "chat.completion.chunk"}
+        for j in range(prepared.params.n):
+            choice = {
+                "index": j,
+                "delta": {"role": "assistant", "content": ""},
+                "finish_reason": None,
+                "logprobs": None,
+            }
+            yield json.dumps({**head, "choices": [choice]})
+        texts = _StreamTexts(self.engine, prepared.params)
+        for _, event in self._stream(prepared):
+            delta = texts.advance(event.sample_index, event)
+            logprobs = {"content": self._chat_logprobs([event.token_id], [event.logprob])} if req.logprobs else None
+            choice = {
+                "index": event.sample_index,
+                "delta": {"content": delta},
+                "finish_reason": event.finish_reason,
+                "logprobs": logprobs,
+            }
+            yield json.dumps({**head, "choices": [choice]})
+
+    # ---------------------------------------------------------------------------------- SGLang
+
+    def generate(self, body: Any) -> Result:
+        req = _parse(GenerateRequest, body)
+        try:
+            prompts, batch = req.prompts()
+            samplings, per_prompt = req.per_prompt_sampling(len(prompts))
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+        jobs = []
+        for i, (prompt, sp) in enumerate(zip(prompts, samplings)):
+            params = SamplingParams(
+                sp.n,
+                sp.temperature,
+                sp.top_p,
+                max(sp.top_k, 0),
+                sp.max_new_tokens,
+                sp.stop,
+                sp.sampling_seed,
+                sp.ignore_eos,
+            )
+            prepared = self._prepare([prompt], params, sp.sampling_seed)
+            # a shared sampling dict numbers the prompts; per-prompt dicts carry their own seeds
+            index = 0 if per_prompt else i
+            parts = self.engine.submit(prepared.prompts[0], params, seed=prepared.seed, prompt_index=index)
+            jobs.append((prepared.prompts[0], parts))
+        outputs = [self.engine.collect(ids, parts) for ids, parts in jobs]
+        results = [self._generate_result(out, sample, req) for out in outputs for sample in out.samples]
+        return 200, results if batch or len(results) > 1 else results[0]
+
+    def _generate_result(self, out: GenerationOutput, sample: Sample, req: GenerateRequest) -> dict[str, Any]:
+        if sample.finish_reason == "length":
+            finish: dict[str, Any] = {"type": "length", "length": len(sample.token_ids)}
+        else:
+            last = sample.token_ids[-1]
+            finish = {"type": "stop", "matched": last if last in self.engine.eos_ids else None}
+        meta: dict[str, Any] = {
+            "id": uuid.uuid4().hex,
+            "finish_reason": finish,
+            "prompt_tokens": len(out.prompt_token_ids),
+            "completion_tokens": len(sample.token_ids),
+            "weight_version": str(self.engine.weights_version),
+        }
+        if req.return_logprob:
+            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(sample.logprobs, sample.token_ids)]
+        if req.return_routed_experts:
+            meta["routed_experts"] = _routed_experts(out, sample)
+        return {"text": sample.text, "output_ids": sample.token_ids, "meta_info": meta}
+
+
+def _routed_experts(out: GenerationOutput, sample: Sample) -> str | None:
+    """SGLang's encoding: base64 of int32 ``[prompt + completion - 1, layers, k]``, position order."""
+    if sample.routing is None or out.prompt_routing is None:
+        return None
+    import torch
+
+    rows = torch.cat([out.prompt_routing[:-1], sample.routing]).to(torch.int32).contiguous()
+    return base64.b64encode(rows.numpy().tobytes()).decode()
+
+
+class _StreamTexts:
+    """Turns token events into text deltas: decoded text held back until it cannot end in a stop string."""
+
+    def __init__(self, engine: EmbeddedEngine, params: SamplingParams) -> None:
+        self.engine = engine
+        self.hold = max((len(s) for s in params.stop), default=1) - 1
+        self.tokens: dict[int, list[int]] = {}
+        self.sent: dict[int, int] = {}
+        self.checker_stop = list(params.stop)
+
+    def advance(self, index: int, event: TokenEvent) -> str:
+        tokens = self.tokens.setdefault(index, [])
+        tokens.append(event.token_id)
+        tokenizer = self.engine.tokenizer
+        if tokenizer is None:
+            return ""
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        if event.finish_reason is not None:
+            cuts = [text.find(s) for s in self.checker_stop if s in text]
+            target = text[: min(cuts)] if cuts else text
+        else:
+            target = text.rstrip("\ufffd")
+            target = target[: len(target) - self.hold] if self.hold else target
+        sent = self.sent.get(index, 0)
+        self.sent[index] = max(sent, len(target))
+        return target[sent:]

@@ -1,0 +1,264 @@
+"""Remote engines: drive an HTTP server (``codemoe serve``, SGLang, any OpenAI-compatible one).
+
+- ``openai``: ``/v1/completions`` with ``logprobs`` and ``return_tokens_as_token_ids`` (served by
+  codemoe and vLLM); weights through ``/update_weights_from_disk`` where the server has it.
+- ``sglang``: SGLang's native ``/generate`` with ``return_logprob`` (and ``return_routed_experts``),
+  weights pushed with ``/update_weights_from_disk``. Samples of one prompt go as ``n`` copies in one
+  batch, each with its own seed, so SGLang's radix cache shares the prompt.
+
+Both follow the log-prob convention of :mod:`codemoe.serving.api`; for SGLang that holds when it
+runs without ``SGLANG_RETURN_ORIGINAL_LOGPROB`` (its default returns log-probs after temperature).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codemoe.serving.api import EngineError, GenerationOutput, RequestError, Sample, SamplingParams
+from codemoe.serving.sampling import sample_key
+
+__all__ = [
+    "OpenAIEngine",
+    "OpenAIEngineConfig",
+    "SGLangEngine",
+    "SGLangEngineConfig",
+    "build_openai_engine",
+    "build_sglang_engine",
+]
+
+
+@dataclass
+class OpenAIEngineConfig:
+    """Options of the ``openai`` engine."""
+
+    base_url: str = "http://127.0.0.1:8000"  # server root; the engine appends /v1/...
+    model: str = ""  # served model name; "" takes the first one /v1/models lists
+    api_key: str = "EMPTY"  # sent as a bearer token
+    timeout_s: float = 600.0  # per HTTP request
+    sync_dir: str = ""  # where update_weights(state_dict=...) writes a checkpoint the server can read
+
+
+@dataclass
+class SGLangEngineConfig:
+    """Options of the ``sglang`` engine."""
+
+    base_url: str = "http://127.0.0.1:30000"  # SGLang's default port
+    timeout_s: float = 600.0  # per HTTP request
+    return_routing: bool = False  # ask for routed experts (SGLang needs --enable-return-routed-experts)
+    sync_dir: str = ""  # where update_weights(state_dict=...) writes a checkpoint the server can read
+
+
+class _RemoteEngine:
+    """HTTP plumbing, weight push and health shared by the remote engines."""
+
+    def __init__(self, base_url: str, timeout_s: float, sync_dir: str, model: Any, tokenizer: Any, headers=None):
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.sync_dir = sync_dir
+        self.model = model
+        self.tokenizer = tokenizer
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+
+    def _request(self, method: str, path: str, payload: Any = None) -> Any:
+        data = None if payload is None else json.dumps(payload).encode()
+        req = urllib.request.Request(self.base_url + path, data=data, method=method, headers=self.headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                body = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            error = RequestError if 400 <= exc.code < 500 else EngineError
+            raise error(f"{method} {self.base_url}{path} -> HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise EngineError(f"{method} {self.base_url}{path} failed: {exc}") from None
+        return json.loads(body) if body.strip() else None
+
+    def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
+        if not isinstance(prompt, str):
+            return list(prompt)
+        if self.tokenizer is None:
+            return []
+        encoded = self.tokenizer.encode(prompt)
+        return list(getattr(encoded, "ids", encoded))
+
+    def update_weights(self, state_dict: dict[str, Any] | None = None, path: str | None = None) -> None:
+        """Push weights: a checkpoint directory the server can read, or a state dict saved to ``sync_dir``."""
+        if (state_dict is None) == (path is None):
+            raise RequestError("update_weights takes exactly one of state_dict or path")
+        if state_dict is not None:
+            path = self._save(state_dict)
+        result = self._request("POST", "/update_weights_from_disk", {"model_path": str(path)})
+        if not (result or {}).get("success", False):
+            raise EngineError(f"the server refused the weights at {path}: {result}")
+
+    def _save(self, state_dict: dict[str, Any]) -> str:
+        if not self.sync_dir or self.model is None:
+            raise EngineError(
+                "update_weights(state_dict=...) on a remote engine needs sync_dir (a folder the server can read) "
+                "and the model passed as model=... (its config is saved with the weights)"
+            )
+        out = Path(self.sync_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out, state_dict=state_dict)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(out)
+        return str(out)
+
+    def health(self) -> dict[str, Any]:
+        """``{"status": "ok", ...}`` when ``/health`` answers, else ``{"status": "unreachable", ...}``."""
+        try:
+            info = self._request("GET", "/health")
+        except (EngineError, RequestError) as exc:
+            return {"status": "unreachable", "url": self.base_url, "error": str(exc)}
+        return {**(info if isinstance(info, dict) else {}), "status": "ok", "url": self.base_url}
+
+
+class OpenAIEngine(_RemoteEngine):
+    """Generation through an OpenAI-compatible ``/v1/completions`` endpoint."""
+
+    def __init__(self, config: OpenAIEngineConfig, model: Any = None, tokenizer: Any = None) -> None:
+        super().__init__(
+            config.base_url,
+            config.timeout_s,
+            config.sync_dir,
+            model,
+            tokenizer,
+            headers={"Authorization": f"Bearer {config.api_key}"},
+        )
+        self.model_name = config.model
+
+    def _served_model(self) -> str:
+        if not self.model_name:
+            models = self._request("GET", "/v1/models")["data"]
+            if not models:
+                raise EngineError(f"{self.base_url}/v1/models lists no model")
+            self.model_name = models[0]["id"]
+        return self.model_name
+
+    def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        params.validate()
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
+        return [self._one(prompt, params, seed + i) for i, prompt in enumerate(prompts)]
+
+    def _one(self, prompt: str | list[int], params: SamplingParams, seed: int) -> GenerationOutput:
+        payload: dict[str, Any] = {
+            "model": self._served_model(),
+            "prompt": prompt,
+            "n": params.n,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_new_tokens,
+            "stop": params.stop or None,
+            "seed": seed,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+        }
+        if params.top_k:
+            payload["top_k"] = params.top_k
+        if params.ignore_eos:
+            payload["ignore_eos"] = True
+        body = self._request("POST", "/v1/completions", payload)
+        choices = sorted(body["choices"], key=lambda c: c["index"])
+        return GenerationOutput(self._prompt_ids(prompt), [_openai_sample(c) for c in choices])
+
+
+def _openai_sample(choice: dict[str, Any]) -> Sample:
+    logprobs = choice.get("logprobs") or {}
+    tokens = logprobs.get("tokens") or []
+    ids = [int(t.removeprefix("token_id:")) for t in tokens if t.startswith("token_id:")]
+    return Sample(
+        token_ids=ids,
+        text=choice["text"],
+        logprobs=[float(x) for x in logprobs.get("token_logprobs") or []],
+        finish_reason=choice.get("finish_reason") or "length",
+    )
+
+
+class SGLangEngine(_RemoteEngine):
+    """Generation through SGLang's native ``/generate`` (also served by ``codemoe serve``)."""
+
+    def __init__(self, config: SGLangEngineConfig, model: Any = None, tokenizer: Any = None) -> None:
+        super().__init__(config.base_url, config.timeout_s, config.sync_dir, model, tokenizer)
+        self.return_routing = config.return_routing
+        if self.return_routing and self._top_k() <= 0:
+            raise EngineError(
+                "return_routing needs the model passed as model=... (its num_experts_per_tok shapes routing)"
+            )
+
+    def _top_k(self) -> int:
+        return int(getattr(getattr(self.model, "config", None), "num_experts_per_tok", 0) or 0)
+
+    def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        params.validate()
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
+        texts = all(isinstance(p, str) for p in prompts)
+        batch = [p for p in prompts for _ in range(params.n)]
+        sampling = []
+        for i in range(len(prompts)):
+            for j in range(params.n):
+                sp: dict[str, Any] = {
+                    "max_new_tokens": params.max_new_tokens,
+                    "temperature": params.temperature,
+                    "top_p": params.top_p,
+                    "top_k": params.top_k or -1,
+                    "stop": list(params.stop),
+                    "ignore_eos": params.ignore_eos,
+                    # a non-negative 63-bit seed per sample: the same seed gives the same samples
+                    "sampling_seed": sample_key(seed, i, j) & ((1 << 63) - 1),
+                }
+                sampling.append(sp)
+        payload = {
+            "text" if texts else "input_ids": batch,
+            "sampling_params": sampling,
+            "return_logprob": True,
+            "return_routed_experts": self.return_routing,
+        }
+        results = self._request("POST", "/generate", payload)
+        outputs = []
+        for i, prompt in enumerate(prompts):
+            rows = results[i * params.n : (i + 1) * params.n]
+            outputs.append(GenerationOutput(self._prompt_ids(prompt), [_sglang_sample(r, self._top_k()) for r in rows]))
+        return outputs
+
+
+def _sglang_sample(result: dict[str, Any], top_k: int) -> Sample:
+    meta = result["meta_info"]
+    logprobs = meta.get("output_token_logprobs") or []
+    token_ids = result.get("output_ids") or [int(entry[1]) for entry in logprobs]
+    finish = meta.get("finish_reason") or {}
+    return Sample(
+        token_ids=list(token_ids),
+        text=result.get("text", ""),
+        logprobs=[float(entry[0]) for entry in logprobs],
+        finish_reason="length" if finish.get("type") == "length" else "stop",
+        routing=_decode_routing(meta.get("routed_experts"), meta.get("prompt_tokens", 0), len(token_ids), top_k),
+    )
+
+
+def _decode_routing(encoded: str | None, prompt_tokens: int, completion_tokens: int, top_k: int) -> Any:
+    """SGLang's base64 int32 ``[prompt + completion - 1, layers, k]`` -> the sample's rows ``[G, layers, k]``."""
+    if not encoded:
+        return None
+    import numpy as np
+    import torch
+
+    flat = torch.from_numpy(np.frombuffer(base64.b64decode(encoded), dtype=np.int32).copy())
+    rows = flat.reshape(prompt_tokens + completion_tokens - 1, -1, top_k)  # [positions, layers, k]
+    return rows[prompt_tokens - 1 :]
+
+
+def build_openai_engine(config: OpenAIEngineConfig, *, model: Any = None, tokenizer: Any = None) -> OpenAIEngine:
+    """Engine over an OpenAI-compatible server (``codemoe serve``, vLLM, SGLang's /v1)."""
+    return OpenAIEngine(config, model, tokenizer)
+
+
+def build_sglang_engine(config: SGLangEngineConfig, *, model: Any = None, tokenizer: Any = None) -> SGLangEngine:
+    """Engine over an SGLang server's native API (or ``codemoe serve``)."""
+    return SGLangEngine(config, model, tokenizer)
