@@ -275,10 +275,16 @@ def test_a_run_without_per_test_outcomes_as_one_test():
     assert build_reward("compile_errors")(inp).value == 1.0
 
 
-def test_presets_build_through_the_codemoe_registry(solved):
-    """The RL trainer's call: ``registry.build("reward", spec)`` with the composed preset."""
+@pytest.fixture(scope="module")
+def core_registry():
+    """codemoe-core's registry with every installed plugin (absent when the sandbox is installed alone)."""
     core = pytest.importorskip("codemoe.core", reason="codemoe-core is not installed with the sandbox alone")
-    registry = core.build_registry(core.build_plugin_manager())
+    return core.build_registry(core.build_plugin_manager())
+
+
+def test_presets_build_through_the_codemoe_registry(core_registry, solved):
+    """The RL trainer's call: ``registry.build("reward", spec)`` with the composed preset."""
+    registry = core_registry
     recipe = registry.build("reward", load_preset("seed2-weighted"), where="stages.rl.reward")
     assert recipe(solved).total == pytest.approx(1.0)
     with pytest.raises(RewardSpecError, match="wieght"):
@@ -298,8 +304,8 @@ def test_readme_rewards_example_runs_as_written(repo_root, monkeypatch, capsys):
     assert lines[2] == "1/2 visible tests pass"
 
 
-def test_a_pipeline_names_a_preset_and_overrides_a_weight(registry_dir, tmp_path, solved):
-    core = pytest.importorskip("codemoe.core", reason="codemoe-core is not installed with the sandbox alone")
+def test_a_pipeline_names_a_preset_and_overrides_a_weight(core_registry, registry_dir, tmp_path, solved):
+    from codemoe.core import compose
     from omegaconf import OmegaConf
 
     pipeline = tmp_path / "p.yaml"
@@ -309,9 +315,8 @@ def test_a_pipeline_names_a_preset_and_overrides_a_weight(registry_dir, tmp_path
         "stages.rl.reward.components.hack_penalty=null",
         "stages.rl.reward.hack_signal=''",
     ]
-    cfg = core.compose(pipeline, overrides, registry_dir=registry_dir)
+    cfg = compose(pipeline, overrides, registry_dir=registry_dir)
     spec = OmegaConf.to_container(cfg.stages.rl.reward)
-    registry = core.build_registry(core.build_plugin_manager())
-    result = registry.build("reward", spec, where="stages.rl.reward")(solved)
+    result = core_registry.build("reward", spec, where="stages.rl.reward")(solved)
     assert result.weights == {"compile_success": 0.4, "test_pass_rate": 0.3, "task_complete": 0.5}
     assert result.total == pytest.approx(0.4 + 0.3 + 0.5)
