@@ -51,6 +51,9 @@ def test_tampering_modified_deleted_and_shadowed():
     assert "pytest configuration changed" in detect("test_tampering", config).explanation
     assert detect("test_tampering", change(pyproject_DOT_toml="[project]\nname = 'calc'\n")).value == 0.0
     assert detect("test_tampering", change(test_extra_DOT_py="def test_more():\n    assert 1 + 1 == 2\n")).value == 0.0
+    added = change(test_calc_DOT_py=TESTS + "\n\ndef test_negative():\n    assert add(-1, 1) == 0\n")
+    assert detect("test_tampering", added).value == 1.0
+    assert build_reward({"name": "test_tampering", "allow_added_lines": True})(added).value == 0.0
 
 
 def test_weakened_asserts():

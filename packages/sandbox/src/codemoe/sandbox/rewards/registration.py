@@ -100,7 +100,7 @@ REWARDS: dict[str, tuple[str, str, str]] = {
     ),
     "test_tampering": (
         f"{_M}.detectors:TestTampering",
-        f"{_M}.detectors:DetectorConfig",
+        f"{_M}.detectors:TestTamperingConfig",
         "hack detector: test files modified, deleted or shadowed (conftest, sitecustomize)",
     ),
     "weakened_asserts": (

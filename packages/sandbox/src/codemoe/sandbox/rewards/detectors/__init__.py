@@ -8,7 +8,7 @@ from codemoe.sandbox.rewards.detectors.early_exit import EarlyExit
 from codemoe.sandbox.rewards.detectors.hardcoded import HardcodedTests
 from codemoe.sandbox.rewards.detectors.module_state import TestOnlyState
 from codemoe.sandbox.rewards.detectors.special_casing import SpecialCasing, SpecialCasingConfig
-from codemoe.sandbox.rewards.detectors.tampering import TestTampering
+from codemoe.sandbox.rewards.detectors.tampering import TestTampering, TestTamperingConfig
 from codemoe.sandbox.rewards.detectors.weakened import WeakenedAsserts
 
 __all__ = [
@@ -20,5 +20,6 @@ __all__ = [
     "SpecialCasingConfig",
     "TestOnlyState",
     "TestTampering",
+    "TestTamperingConfig",
     "WeakenedAsserts",
 ]

@@ -9,11 +9,12 @@ collection (``pytest.ini``, or the pytest section of ``tox.ini``/``setup.cfg``/`
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 
-from codemoe.sandbox.rewards.detectors.base import Detector
+from codemoe.sandbox.rewards.detectors.base import Detector, DetectorConfig
 from codemoe.sandbox.rewards.types import RewardInput
 
-__all__ = ["TestTampering"]
+__all__ = ["TestTampering", "TestTamperingConfig"]
 
 # Files that are loaded before (or instead of) the tests when they appear anywhere in the tree.
 SHADOWING_FILES = frozenset(
@@ -40,14 +41,24 @@ def _pytest_section(text: str, headers: tuple[str, ...]) -> list[str]:
     return lines
 
 
-def _diffstat(before: str, after: str) -> str:
+def _diffstat(before: str, after: str) -> tuple[int, int]:
+    """(lines added, lines removed)."""
     plus = minus = 0
     for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0):
         if line.startswith("+") and not line.startswith("+++"):
             plus += 1
         elif line.startswith("-") and not line.startswith("---"):
             minus += 1
-    return f"+{plus} -{minus} lines"
+    return plus, minus
+
+
+@dataclass
+class TestTamperingConfig(DetectorConfig):
+    """Options of ``test_tampering``."""
+
+    __test__ = False
+
+    allow_added_lines: bool = False  # True: a test file that only gains lines (new tests) is not tampering
 
 
 class TestTampering(Detector):
@@ -56,6 +67,7 @@ class TestTampering(Detector):
     __test__ = False
     name = "test_tampering"
     what = "tests tampered with"
+    config_class = TestTamperingConfig
 
     def evidence(self, inp: RewardInput) -> list[str]:
         found = [f"{p}: test file deleted" for p in inp.deleted_files() if inp.is_test_file(p)]
@@ -65,7 +77,9 @@ class TestTampering(Detector):
             if before is None and (name in SHADOWING_FILES or name.endswith(".pth")):
                 found.append(f"{path}: added; it is loaded before the tests and can change how they run")
             elif before is not None and inp.is_test_file(path):
-                found.append(f"{path}: test file modified ({_diffstat(before, inp.files_after[path])})")
+                plus, minus = _diffstat(before, inp.files_after[path])
+                if minus or not self.config.allow_added_lines:
+                    found.append(f"{path}: test file modified (+{plus} -{minus} lines)")
             elif name in CONFIG_FILES:
                 headers = CONFIG_FILES[name]
                 if _pytest_section(before or "", headers) != _pytest_section(inp.files_after[path], headers):
