@@ -92,8 +92,12 @@ class Task:
         return apply_patch(self.repo_files(), self.gold_patch)
 
     def grading_command(self) -> list[str]:
-        """The command that runs the visible and the hidden tests in one execution."""
-        return [*self.test_command, *self.hidden_targets]
+        """The command that runs the visible and the hidden tests in one execution.
+
+        A test module that fails to import must not hide the outcomes of the others, so collection
+        errors do not stop the run.
+        """
+        return [*self.test_command, "--continue-on-collection-errors", *self.hidden_targets]
 
     def is_hidden(self, test_id: str) -> bool:
         """Whether ``test_id`` names a hidden test."""

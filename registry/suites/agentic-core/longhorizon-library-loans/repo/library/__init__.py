@@ -1,0 +1,3 @@
+from library.core import Library
+
+__all__ = ["Library"]

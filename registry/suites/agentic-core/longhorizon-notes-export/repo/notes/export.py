@@ -1,0 +1,1 @@
+"""Exporting notes to other formats."""

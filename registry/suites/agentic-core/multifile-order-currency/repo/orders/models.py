@@ -1,0 +1,7 @@
+from dataclasses import dataclass
+
+
+@dataclass
+class Order:
+    id: str
+    amount_cents: int

@@ -1,0 +1,3 @@
+from collections_extra.dedupe import dedupe
+
+__all__ = ["dedupe"]
