@@ -19,6 +19,7 @@ prints the list.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import signal
@@ -47,6 +48,7 @@ BASE_UID = 1_000_000  # executions run as BASE_UID + the worker's PID when the w
 HIDDEN_DIRS = ("/root", "/home")  # home directories: where host secrets usually live
 _PSEUDO_FS = ("/proc", "/sys", "/dev")  # mounts that need not (and sometimes cannot) be remounted
 _TMPFS_FLAGS = linux.MS_NOSUID | linux.MS_NODEV
+_HIGH_FD = 64
 
 
 @dataclass
@@ -99,7 +101,10 @@ def prepare_worker(plan: IsolationPlan) -> WorkerState:
     """Move this worker into its namespaces; called once, before it serves executions."""
     state = WorkerState(uid=BASE_UID + os.getpid() if plan.drop_uid else None)
     if plan.net_ns and not plan.user_ns:
-        state.host_net = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        opened = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        # well above 0..3, which each execution's stdio and result channel take over
+        state.host_net = fcntl.fcntl(opened, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD)
+        os.close(opened)
     flags = (linux.CLONE_NEWUSER if plan.user_ns else 0) | (linux.CLONE_NEWNS if plan.mount_ns else 0)
     flags |= (linux.CLONE_NEWNET | linux.CLONE_NEWUTS) if plan.net_ns else 0
     outer_uid, outer_gid = os.getuid(), os.getgid()

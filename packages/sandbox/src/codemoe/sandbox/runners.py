@@ -30,6 +30,7 @@ __all__ = ["CHANNEL_FD", "RUNNERS", "apply_limits", "run_in_child", "sandbox_env
 
 CHANNEL_FD = 3
 EXIT_SETUP_FAILED = 120  # the child could not be set up; the channel says why
+_RETIRED: list[object] = []  # replaced stdio objects, kept alive so they never close a descriptor
 
 
 def _send(message: dict[str, Any], _write: Callable[[int, bytes], int] = os.write) -> None:
@@ -88,6 +89,8 @@ def _stdio(request: ExecutionRequest, out_fd: int, err_fd: int, channel_fd: int)
     moved = [os.dup(fd) for fd in (stdin_fd, out_fd, err_fd, channel_fd)]  # above 0..3 first
     for target, fd in enumerate(moved):
         os.dup2(fd, target)
+    # the old stream objects own the old descriptors 0..2: freeing them would close the new ones
+    _RETIRED.extend((sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__))
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
     sys.stderr = io.TextIOWrapper(
