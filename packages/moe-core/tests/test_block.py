@@ -1,0 +1,69 @@
+import pytest
+import torch
+from codemoe.core.moe import MoEBlock, MoEOptions
+from codemoe.core.moe.experts import GroupedExperts, LoopExperts
+from transformers import Qwen3MoeConfig
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
+H, I, E, K = 32, 16, 8, 2
+
+
+def _hf_block(implementation: str) -> Qwen3MoeSparseMoeBlock:
+    config = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=K, norm_topk_prob=True)
+    config._experts_implementation = implementation
+    torch.manual_seed(0)
+    block = Qwen3MoeSparseMoeBlock(config)
+    with torch.no_grad():
+        for p in block.parameters():
+            p.normal_(0, 0.2)
+    return block
+
+
+def _codemoe_block(moe_registry, experts_cls, hf: Qwen3MoeSparseMoeBlock, **options) -> MoEBlock:
+    router = moe_registry.build("router", {"name": "softmax_topk", "top_k": K}, hidden_size=H, num_experts=E)
+    block = MoEBlock(router, experts_cls(E, H, I), MoEOptions(**options))
+    result = block.load_state_dict(hf.state_dict(), strict=False)
+    assert not result.unexpected_keys
+    assert all(key.startswith("shared_expert") for key in result.missing_keys)
+    return block
+
+
+@pytest.mark.parametrize("experts_cls", [GroupedExperts, LoopExperts])
+@pytest.mark.parametrize("implementation", ["eager", "grouped_mm"])
+def test_same_outputs_and_gradients_as_transformers_block(moe_registry, experts_cls, implementation):
+    hf = _hf_block(implementation)
+    ours = _codemoe_block(moe_registry, experts_cls, hf)
+    assert set(dict(ours.named_parameters())) == set(dict(hf.named_parameters()))
+    x = torch.randn(3, 7, H)
+    x_hf, x_ours = x.clone().requires_grad_(), x.clone().requires_grad_()
+    probe = torch.randn(3, 7, H)
+    out_hf, out_ours = hf(x_hf), ours(x_ours)
+    torch.testing.assert_close(out_ours, out_hf, rtol=1e-5, atol=1e-6)
+    (out_hf * probe).sum().backward()
+    (out_ours * probe).sum().backward()
+    torch.testing.assert_close(x_ours.grad, x_hf.grad, rtol=1e-5, atol=1e-6)
+    grads_hf = {n: p.grad for n, p in hf.named_parameters()}
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, grads_hf[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_shared_expert_is_added_with_its_sigmoid_gate(moe_registry):
+    hf = _hf_block("eager")
+    ours = _codemoe_block(moe_registry, GroupedExperts, hf, shared_expert_intermediate_size=8)
+    x = torch.randn(5, H)
+    with torch.no_grad():
+        ours.shared_expert_gate.weight.zero_()  # sigmoid(0) = 1/2
+        expected = hf(x.view(1, 5, H)).view(5, H) + 0.5 * ours.shared_expert(x)
+        torch.testing.assert_close(ours(x.view(1, 5, H)).view(5, H), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_capacity_drops_assignments_and_counts_them(moe_registry):
+    hf = _hf_block("eager")
+    ours = _codemoe_block(moe_registry, GroupedExperts, hf, capacity_factor=0.5)
+    with torch.no_grad():
+        ours(torch.randn(1, 32, H))
+    stats = ours.stats.read(0)
+    cap = 4  # ceil(0.5 * 32 * 2 / 8)
+    assert max(stats.tokens_per_expert) <= cap
+    assert stats.dropped_fraction == pytest.approx(1 - sum(stats.tokens_per_expert) / 64)
+    assert stats.dropped_fraction >= 0.5
