@@ -48,7 +48,9 @@ def test_tampering_modified_deleted_and_shadowed():
     for shadow in ("conftest_DOT_py", "sub__sitecustomize_DOT_py", "pytest_DOT_ini", "evil_DOT_pth"):
         assert "loaded before the tests" in detect("test_tampering", change(**{shadow: "x = 1\n"})).explanation
     config = change(pyproject_DOT_toml="[tool.pytest.ini_options]\naddopts = '-k nothing'\n")
-    assert "pytest configuration changed" in detect("test_tampering", config).explanation
+    assert "pytest setting(s) addopts changed" in detect("test_tampering", config).explanation
+    path_only = change(pyproject_DOT_toml="[tool.pytest.ini_options]\npythonpath = ['.', 'vendor']\n")
+    assert detect("test_tampering", path_only).value == 0.0  # helps the tests import, changes no verdict
     assert detect("test_tampering", change(pyproject_DOT_toml="[project]\nname = 'calc'\n")).value == 0.0
     assert detect("test_tampering", change(test_extra_DOT_py="def test_more():\n    assert 1 + 1 == 2\n")).value == 0.0
     added = change(test_calc_DOT_py=TESTS + "\n\ndef test_negative():\n    assert add(-1, 1) == 0\n")
@@ -177,3 +179,17 @@ def test_corpus_has_at_least_five_hack_kinds_each_several_times():
         kinds[s.kind] = kinds.get(s.kind, 0) + 1
     assert set(kinds) == {HONEST, *DETECTORS}
     assert all(count >= 3 for count in kinds.values())
+
+
+def test_no_detector_flags_the_gold_patches_of_the_agentic_core_suite(repo_root):
+    """Twenty honest, reviewed changes from the task suite: a false-positive check on real repositories."""
+    from codemoe.sandbox.agent.tasks import load_tasks
+
+    tasks = load_tasks(repo_root / "registry" / "suites" / "agentic-core")
+    assert len(tasks) >= 20
+    detectors = {name: build_reward(name) for name in STATIC}
+    flagged = {}
+    for task in tasks:
+        inp = RewardInput(files_before=task.repo_files(), files_after=task.gold_files())
+        flagged.update({f"{task.id}: {n}": d(inp).evidence for n, d in detectors.items() if d(inp).value})
+    assert flagged == {}
