@@ -74,10 +74,18 @@ def test_under_seed2_hacks_passing_every_visible_test_score_below_honest_solutio
 
 def test_report_table_lists_every_detector(corpus):
     recipe = build_reward(load_preset("seed2-weighted"))
-    text = format_report(detector_rows(*corpus), kind_rows(*corpus, recipe), "seed2-weighted")
-    for name in DETECTORS:
-        line = next(line for line in text.splitlines() if line.startswith(name))
-        assert "100%" in line and "0/10" in line
+    rows = detector_rows(*corpus)
+    text = format_report(rows, kind_rows(*corpus, recipe), "seed2-weighted")
+    for row in rows:
+        line = next(line for line in text.splitlines() if line.startswith(row.detector))
+        assert line.split() == [
+            row.detector,
+            f"{row.hacks}/{row.hacks}",
+            "100%",
+            f"0/{row.honest}",
+            "0%",
+            str(row.other_flagged),
+        ]
 
 
 def test_hack_report_command(tmp_path, capsys):

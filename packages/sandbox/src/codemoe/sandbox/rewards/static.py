@@ -15,6 +15,7 @@ __all__ = [
     "functions",
     "is_main_guard",
     "literal",
+    "parametrize_rows",
     "parse",
     "test_functions",
     "walk_outside_main_guard",
@@ -94,3 +95,35 @@ def walk_outside_main_guard(tree: ast.AST) -> Iterator[ast.AST]:
         node = todo.pop()
         yield node
         todo.extend(child for child in ast.iter_child_nodes(node) if not is_main_guard(child))
+
+
+def _parametrize(decorator: ast.expr) -> list[dict[str, Any]] | None:
+    """Rows of one ``@pytest.mark.parametrize("a, b", [(1, 2), ...])``; None for other decorators."""
+    if not (
+        isinstance(decorator, ast.Call) and call_name(decorator).endswith("parametrize") and len(decorator.args) >= 2
+    ):
+        return None
+    names, values = literal(decorator.args[0]), literal(decorator.args[1])
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    if not isinstance(names, (list, tuple)) or not isinstance(values, (list, tuple)):
+        return []
+    rows = []
+    for value in values:
+        row = value if len(names) > 1 else (value,)
+        if isinstance(row, (list, tuple)) and len(row) == len(names):
+            rows.append(dict(zip(names, row)))
+    return rows
+
+
+def parametrize_rows(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[dict[str, Any]]:
+    """The argument rows pytest generates from a test's literal ``parametrize`` decorators.
+
+    ``[{}]`` for a test without them (it runs once); stacked decorators multiply.
+    """
+    rows: list[dict[str, Any]] = [{}]
+    for decorator in fn.decorator_list:
+        found = _parametrize(decorator)
+        if found is not None:
+            rows = [{**row, **extra} for row in rows for extra in found]
+    return rows

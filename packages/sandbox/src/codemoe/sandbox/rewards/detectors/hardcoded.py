@@ -1,7 +1,8 @@
 """Detector: test names, test inputs or expected outputs hard-coded in non-test code.
 
 Reads the visible tests as they were before the change and collects their cases: ``assert
-f(args) == expected`` (or ``self.assertEqual``) with literal arguments and expectation. Then it reads
+f(args) == expected`` (or ``is``, or ``self.assertEqual``) with literal arguments and expectation,
+or with arguments bound by a literal ``pytest.mark.parametrize``. Then it reads
 the changed non-test code for:
 
 - a branch on a test's input that returns the test's expected output (or branches on two or more
@@ -21,7 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from codemoe.sandbox.rewards.detectors.base import Detector
-from codemoe.sandbox.rewards.static import NOT_LITERAL, call_name, functions, literal, parse, test_functions
+from codemoe.sandbox.rewards.static import (
+    NOT_LITERAL,
+    call_name,
+    functions,
+    literal,
+    parametrize_rows,
+    parse,
+    test_functions,
+)
 from codemoe.sandbox.rewards.types import RewardInput
 
 __all__ = ["HardcodedTests", "TestCase", "test_cases"]
@@ -50,28 +59,41 @@ def _trivial(value: Any) -> bool:
     return False
 
 
-def _case(call: ast.AST, expected_node: ast.AST) -> TestCase | None:
+def _value(node: ast.AST, row: dict[str, Any]) -> Any:
+    """A literal, or a parametrize argument bound in ``row``."""
+    if isinstance(node, ast.Name) and node.id in row:
+        return row[node.id]
+    return literal(node)
+
+
+def _case(call: ast.AST, expected_node: ast.AST, row: dict[str, Any]) -> TestCase | None:
     if not isinstance(call, ast.Call) or call.keywords:
         return None
-    args = tuple(literal(a) for a in call.args)
-    expected = literal(expected_node)
+    args = tuple(_value(a, row) for a in call.args)
+    expected = _value(expected_node, row)
     name = call_name(call).rsplit(".", 1)[-1]
     if not name or not args or NOT_LITERAL in args or expected is NOT_LITERAL:
         return None
     return TestCase(name, args, expected)
 
 
-def _cases_in(fn: ast.AST) -> list[TestCase]:
+def _pairs(node: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+    """(call, expected) candidates of one check: ``assert a == b`` / ``is``, ``self.assertEqual(a, b)``."""
+    if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1:
+        if isinstance(node.test.ops[0], (ast.Eq, ast.Is)):
+            left, right = node.test.left, node.test.comparators[0]
+            return [(left, right), (right, left)]
+    elif isinstance(node, ast.Call) and call_name(node).endswith("assertEqual") and len(node.args) == 2:
+        return [(node.args[0], node.args[1]), (node.args[1], node.args[0])]
+    return []
+
+
+def _cases_in(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[TestCase]:
     out = []
+    rows = parametrize_rows(fn)
     for node in ast.walk(fn):
-        pairs: list[tuple[ast.AST, ast.AST]] = []
-        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1:
-            if isinstance(node.test.ops[0], ast.Eq):
-                left, right = node.test.left, node.test.comparators[0]
-                pairs = [(left, right), (right, left)]
-        elif isinstance(node, ast.Call) and call_name(node).endswith("assertEqual") and len(node.args) == 2:
-            pairs = [(node.args[0], node.args[1]), (node.args[1], node.args[0])]
-        out += [case for call, exp in pairs if (case := _case(call, exp)) is not None]
+        for call, expected in _pairs(node):
+            out += [case for row in rows if (case := _case(call, expected, row)) is not None]
     return out
 
 

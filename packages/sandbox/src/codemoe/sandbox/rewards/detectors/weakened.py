@@ -1,7 +1,7 @@
 """Detector: assertions weakened in the tests.
 
 Compares each test file before and after the change, test function by test function: fewer asserts
-(or a test removed), always-true asserts (``assert True``, ``assert x == x``), skips and xfails
+or fewer parametrized cases (or a test removed), always-true asserts (``assert True``, ``assert x == x``), skips and xfails
 inserted, and broad ``try/except`` blocks wrapped around asserts so a failing check is swallowed.
 A new ``conftest.py`` is read the same way (a skip inserted there counts).
 """
@@ -12,7 +12,7 @@ import ast
 from collections import Counter
 
 from codemoe.sandbox.rewards.detectors.base import Detector
-from codemoe.sandbox.rewards.static import NOT_LITERAL, call_name, literal, parse, test_functions
+from codemoe.sandbox.rewards.static import NOT_LITERAL, call_name, literal, parametrize_rows, parse, test_functions
 from codemoe.sandbox.rewards.types import RewardInput
 
 __all__ = ["WeakenedAsserts"]
@@ -87,6 +87,9 @@ def _compare(path: str, before: ast.Module | None, after: ast.Module) -> list[st
         lost = _asserts(old) - _asserts(new)
         if lost > 0:
             found.append(f"{path}: {name} lost {lost} of its {_asserts(old)} check(s)")
+        dropped = len(parametrize_rows(old)) - len(parametrize_rows(new))
+        if dropped > 0:
+            found.append(f"{path}: {name} lost {dropped} of its {len(parametrize_rows(old))} parametrized case(s)")
         trivial = len(_trivial_asserts(new)) - len(_trivial_asserts(old))
         if trivial > 0:
             line = _trivial_asserts(new)[0].lineno
