@@ -94,3 +94,23 @@ def model_dir(tmp_path_factory, codemoe_model, tokenizer) -> Path:
     from codemoe.core.models import save_pretrained
 
     return save_pretrained(codemoe_model, tokenizer, tmp_path_factory.mktemp("ckpt") / "tiny-moe")
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    """``codemoe serve`` of the saved checkpoint on a free loopback port."""
+    from codemoe.serving.embedded import EmbeddedEngineConfig, build_embedded_engine
+    from codemoe.serving.handlers import ServingApp
+    from codemoe.serving.server import ApiServer
+
+    engine = build_embedded_engine(EmbeddedEngineConfig(model_dir=str(model_dir)))
+    with ApiServer(ServingApp(engine, "tiny-moe", str(model_dir)), "127.0.0.1", 0) as running:
+        yield running
+
+
+@pytest.fixture
+def client(server):
+    """The official ``openai`` client pointed at the test server."""
+    import openai
+
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=60)

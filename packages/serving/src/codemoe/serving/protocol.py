@@ -13,6 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 __all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "GenerateRequest", "UpdateWeightsRequest"]
 
 
+def _stop_list_of(value: str | list[str] | None) -> list[str]:
+    """``stop`` as a list of non-empty strings."""
+    stops = [value] if isinstance(value, str) else list(value or [])
+    if any(not s for s in stops):
+        raise ValueError("stop strings must be non-empty")
+    return stops
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=False)
 
@@ -25,18 +33,12 @@ class _Sampling(_Request):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)  # extension (vLLM and SGLang accept it too)
-    stop: str | list[str] | None = None
+    stop: str | list[str] | None = Field(None, validate_default=True)
     seed: int | None = None
     stream: bool = False
     ignore_eos: bool = False  # extension
 
-    @field_validator("stop")
-    @classmethod
-    def _stop_list(cls, value: str | list[str] | None) -> list[str]:
-        stops = [value] if isinstance(value, str) else list(value or [])
-        if any(not s for s in stops):
-            raise ValueError("stop strings must be non-empty")
-        return stops
+    _stop_list = field_validator("stop")(_stop_list_of)
 
 
 class CompletionRequest(_Sampling):
@@ -72,10 +74,12 @@ class _GenerateSampling(_Request):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(-1, ge=-1)  # SGLang's "off" is -1
-    stop: str | list[str] | None = None
+    stop: str | list[str] | None = Field(None, validate_default=True)
     n: int = Field(1, ge=1, le=256)
     sampling_seed: int | None = None
     ignore_eos: bool = False
+
+    _stop_list = field_validator("stop")(_stop_list_of)
 
 
 class GenerateRequest(_Request):

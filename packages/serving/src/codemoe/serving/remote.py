@@ -143,20 +143,17 @@ class OpenAIEngine(_RemoteEngine):
         return self.model_name
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        """All prompts in one request: choice ``i * n + j`` is sample ``j`` of prompt ``i``."""
         params.validate()
-        seed = params.seed if params.seed is not None else secrets.randbits(63)
-        return [self._one(prompt, params, seed + i) for i, prompt in enumerate(prompts)]
-
-    def _one(self, prompt: str | list[int], params: SamplingParams, seed: int) -> GenerationOutput:
         payload: dict[str, Any] = {
             "model": self._served_model(),
-            "prompt": prompt,
+            "prompt": list(prompts),
             "n": params.n,
             "temperature": params.temperature,
             "top_p": params.top_p,
             "max_tokens": params.max_new_tokens,
             "stop": params.stop or None,
-            "seed": seed,
+            "seed": params.seed if params.seed is not None else secrets.randbits(63),
             "logprobs": 1,
             "return_tokens_as_token_ids": True,
         }
@@ -164,9 +161,13 @@ class OpenAIEngine(_RemoteEngine):
             payload["top_k"] = params.top_k
         if params.ignore_eos:
             payload["ignore_eos"] = True
-        body = self._request("POST", "/v1/completions", payload)
-        choices = sorted(body["choices"], key=lambda c: c["index"])
-        return GenerationOutput(self._prompt_ids(prompt), [_openai_sample(c) for c in choices])
+        choices = sorted(self._request("POST", "/v1/completions", payload)["choices"], key=lambda c: c["index"])
+        return [
+            GenerationOutput(
+                self._prompt_ids(prompt), [_openai_sample(c) for c in choices[i * params.n : (i + 1) * params.n]]
+            )
+            for i, prompt in enumerate(prompts)
+        ]
 
 
 def _openai_sample(choice: dict[str, Any]) -> Sample:

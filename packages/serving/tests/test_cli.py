@@ -1,0 +1,50 @@
+"""``codemoe serve MODEL_DIR`` as a real process, and the plugin's registrations."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+
+def test_engines_are_registered_without_importing_torch():
+    code = (
+        "import sys\n"
+        "from codemoe.core import Registry\n"
+        "import codemoe.serving, codemoe.serving.plugin as plugin\n"
+        "r = Registry()\n"
+        "plugin.codemoe_register_components(r)\n"
+        "print(r.names('engine'), 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['embedded', 'openai', 'sglang'] False"
+
+
+@pytest.mark.slow
+def test_codemoe_serve_answers_over_http(model_dir):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "codemoe.core", "serve", str(model_dir), "--port", "0", "--served-model-name", "m"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert "codemoe serve: m on http://127.0.0.1:" in line, proc.stderr.read() if proc.poll() is not None else line
+        url = line.split(" on ")[1].split()[0]
+        body = json.dumps({"model": "m", "prompt": "def", "max_tokens": 3, "temperature": 0}).encode()
+        req = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            answer = json.loads(resp.read())
+        assert answer["choices"][0]["finish_reason"] in ("length", "stop")
+        assert answer["usage"]["completion_tokens"] <= 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_serve_reports_a_missing_checkpoint(tmp_path):
+    cmd = [sys.executable, "-m", "codemoe.core", "serve", str(tmp_path / "nope"), "--port", "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no config.json" in proc.stderr
