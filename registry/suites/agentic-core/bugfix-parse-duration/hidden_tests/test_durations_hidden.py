@@ -1,5 +1,4 @@
 import pytest
-
 from timefmt import format_duration, parse_duration
 
 

@@ -1,5 +1,4 @@
 import pytest
-
 from orders.parse import from_dict
 from orders.render import summary
 from orders.serialize import to_dict

@@ -19,11 +19,12 @@ def test_same_output_as_pairwise_definition():
 
 
 def test_large_distinct_words_fast():
-    words = [f"{i:05d}" for i in range(3000)]
+    rng = random.Random(1)
+    words = ["".join(rng.sample("ABCDEFGHIJKLMNOPQRSTUVWXYZ", 6)) for _ in range(1000)]
     start = time.perf_counter()
     groups = group_anagrams(words)
-    assert time.perf_counter() - start < 0.15
-    assert sum(len(g) for g in groups) == 3000
+    assert time.perf_counter() - start < 0.1
+    assert sum(len(g) for g in groups) == 1000
 
 
 def test_empty():

@@ -104,7 +104,7 @@ class RepoEnvironment:
         """Start an episode on ``task``; returns the first observation."""
         self.close_workspace()
         self.task = task
-        self.workspace = Workspace(task.repo, readonly=task.readonly)
+        self.workspace = Workspace(task.repo, readonly=task.readonly, reserved=task.hidden_targets)
         budget = self.config.step_budget or task.step_budget
         files = "\n".join(self.workspace.relative(p) for p in self.workspace.iter_files())
         observation = (

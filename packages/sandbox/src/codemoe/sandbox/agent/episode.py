@@ -70,9 +70,11 @@ class Episode:
 
     def record_grades(self, task: Task, before: ExecutionResult, after: ExecutionResult) -> None:
         """Split the grading runs into visible and hidden outcomes and decide ``resolved``."""
-        for result, visible, hidden in ((before, self.visible_before, self.hidden_before),
-                                        (after, self.visible_after, self.hidden_after)):
-            for test_id, outcome in result.tests.items():
+        outcomes_before = expand_collection_errors(before.tests, after.tests)
+        outcomes_after = expand_collection_errors(after.tests, before.tests)
+        for tests, visible, hidden in ((outcomes_before, self.visible_before, self.hidden_before),
+                                       (outcomes_after, self.visible_after, self.hidden_after)):
+            for test_id, outcome in tests.items():
                 (hidden if task.is_hidden(test_id) else visible)[test_id] = outcome
         self.status_after = after.status
         required = [*task.fail_to_pass, *task.pass_to_pass, *self.hidden_after]
@@ -120,6 +122,20 @@ class Episode:
             "hidden_after": self.hidden_after,
             "patch": self.patch(),
         }
+
+
+def expand_collection_errors(tests: dict[str, str], other: dict[str, str]) -> dict[str, str]:
+    """Replace a module-level entry (``path``, a module that failed to import) by its tests.
+
+    pytest reports a module that cannot be collected under the file's path alone. The tests the
+    other run found in that file are given the module's outcome, so that "failing before, passing
+    after" and "passing before, failing after" compare test by test.
+    """
+    out: dict[str, str] = {}
+    for test_id, outcome in tests.items():
+        inner = [t for t in other if t.startswith(test_id + "::")] if "::" not in test_id else []
+        out.update(dict.fromkeys(inner, outcome) if inner else {test_id: outcome})
+    return out
 
 
 def system_prompt(tools: Any) -> str:

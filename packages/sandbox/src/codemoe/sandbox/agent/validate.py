@@ -5,7 +5,8 @@ tests on the original repository and on the repository with the gold patch appli
 valid when the gold patch applies; every ``fail_to_pass`` test fails (or does not exist) before and
 passes after; every ``pass_to_pass`` test passes both times; the task has hidden tests, they all
 pass with the gold patch and at least one fails on the original; every visible test passes with the
-gold patch; and the repository does not already contain the hidden tests.
+gold patch; and the repository does not already contain the hidden tests (an overlay may replace
+a visible test file, as SWE-bench's ``test_patch`` does, but must change it).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ def _static_problems(task: Task) -> list[str]:
         problems.append("fail_to_pass is empty")
     if not task.hidden_files:
         problems.append("no hidden tests")
-    leaked = sorted(set(task.repo_files()) & set(task.hidden_files))
+    repo = task.repo_files()
+    leaked = sorted(path for path, text in task.hidden_files.items() if repo.get(path) == text)
     if leaked:
-        problems.append(f"the repository already contains hidden test files {leaked}")
+        problems.append(f"the repository already contains the hidden tests {leaked}")
     if task.type == "clarification-needed" and not task.clarification:
         problems.append("a clarification-needed task needs a clarification text")
     return problems

@@ -34,12 +34,14 @@ class ToolError(Exception):
 class Workspace:
     """A private copy of a repository in a fresh temporary directory."""
 
-    def __init__(self, source: Path | None, readonly: Iterable[str] = (), prefix: str = "codemoe-agent-") -> None:
+    def __init__(self, source: Path | None, readonly: Iterable[str] = (), reserved: Iterable[str] = (),
+                 prefix: str = "codemoe-agent-") -> None:
         self.root = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
         if source is not None:
             shutil.copytree(source, self.root, symlinks=True, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns(*_SKIP_DIRS))
         self.readonly = tuple(readonly)
+        self.reserved = tuple(r.rstrip("/") for r in reserved)  # paths grading overwrites: never writable
 
     # -- paths -----------------------------------------------------------------------------
 
@@ -101,7 +103,10 @@ class Workspace:
     def write_text(self, rel: str, content: str) -> bool:
         """Write ``content`` to ``rel`` (creating folders); returns whether the file is new."""
         path = self.resolve(rel, must_exist=False)
-        if self.is_readonly(rel):
+        clean = self.relative(path)
+        if any(clean == r or clean.startswith(r + "/") for r in self.reserved):
+            raise ToolError("denied", f"{rel}: reserved for the grader's hidden tests")
+        if self.is_readonly(clean):
             raise ToolError("permission_denied", f"PermissionError: [Errno 13] Permission denied: '{rel}'")
         if path.is_dir():
             raise ToolError("is_dir", f"{rel} is a directory")

