@@ -182,8 +182,8 @@ def test_visible_and_hidden_selection():
     assert build_reward({"name": "test_pass_rate", "tests": "hidden"})(inp).value == 0.25
     assert build_reward("hidden_pass_rate")(inp).value == 0.25
     assert build_reward({"name": "test_pass_rate", "tests": "all"})(inp).value == pytest.approx(3 / 6)
-    with pytest.raises(ValueError, match="expected visible, hidden or all"):
-        build_reward({"name": "test_pass_rate", "tests": "secret"})(inp)
+    with pytest.raises(ValueError, match="test_pass_rate: option tests='secret'; expected visible, hidden or all"):
+        build_reward({"name": "test_pass_rate", "tests": "secret"})
 
 
 def test_visible_hidden_gap_is_reported_as_a_metric():

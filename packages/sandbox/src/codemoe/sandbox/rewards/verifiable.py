@@ -121,10 +121,16 @@ class FormatErrorsConfig(RewardConfig):
     weight: float = -0.5  # a malformed tool call costs half a compile error
 
 
-def _selection(config: TestsConfig) -> TestSelection:
-    if config.tests not in ("visible", "hidden", "all"):
-        raise ValueError(f"reward option tests={config.tests!r}: expected visible, hidden or all")
-    return config.tests  # type: ignore[return-value]
+class _ScoresTests(RewardComponent):
+    """Base of the components with a ``tests`` option; checks it when the component is built."""
+
+    config_class = TestsConfig
+
+    def __init__(self, config: TestsConfig | None = None) -> None:
+        super().__init__(config)
+        if self.config.tests not in ("visible", "hidden", "all"):
+            raise ValueError(f"{self.name}: option tests={self.config.tests!r}; expected visible, hidden or all")
+        self.selection: TestSelection = self.config.tests  # type: ignore[assignment]
 
 
 class CompileErrors(RewardComponent):
@@ -151,7 +157,7 @@ class CompileSuccess(RewardComponent):
         return RewardValue(self.name, 1.0, f"{len(inp.changed_files())} changed file(s) compile")
 
 
-class TestPassRate(RewardComponent):
+class TestPassRate(_ScoresTests):
     """Fraction of the selected tests passing after the change (0 when no test ran)."""
 
     __test__ = False
@@ -159,7 +165,7 @@ class TestPassRate(RewardComponent):
     config_class = TestsConfig
 
     def __call__(self, inp: RewardInput) -> RewardValue:
-        before, after = inp.tests(_selection(self.config))
+        before, after = inp.tests(self.selection)
         ids = _union(before, after)
         if not ids:
             return RewardValue(self.name, 0.0, f"no {self.config.tests} tests ran")
@@ -174,7 +180,7 @@ class HiddenPassRate(TestPassRate):
     config_class = HiddenPassRateConfig
 
 
-class NewlyPassing(RewardComponent):
+class NewlyPassing(_ScoresTests):
     """Tests that existed and did not pass before the change and pass after it.
 
     Tests the change adds are not counted: writing new passing tests must not earn reward.
@@ -184,20 +190,20 @@ class NewlyPassing(RewardComponent):
     config_class = NewlyPassingConfig
 
     def __call__(self, inp: RewardInput) -> RewardValue:
-        before, after = inp.tests(_selection(self.config))
+        before, after = inp.tests(self.selection)
         ids = [t for t in sorted(before) if not outcome_passed(before[t]) and outcome_passed(after.get(t))]
         text = f"{len(ids)} test(s) newly passing" + (f": {_short(ids)}" if ids else "")
         return RewardValue(self.name, float(len(ids)), text, tuple(ids))
 
 
-class Regressions(RewardComponent):
+class Regressions(_ScoresTests):
     """Tests that passed before the change and do not pass (or are gone) after it."""
 
     name = "regressions"
     config_class = RegressionsConfig
 
     def __call__(self, inp: RewardInput) -> RewardValue:
-        before, after = inp.tests(_selection(self.config))
+        before, after = inp.tests(self.selection)
         ids = [t for t in sorted(before) if outcome_passed(before[t]) and not outcome_passed(after.get(t))]
         text = f"{len(ids)} regression(s)" + (f": {_short(ids)}" if ids else "")
         return RewardValue(self.name, float(len(ids)), text, tuple(ids))
@@ -214,18 +220,18 @@ def _all_pass(inp: RewardInput, which: TestSelection) -> tuple[bool, str]:
     return True, f"all {len(ids)} {which} tests pass"
 
 
-class AllPass(RewardComponent):
+class AllPass(_ScoresTests):
     """1 when every selected test passes after the change (and at least one ran), else 0."""
 
     name = "all_pass"
     config_class = AllPassConfig
 
     def __call__(self, inp: RewardInput) -> RewardValue:
-        ok, text = _all_pass(inp, _selection(self.config))
+        ok, text = _all_pass(inp, self.selection)
         return RewardValue(self.name, float(ok), text)
 
 
-class TaskComplete(RewardComponent):
+class TaskComplete(_ScoresTests):
     """1 when the task is done end to end: it compiles, the build succeeds and every test passes."""
 
     name = "task_complete"
@@ -235,7 +241,7 @@ class TaskComplete(RewardComponent):
         errors = compile_errors(inp)
         if errors:
             return RewardValue(self.name, 0.0, f"not complete: {errors[0]}")
-        ok, text = _all_pass(inp, _selection(self.config))
+        ok, text = _all_pass(inp, self.selection)
         return RewardValue(self.name, float(ok), ("complete: " if ok else "not complete: ") + text)
 
 
