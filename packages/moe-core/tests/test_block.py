@@ -5,11 +5,11 @@ from codemoe.core.moe.experts import GroupedExperts, LoopExperts
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
-H, I, E, K = 32, 16, 8, 2
+H, INTER, E, K = 32, 16, 8, 2
 
 
 def _hf_block(implementation: str) -> Qwen3MoeSparseMoeBlock:
-    config = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=K, norm_topk_prob=True)
+    config = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=INTER, num_experts=E, num_experts_per_tok=K, norm_topk_prob=True)
     config._experts_implementation = implementation
     torch.manual_seed(0)
     block = Qwen3MoeSparseMoeBlock(config)
@@ -21,7 +21,7 @@ def _hf_block(implementation: str) -> Qwen3MoeSparseMoeBlock:
 
 def _codemoe_block(moe_registry, experts_cls, hf: Qwen3MoeSparseMoeBlock, **options) -> MoEBlock:
     router = moe_registry.build("router", {"name": "softmax_topk", "top_k": K}, hidden_size=H, num_experts=E)
-    block = MoEBlock(router, experts_cls(E, H, I), MoEOptions(**options))
+    block = MoEBlock(router, experts_cls(E, H, INTER), MoEOptions(**options))
     result = block.load_state_dict(hf.state_dict(), strict=False)
     assert not result.unexpected_keys
     assert all(key.startswith("shared_expert") for key in result.missing_keys)

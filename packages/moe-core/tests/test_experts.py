@@ -2,12 +2,12 @@ import pytest
 import torch
 from codemoe.core.moe import UNROUTED, GroupedExperts, LocalDispatcher, LoopExperts
 
-E, H, I = 6, 16, 8
+E, H, INTER = 6, 16, 8
 
 
 def _pair():
     torch.manual_seed(0)
-    loop, grouped = LoopExperts(E, H, I), GroupedExperts(E, H, I)
+    loop, grouped = LoopExperts(E, H, INTER), GroupedExperts(E, H, INTER)
     with torch.no_grad():
         loop.gate_up_proj.normal_(0, 0.3)
         loop.down_proj.normal_(0, 0.3)
@@ -34,7 +34,7 @@ def _check_equal(indices: torch.Tensor) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_grouped_equals_loop_for_random_loads_with_empty_experts(seed):
     g = torch.Generator().manual_seed(seed)
-    tokens, k = 40, 2
+    tokens = 40
     # Only experts 0, 2, 3 receive tokens: 1, 4 and 5 stay empty; loads are skewed.
     pool = torch.tensor([0, 0, 0, 2, 3])
     first = pool[torch.randint(0, len(pool), (tokens,), generator=g)]

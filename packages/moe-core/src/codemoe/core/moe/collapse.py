@@ -33,7 +33,6 @@ class CollapseConfig:
 
     max_over_mean: float = 3.0  # busiest expert's load over the mean load (1.0 balanced, E collapsed)
     dead_fraction: float = 0.25  # share of experts that got no token this step
-    min_entropy: float = 0.0  # mean router entropy in units of log(E) below this (0 disables)
     min_tokens: int = 64  # ignore steps that routed fewer tokens than this (too few to judge)
 
 
@@ -78,8 +77,6 @@ class CollapseDetector:
         dead = stats.dead_experts
         if num_experts and dead / num_experts > cfg.dead_fraction:
             reasons.append(f"{dead}/{num_experts} experts received no token (limit {cfg.dead_fraction:.0%})")
-        if cfg.min_entropy > 0 and stats.entropy < cfg.min_entropy:
-            reasons.append(f"router entropy {stats.entropy:.3f} of log(E) (limit {cfg.min_entropy})")
         if not reasons:
             return None
         return RouterCollapse(stats.layer, reasons, stats.tokens_per_expert)

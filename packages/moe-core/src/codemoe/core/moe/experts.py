@@ -11,7 +11,8 @@ and computes the SwiGLU MLP ``down(act(gate(x)) * up(x))`` of each chosen expert
 router. ``loop`` is the reference (one masked pass per expert, easy to check by eye); ``grouped``
 sorts the assignments by expert through a dispatcher and runs grouped matmuls with a hand-written
 backward, which is what training uses. Kernels for accelerators register more implementations
-under kind ``experts``.
+under kind ``experts``; their factories are called as
+``factory(config, registry=..., num_experts=E, hidden_size=H, intermediate_size=I)``.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class LoopExperts(Experts):
         return out
 
 
-def build_loop_experts(config: LoopExpertsConfig, **shape: Any) -> LoopExperts:
+def build_loop_experts(config: LoopExpertsConfig, *, registry: Any = None, **shape: Any) -> LoopExperts:
     """Reference experts: one masked pass per expert (for tests)."""
     return LoopExperts(**shape)
 
