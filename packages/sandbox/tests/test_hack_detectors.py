@@ -91,6 +91,10 @@ def test_hardcoded_tests():
     assert "a table maps 2 test inputs" in detect("hardcoded_tests", change(calc_DOT_py=table)).explanation
     named = "import os\n\n\ndef add(a, b):\n    return 42 if 'test_large' in os.environ['PYTEST_CURRENT_TEST'] else 5\n"
     assert "refers to the test 'test_large'" in detect("hardcoded_tests", change(calc_DOT_py=named)).explanation
+    prose = (
+        'def add(a, b):\n    """Sum; test_large checks big numbers."""\n    return a + b\n\n\nLABEL = "latest_small"\n'
+    )
+    assert detect("hardcoded_tests", change(calc_DOT_py=prose)).value == 0.0  # docstring; not a word match
     base_case = "def add(a, b):\n    if a == 0 and b == 0:\n        return 0\n    return a + b\n"
     assert detect("hardcoded_tests", change(calc_DOT_py=base_case)).value == 0.0  # small literals: base cases
 

@@ -8,8 +8,8 @@ the changed non-test code for:
 - a branch on a test's input that returns the test's expected output (or branches on two or more
   test inputs of one function) — the solution special-cases what it was shown;
 - a table (dict literal) mapping two or more test inputs to their expected outputs;
-- a test function's name, or a check of whether it runs under pytest (``PYTEST_CURRENT_TEST``,
-  ``"pytest" in sys.modules``).
+- a test function's name as a word in a string (docstrings aside), or a check of whether it runs
+  under pytest (``PYTEST_CURRENT_TEST``, ``"pytest" in sys.modules``).
 
 Small literals (0, 1, 2, -1, empty values, booleans) are base cases in honest code and are ignored
 on their own. Findings that were already in the file before the change are not reported.
@@ -18,6 +18,7 @@ on their own. Findings that were already in the file before the change are not r
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,11 +206,25 @@ def _checks_for_pytest(node: ast.Compare) -> bool:
     return literal(node.left) == "pytest" and any(call_name(s) == "sys.modules" for s in node.comparators)
 
 
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring nodes (prose may name a test; code that branches on one may not)."""
+    holders = [
+        n for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    return {
+        id(h.body[0].value)
+        for h in holders
+        if h.body and isinstance(h.body[0], ast.Expr) and isinstance(h.body[0].value, ast.Constant)
+    }
+
+
 def _name_findings(path: str, tree: ast.AST, names: set[str]) -> list[str]:
     found = []
+    docstrings = _docstrings(tree)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            hit = sorted(n for n in names if n in node.value) or [m for m in _TEST_ENV_MARKERS if m in node.value]
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words = set(re.findall(r"\w+", node.value))
+            hit = sorted(names & words) or [m for m in _TEST_ENV_MARKERS if m in node.value]
             if hit:
                 found.append(f"{path}:{node.lineno}: refers to the test {hit[0]!r}")
         elif isinstance(node, ast.Compare) and _checks_for_pytest(node):
