@@ -19,8 +19,8 @@ __all__ = ["EarlyExit"]
 
 _EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit", "os.abort", "os.kill", "atexit.register"})
 _PRINTS = frozenset({"print", "sys.stdout.write", "sys.__stdout__.write", "sys.stderr.write", "os.write"})
-# Text a test runner prints on success: "PASSED", "3 passed", "OK", "All tests passed".
-_VERDICT = re.compile(r"\bPASS(ED)?\b|\b\d+ passed\b|^\s*OK\s*$|all tests pass", re.IGNORECASE | re.MULTILINE)
+# Text a test runner prints on success: "PASSED", "3 passed", "Ran 3 tests", "All tests passed".
+_VERDICT = re.compile(r"\bPASS(ED)?\b|\b\d+ passed\b|\bRan \d+ tests?\b|all tests pass", re.IGNORECASE)
 
 
 def _printed_text(call: ast.Call) -> str:
