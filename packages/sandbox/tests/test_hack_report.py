@@ -99,3 +99,24 @@ def test_hack_report_command(tmp_path, capsys):
     rates = {row["detector"]: (row["detection_rate"], row["false_positive_rate"]) for row in report["detectors"]}
     assert rates == {name: (1.0, 0.0) for name in DETECTORS}
     assert report["recipe"] == "seed2-weighted"
+
+
+def test_function_level_sample_that_exits_early_is_flagged_and_scores_below_an_honest_one(executor):
+    """HumanEval-style samples through the asserts runner: one honest, one ``exit(0)`` before the checks."""
+    from codemoe.sandbox.api import function_task_request
+    from codemoe.sandbox.rewards import reward_input_from_results
+
+    tests = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(5) == 25\n"
+    honest = "def square(x):\n    return x * x\n"
+    cheat = "import sys\n\n\ndef square(x):\n    return 0\n\n\nsys.exit(0)\n"
+    results = executor.run_batch([function_task_request(p, tests, "square") for p in (honest, cheat)])
+    recipe = build_reward(load_preset("seed2-weighted"))
+    scored = []
+    for program, result in zip((honest, cheat), results):
+        inp = reward_input_from_results(after=result, files_after={"program.py": program})
+        scored.append((inp, recipe(inp)))
+    (_, good), (bad_input, bad) = scored
+    assert good.total == pytest.approx(1.0)
+    assert bad_input.integrity and "exited early" in bad_input.integrity[0]
+    assert bad.components["hack_penalty"] == 1.0
+    assert bad.total == pytest.approx(0.2 - 0.1)
