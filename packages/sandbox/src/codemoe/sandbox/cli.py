@@ -116,7 +116,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         print(json.dumps([c.to_dict() for c in checks], indent=2))
     else:
         print(format_report(checks))
-    return 0
+    end_to_end = next(c for c in checks if c.name == "end-to-end check")
+    return 0 if end_to_end.active else 1
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
