@@ -1,0 +1,157 @@
+"""The repository environment end to end: oracle, flailing agent, anti-spin, budget, trajectories, rewards."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+
+import pytest
+import yaml
+from codemoe.sandbox.agent import (
+    FlailingPolicy,
+    OraclePolicy,
+    RepoEnvironment,
+    RepoEnvironmentConfig,
+    ToolCall,
+    load_task,
+    load_tasks,
+    parse_tool_call,
+    read_trajectories,
+    run_episode,
+)
+from codemoe.sandbox.agent.registration import register_agent
+from codemoe.sandbox.rewards import build_reward
+
+ROOT = Path(__file__).resolve().parents[3]
+SUITE = ROOT / "registry" / "suites" / "agentic-core"
+
+
+@pytest.fixture(scope="module")
+def seed1():
+    return build_reward(yaml.safe_load((ROOT / "registry" / "rewards" / "seed1-stepwise.yaml").read_text()))
+
+
+@pytest.fixture
+def env(executor):
+    environment = RepoEnvironment(executor=executor)
+    yield environment
+    environment.close_workspace()
+
+
+@pytest.mark.slow
+def test_oracle_solves_every_task_with_the_maximum_seed1_reward(env, seed1):
+    tasks = load_tasks(SUITE)
+    for task in tasks:
+        episode = run_episode(env, task, OraclePolicy(task))
+        assert (episode.stop_reason, episode.resolved, episode.format_errors) == ("submitted", True, 0), task.id
+        before, after = task.repo_files(), task.gold_files()
+        changed = sum(before.get(path) != after.get(path) for path in set(before) | set(after))
+        asks = int(task.clarification is not None)
+        assert episode.steps == changed + asks + 1, task.id  # one write per changed file, [ask], submit
+        failing_before = [t for t in episode.visible_after if episode.visible_before.get(t) != "passed"]
+        assert all(outcome == "passed" for outcome in {**episode.visible_after, **episode.hidden_after}.values())
+        result = seed1(episode.to_reward_input())
+        # the best seed-1 score an agent can reach: no compile error, no regression, every visible test
+        # that failed now passes, the all-pass bonus, and no action beyond the ones the change needs
+        assert result.components == {"compile_errors": 0, "regressions": 0, "newly_passing": len(failing_before),
+                                     "all_pass": 1, "step_cost": episode.steps}, task.id
+        assert result.total == pytest.approx(1.5 * len(failing_before) + 10 - 0.01 * episode.steps)
+        assert len(failing_before) >= 1
+
+
+def test_flailing_agent_pays_for_format_errors_and_is_stopped_by_anti_spin(env, seed1):
+    task = load_task(SUITE / "bugfix-median-even")
+    episode = run_episode(env, task, FlailingPolicy())
+    assert episode.stop_reason == "anti_spin"
+    assert episode.steps == 11  # three failing test runs (steps 5, 8, 10), then one last action
+    kinds = [record.error_kind for record in episode.log]
+    assert kinds == ["malformed", "malformed", "unknown_tool", "bad_args", "", "malformed", "not_allowed", "",
+                     "not_found", "", "malformed"]
+    assert episode.format_errors == 6
+    assert "summarise what you found" in episode.messages[-3]["content"]  # the observation of the third failing run
+    assert not episode.resolved
+    penalty = build_reward({"name": "weighted_sum", "components": {"format_errors": {}}})
+    assert penalty(episode.to_reward_input()).total == pytest.approx(-0.5 * 6)
+    result = seed1(episode.to_reward_input())
+    assert result.total == pytest.approx(-0.01 * 11)
+
+
+def test_anti_spin_counts_consecutive_failures_only(executor):
+    task = load_task(SUITE / "bugfix-median-even")
+    env = RepoEnvironment(RepoEnvironmentConfig(max_failing_test_runs=2), executor=executor)
+    env.reset(task)
+    assert not env.step(ToolCall("run_tests", {})).done
+    gold = task.gold_files()["stats/core.py"]
+    env.step(ToolCall("write_file", {"path": "stats/core.py", "content": gold}))
+    passing = env.step(ToolCall("run_tests", {}))
+    assert passing.observation.startswith("status: passed (4 passed)") and env.episode.consecutive_failing_runs == 0
+    env.step(ToolCall("write_file", {"path": "stats/core.py", "content": "def median(:\n"}))
+    assert not env.step(ToolCall("run_tests", {})).info["summarise"]
+    second = env.step(ToolCall("run_tests", {}))
+    assert second.info["summarise"] and not second.done
+    last = env.step(ToolCall("submit", {"summary": "broke core.py while refactoring"}))
+    assert last.done and env.episode.stop_reason == "anti_spin"
+    assert env.episode.summary == "broke core.py while refactoring"
+    env.close_workspace()
+
+
+def test_step_budget_ends_the_episode(executor):
+    task = load_task(SUITE / "bugfix-median-even")
+    env = RepoEnvironment(RepoEnvironmentConfig(step_budget=3), executor=executor)
+    assert "You have 3 actions" in env.reset(task)
+    results = [env.step(ToolCall("list_files", {})) for _ in range(3)]
+    assert [r.done for r in results] == [False, False, True]
+    assert env.episode.stop_reason == "step_budget"
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(ToolCall("list_files", {}))
+    env.close_workspace()
+
+
+def test_clarification_is_answered_from_the_task(env):
+    task = load_task(SUITE / "clarify-due-date-format")
+    first = env.reset(task)
+    assert "Ask before guessing" in first and "Mon 05.02." not in first
+    answer = env.step('<tool_call>{"tool": "ask_clarification", "args": {"question": "Which format?"}}</tool_call>')
+    assert answer.observation == task.clarification and "Mon 05.02." in answer.observation
+
+
+def test_trajectory_jsonl_is_chat_sft_data(executor, tmp_path):
+    path = tmp_path / "out" / "trajectories.jsonl"
+    env = RepoEnvironment(RepoEnvironmentConfig(trajectory_path=str(path)), executor=executor)
+    for task_id, policy in (("multiround-version-compare", None), ("bugfix-median-even", FlailingPolicy())):
+        task = load_task(SUITE / task_id)
+        run_episode(env, task, policy or OraclePolicy(task))
+    env.close_workspace()
+    good, bad = read_trajectories(path)
+    assert (good["task_id"], good["resolved"], good["stop_reason"]) == ("multiround-version-compare", True, "submitted")
+    roles = [m["role"] for m in good["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert "<tool_call>" in good["messages"][0]["content"] and good["tools"][0]["name"] == "list_files"
+    calls = [parse_tool_call(m["content"]) for m in good["messages"] if m["role"] == "assistant"]
+    assert [c.tool for c in calls] == ["write_file", "submit"]
+    assert good["patch"].startswith("--- a/releases/versions.py\n+++ b/releases/versions.py\n")
+    assert good["hidden_after"]["hidden_tests/test_versions_hidden.py::test_trailing_zeros_are_equal"] == "passed"
+    assert (bad["stop_reason"], bad["format_errors"], bad["resolved"]) == ("anti_spin", 6, False)
+    assert bad["tool_log"][0] == {"tool": "", "args": {}, "ok": False, "error_kind": "malformed", "format_error": True,
+                                  "message": bad["tool_log"][0]["message"], "step": 1, "data": {}}
+
+
+def test_environment_registration_points_at_real_objects():
+    registered = []
+
+    class Recorder:
+        def register(self, kind, name, factory, config, *, summary=""):
+            registered.append((kind, name, factory, config))
+
+    register_agent(Recorder())
+    ((kind, name, factory, config),) = registered
+    assert (kind, name) == ("environment", "repo")
+
+    def resolve(target):
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    environment = resolve(factory)(resolve(config)(), executor=object())
+    assert isinstance(environment, RepoEnvironment)
+    assert dataclasses.asdict(environment.config)["max_failing_test_runs"] == 3
