@@ -61,8 +61,8 @@ def test_plugin_registers_the_executors_by_import_path():
     plugin.register_executors(registry)
     assert set(registry.items) == {("executor", "local"), ("executor", "remote")}
     factory, config, _ = registry.items[("executor", "local")]
-    module, _, name = factory.partition(":")
-    assert name == "build_local_executor" and config.endswith(":LocalExecutorConfig")
+    assert factory == "codemoe.sandbox.local:build_local_executor"
+    assert config == "codemoe.sandbox.local:LocalExecutorConfig"
 
 
 def test_subcommands_are_a_visible_list_others_extend():
