@@ -37,6 +37,8 @@ def codemoe_register_components(registry: Any) -> None:
     register_executors(registry)
     from codemoe.sandbox.rewards.registration import register_rewards
     register_rewards(registry)
+    from codemoe.sandbox.agent.registration import register_agent
+    register_agent(registry)
 
 
 @hookimpl
@@ -45,3 +47,5 @@ def codemoe_add_commands(subparsers: Any) -> None:
     from codemoe.sandbox.cli import add_sandbox_command
 
     add_sandbox_command(subparsers)
+    from codemoe.sandbox.agent.cli import add_tasks_command
+    add_tasks_command(subparsers)
