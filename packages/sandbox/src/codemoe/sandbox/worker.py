@@ -1,7 +1,8 @@
-"""The warm worker: a fork server with the interpreter and pytest loaded.
+"""The warm worker: fork servers with the interpreter, common modules and pytest loaded.
 
-``python -m codemoe.sandbox.worker`` probes the protections once, warms pytest up with one empty
-session, says it is ready, then serves one execution at a time: it reads a request from its
+``python -m codemoe.sandbox.worker`` probes the protections once, forks a second fork server that
+imports pytest and warms it up with one empty session (``pytest`` runs go there, so everything
+else forks from a leaner process), says it is ready, then serves one execution at a time: it reads a request from its
 standard input, clones an isolated child for it (:mod:`codemoe.sandbox.isolation`,
 :mod:`codemoe.sandbox.runners`), supervises it (deadline, output caps, result channel), and writes
 the :class:`ExecutionResult` to its standard output. Messages on both pipes are framed by
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import os
 import selectors
 import signal
@@ -254,19 +256,28 @@ def _warm_up() -> None:
         sys.modules.pop("test_warm", None)
 
 
-def main() -> int:
-    """Serve executions over stdin/stdout until stdin closes."""
-    sys.dont_write_bytecode = True
-    control_in, control_out = os.dup(0), os.dup(1)
-    plan = probe()
-    _warm_up()
-    state = prepare_worker(plan)
-    gc.freeze()  # the warm objects stay out of collections, so forks do not copy their pages
-    wire.send(control_out, {"ready": True, "protections": [p.to_dict() for p in plan.protections]})
+# Modules programs commonly import, loaded once here instead of in every execution.
+PRELOAD = (
+    "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "fractions", "functools",
+    "hashlib", "heapq", "itertools", "json", "math", "operator", "random", "re", "statistics", "string",
+    "typing",
+)
+
+
+def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: WorkerState,
+           pytest_zygote: tuple[int, int] | None) -> int:
+    """Answer requests until ``control_in`` closes; pytest requests go to ``pytest_zygote``."""
     while True:
         message = wire.receive(control_in)
         if message is None:
             return 0
+        if pytest_zygote is not None and message.get("runner") == "pytest":
+            wire.send(pytest_zygote[0], message)
+            answer = wire.receive(pytest_zygote[1])
+            if answer is None:
+                raise EOFError("the pytest zygote exited")
+            wire.send(control_out, answer)
+            continue
         try:
             request = ExecutionRequest.from_dict(message)
             result = execute(request, plan, state)
@@ -274,6 +285,50 @@ def main() -> int:
             result = ExecutionResult(status="error", id=str(message.get("id", "")),
                                      reason=f"sandbox: {type(exc).__name__}: {exc}")
         wire.send(control_out, result.to_dict())
+
+
+def _settle(plan: IsolationPlan) -> WorkerState:
+    """Enter the worker's namespaces and freeze what is loaded, so forks do not copy its pages."""
+    state = prepare_worker(plan)
+    gc.collect()
+    gc.freeze()
+    return state
+
+
+def _start_pytest_zygote(plan: IsolationPlan) -> tuple[int, int]:
+    """Fork a second fork server with pytest loaded and warmed up; returns its (request, answer) fds.
+
+    Runs of the ``pytest`` runner go there; everything else is served by this lean process, whose
+    smaller memory makes each fork cheaper.
+    """
+    from_parent, to_child = os.pipe()
+    from_child, to_parent = os.pipe()
+    if os.fork() == 0:
+        os.close(to_child)
+        os.close(from_child)
+        linux.parent_death_signal(signal.SIGKILL)
+        _warm_up()
+        state = _settle(plan)
+        wire.send(to_parent, {"ready": True})
+        os._exit(_serve(from_parent, to_parent, plan, state, None))
+    os.close(from_parent)
+    os.close(to_parent)
+    if not (wire.receive(from_child) or {}).get("ready"):
+        raise RuntimeError("the pytest zygote did not start")
+    return to_child, from_child
+
+
+def main() -> int:
+    """Serve executions over stdin/stdout until stdin closes."""
+    sys.dont_write_bytecode = True
+    control_in, control_out = os.dup(0), os.dup(1)
+    plan = probe()
+    pytest_zygote = _start_pytest_zygote(plan)
+    for name in PRELOAD:
+        importlib.import_module(name)
+    state = _settle(plan)
+    wire.send(control_out, {"ready": True, "protections": [p.to_dict() for p in plan.protections]})
+    return _serve(control_in, control_out, plan, state, pytest_zygote)
 
 
 if __name__ == "__main__":
