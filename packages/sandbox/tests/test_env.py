@@ -96,6 +96,14 @@ def test_anti_spin_counts_consecutive_failures_only(executor):
     env.close_workspace()
 
 
+def test_anything_the_agent_sends_is_an_observation_not_a_crash(env):
+    env.reset(load_task(SUITE / "bugfix-median-even"))
+    for action in (None, 42, {"tool": "run_tests", "args": {}}, b"<tool_call>", "\x00", "<tool_call>" * 3):
+        result = env.step(action)
+        assert result.observation.startswith("error (malformed): ") and not result.done
+    assert env.episode.format_errors == 6
+
+
 def test_step_budget_ends_the_episode(executor):
     task = load_task(SUITE / "bugfix-median-even")
     env = RepoEnvironment(RepoEnvironmentConfig(step_budget=3), executor=executor)

@@ -40,6 +40,16 @@ def test_list_and_read_with_line_range(env):
     assert text.splitlines() == ["   13|     if not values:", '   14|         raise ValueError("median of an empty sequence")']
 
 
+def test_long_files_are_read_in_pages(env):
+    call(env, "write_file", path="big.txt", content="".join(f"line {n}\n" for n in range(1, 1001)))
+    text, record = call(env, "read_file", path="big.txt")
+    lines = text.splitlines()
+    assert record.ok and record.data["lines"] == 1000 and len(lines) == 401
+    assert lines[-2] == "  400| line 400" and lines[-1] == "... 600 more lines: read from line 401"
+    text, _ = call(env, "read_file", path="big.txt", start=999)
+    assert text.splitlines() == ["  999| line 999", " 1000| line 1000"]
+
+
 def test_search_plain_and_regex(env):
     text, _ = call(env, "search", pattern="def median")
     assert text == "stats/core.py:12: def median(values: Sequence[float]) -> float:"

@@ -128,7 +128,7 @@ class RepoEnvironment:
             raise RuntimeError("call reset(task) before step(), and not after the episode ended")
         ep.steps += 1
         was_summarising = ep.summarising
-        text = action if isinstance(action, str) else render_tool_call(action)
+        text = render_tool_call(action) if isinstance(action, ToolCall) else str(action)
         record, output = self._dispatch(action)
         record.step = ep.steps
         if record.tool == "run_tests" and record.ok:
@@ -160,7 +160,7 @@ class RepoEnvironment:
 
     def _dispatch(self, action: str | ToolCall) -> tuple[StepRecord, ToolOutput]:
         try:
-            call = parse_tool_call(action) if isinstance(action, str) else action
+            call = action if isinstance(action, ToolCall) else parse_tool_call(action)
         except ActionFormatError as exc:
             return StepRecord(tool="", args={}, ok=False, error_kind=exc.kind, format_error=True, message=str(exc)), ToolOutput("")
         record = StepRecord(tool=call.tool, args=dict(call.args))

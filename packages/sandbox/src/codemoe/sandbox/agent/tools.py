@@ -32,6 +32,7 @@ SHELL_ALLOW_LIST = (
 MAX_LISTED = 300  # entries list_files returns
 MAX_MATCHES = 100  # lines search returns
 MAX_OUTPUT_CHARS = 6000  # characters of command output an observation keeps (head and tail)
+MAX_READ_LINES = 400  # lines read_file returns at once
 
 
 class ToolContext(Protocol):
@@ -184,7 +185,7 @@ def _list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
     return ToolOutput("\n".join(shown) + more if shown else "(no files)", {"count": len(paths)})
 
 
-@tool("read_file", "Read a text file, optionally only lines start..end (1-based, inclusive).",
+@tool("read_file", f"Read a text file, optionally only lines start..end (1-based, inclusive; at most {MAX_READ_LINES} at once).",
       Param("path", str, True, "file relative to the repository root"),
       Param("start", int, False, "first line (default 1)"),
       Param("end", int, False, "last line (default: end of file)"))
@@ -193,7 +194,10 @@ def _read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
     start, end = args.get("start", 1), args.get("end", len(lines))
     if start < 1 or end < start - 1:
         raise ToolError("bad_range", f"bad line range {start}..{end}; lines are 1..{len(lines)}")
-    body = "\n".join(f"{n:>5}| {text}" for n, text in enumerate(lines[start - 1:end], start))
+    shown_end = min(end, start + MAX_READ_LINES - 1)
+    body = "\n".join(f"{n:>5}| {text}" for n, text in enumerate(lines[start - 1:shown_end], start))
+    if shown_end < min(end, len(lines)):
+        body += f"\n... {min(end, len(lines)) - shown_end} more lines: read from line {shown_end + 1}"
     return ToolOutput(body or "(empty)", {"lines": len(lines)})
 
 
