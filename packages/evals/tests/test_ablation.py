@@ -49,7 +49,8 @@ def test_variants_are_run_and_compared_with_the_baseline(spine, write_pipeline, 
     assert rows["with_rl"]["active_parameters"] == 250
     saved = json.loads((tmp_path / "runs" / "ablation-rl-vs-sft.json").read_text())
     assert saved["baseline"] == "without_rl"
-    assert len({Path(r["run_dir"]).name for r in rows.values()}) == 3
+    assert rows["with_rl"]["run_dir"] == rows["without_rl"]["run_dir"]  # same overrides, one run
+    assert len({r["run_dir"] for r in rows.values()}) == 2
     assert "with_rl" in format_ablation(result) and "rel +150.0%" in format_ablation(result)
 
 

@@ -13,7 +13,8 @@ baseline variant::
       with_rl: {eval_stage: eval_rl}
       without_rl: {eval_stage: eval_sft}
 
-Each variant runs as its own run directory; ``ablation.json`` next to them holds every variant's
+Each variant runs as its own run directory (variants with the same overrides, like the two above,
+share one run and differ only in the eval stage read); ``ablation-<name>.json`` next to them holds every variant's
 pass@k and its improvement over the baseline, with CIs. Parameter counts that stages return
 (``total_parameters``, ``active_parameters``) are collected so "equal active parameters" is checked,
 not assumed.
@@ -97,12 +98,16 @@ def run_ablation(
 ) -> dict[str, Any]:
     """Run every variant, then compare each with the baseline; writes ``ablation.json``."""
     arms: dict[str, dict[str, Any]] = {}
+    runs: dict[tuple[str, ...], Any] = {}  # variants with the same overrides share one run
     for name, variant in spec.variants.items():
-        overrides = [*spec.overrides, *variant.overrides, f"run.name={spec.name}-{name}"]
-        cfg = compose(spec.pipeline, overrides, registry_dir=Path(registry_dir) if registry_dir else None)
-        if out_dir is not None:
-            cfg.run.dir = str(out_dir)
-        ctx = run_pipeline(cfg, registry, hooks, show_progress=show_progress)
+        overrides = (*spec.overrides, *variant.overrides)
+        if overrides not in runs:
+            named = [*overrides, f"run.name={spec.name}-{name}"]
+            cfg = compose(spec.pipeline, named, registry_dir=Path(registry_dir) if registry_dir else None)
+            if out_dir is not None:
+                cfg.run.dir = str(out_dir)
+            runs[overrides] = run_pipeline(cfg, registry, hooks, show_progress=show_progress)
+        ctx = runs[overrides]
         evals = eval_stages(ctx.run_dir, ctx.results)
         if not evals:
             raise ConfigError(f"ablation '{spec.name}', variant '{name}': the pipeline has no eval stage")
