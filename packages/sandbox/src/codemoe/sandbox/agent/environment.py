@@ -29,6 +29,10 @@ from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, Executor, Lim
 __all__ = ["RepoEnvironment", "RepoEnvironmentConfig", "StepResult", "build_repo_environment"]
 
 _PYTEST_PREFIXES = (["python", "-m", "pytest"], ["pytest"])
+ANTI_SPIN_NOTICE = (
+    "\n\nThe tests failed {runs} runs in a row. Stop trying: summarise what you found and what is left with "
+    'submit (args: {{"summary": ...}}). The episode ends after your next action.'
+)
 
 
 @dataclass
@@ -67,7 +71,7 @@ class RepoEnvironment:
         self._own_executor = executor is None
         self.executor = executor if executor is not None else _default_executor()
         self.tools = ToolSet()
-        self._baselines: dict[str, ExecutionResult] = {}
+        self._baselines: dict[tuple[str, str], ExecutionResult] = {}  # (source, id) -> grading run of the original
         self.episode: Episode | None = None
         self.workspace: Workspace | None = None
         self.task: Task | None = None
@@ -137,26 +141,29 @@ class RepoEnvironment:
         ep.log.append(record)
         observation = output.text if record.ok else f"error ({record.error_kind}): {record.message}"
 
-        stop = None
-        if output.done:
-            ep.summary = output.data.get("summary", "")
-            stop = "anti_spin" if was_summarising else "submitted"
-        elif was_summarising:
-            stop = "anti_spin"
-        elif ep.steps >= ep.step_budget:
-            stop = "step_budget"
-        elif ep.consecutive_failing_runs >= self.config.max_failing_test_runs:
+        stop = self._stop_reason(output, was_summarising)
+        if stop is None and ep.consecutive_failing_runs >= self.config.max_failing_test_runs:
             ep.summarising = True
-            observation += (
-                f"\n\nThe tests failed {ep.consecutive_failing_runs} runs in a row. Stop trying: summarise what you "
-                'found and what is left with submit (args: {"summary": ...}). The episode ends after your next action.'
-            )
+            observation += ANTI_SPIN_NOTICE.format(runs=ep.consecutive_failing_runs)
         ep.messages += [{"role": "assistant", "content": text}, {"role": "tool", "content": observation}]
         if stop is not None:
             self._finish(stop)
         info = {"step": ep.steps, "tool": record.tool, "ok": record.ok, "error_kind": record.error_kind,
                 "summarise": ep.summarising, "stop_reason": ep.stop_reason}
         return StepResult(observation, ep.done, info)
+
+    def _stop_reason(self, output: ToolOutput, was_summarising: bool) -> str | None:
+        """Why the episode ends after this action, or None: submit, the summary turn, the budget."""
+        ep = self.episode
+        assert ep is not None
+        if output.done:
+            ep.summary = output.data.get("summary", "")
+            return "anti_spin" if was_summarising else "submitted"
+        if was_summarising:
+            return "anti_spin"
+        if ep.steps >= ep.step_budget:
+            return "step_budget"
+        return None
 
     def _dispatch(self, action: str | ToolCall) -> tuple[StepRecord, ToolOutput]:
         try:
@@ -190,16 +197,15 @@ class RepoEnvironment:
 
     def grade(self, task: Task, files: dict[str, str]) -> tuple[ExecutionResult, ExecutionResult]:
         """Visible + hidden test outcomes on the original repository (cached) and on ``files``."""
-        requests = [self._grading_request(task, files, "after")]
-        if task.id not in self._baselines:
-            requests.insert(0, self._grading_request(task, task.repo_files(), "before"))
+        key = (task.source, task.id)
+        limits = self._limits(task.timeout_s)
+        requests = [grading_request(task, files, limits, "after")]
+        if key not in self._baselines:
+            requests.insert(0, grading_request(task, task.repo_files(), limits, "before"))
         results = self.executor.run_batch(requests)
         if len(results) == 2:
-            self._baselines[task.id] = results[0]
-        return self._baselines[task.id], results[-1]
-
-    def _grading_request(self, task: Task, files: dict[str, str], label: str) -> ExecutionRequest:
-        return grading_request(task, files, self._limits(task.timeout_s), label)
+            self._baselines[key] = results[0]
+        return self._baselines[key], results[-1]
 
     def close_workspace(self) -> None:
         """Delete the current episode's working copy."""
