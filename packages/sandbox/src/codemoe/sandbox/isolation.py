@@ -73,6 +73,7 @@ class IsolationPlan:
     net_ns: bool = False  # the worker's network namespace has loopback only
     mount_ns: bool = False  # read-only file system, private tmpfs /tmp, hidden home dirs
     ipc_ns: bool = False  # each execution has its own System V IPC
+    hide_processes: bool = False  # /proc shows an execution only its own processes (hidepid=2)
     drop_uid: bool = False  # root: executions run as BASE_UID + worker PID
     keep_paths: list[str] = field(default_factory=list)  # interpreter paths re-exposed under HIDDEN_DIRS
     protections: list[Protection] = field(default_factory=list)
@@ -137,7 +138,7 @@ def _read_only_filesystem(plan: IsolationPlan) -> None:
     keep = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in plan.keep_paths}
     for target, flags in points:
         _remount_read_only(target, flags)
-    if not plan.user_ns:
+    if plan.hide_processes:
         linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "hidepid=2")
     for hidden in HIDDEN_DIRS:
         if os.path.isdir(hidden):
@@ -283,9 +284,11 @@ def _probe_step(step: str, plan: IsolationPlan, outer_uid: int, outer_gid: int) 
     elif step == "mount":
         _read_only_filesystem(plan)
         linux.mount("tmpfs", "/tmp", "tmpfs", _TMPFS_FLAGS, "size=1m,mode=1777")
-        if plan.drop_uid:
-            os.setresuid(BASE_UID, BASE_UID, BASE_UID)
-            os.listdir(os.path.dirname(os.path.realpath(sys.executable)))
+    elif step == "uid":
+        _read_only_filesystem(plan)
+        os.setresgid(BASE_UID, BASE_UID, BASE_UID)
+        os.setresuid(BASE_UID, BASE_UID, BASE_UID)
+        os.listdir(os.path.dirname(os.path.realpath(sys.executable)))
 
 
 def probe() -> IsolationPlan:
@@ -294,7 +297,7 @@ def probe() -> IsolationPlan:
     found: list[Protection] = []
     root = os.geteuid() == 0
     unavailable = "needs root or an unprivileged user namespace"
-    error_pid = error_net = error_mount = error_ipc = unavailable
+    error_pid = error_net = error_mount = error_ipc = error_proc = error_uid = unavailable
     if not root:
         error_user = _try_in_child(linux.CLONE_NEWUSER, plan, "")
         plan.user_ns = not error_user
@@ -305,12 +308,19 @@ def probe() -> IsolationPlan:
         error_pid = _try_in_child(base | linux.CLONE_NEWPID, plan, "")
         error_net = _try_in_child(base | linux.CLONE_NEWNET | linux.CLONE_NEWUTS, plan, "net")
         error_ipc = _try_in_child(base | linux.CLONE_NEWIPC, plan, "")
-        plan.keep_paths = interpreter_paths()
-        plan.drop_uid = root
-        error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount")
         plan.pid_ns, plan.net_ns, plan.ipc_ns = not error_pid, not error_net, not error_ipc
+        plan.keep_paths = interpreter_paths()
+        error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount")
         plan.mount_ns = not error_mount
-        plan.drop_uid = root and plan.mount_ns
+        error_proc = error_uid = "needs a mount namespace"
+    if plan.mount_ns:
+        plan.hide_processes = True
+        error_proc = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount")
+        plan.hide_processes = not error_proc
+        error_uid = "not root: runs as the worker's user"
+        if root:
+            error_uid = _try_in_child(base | linux.CLONE_NEWNS, plan, "uid")
+            plan.drop_uid = not error_uid
     found += [
         Protection("pid namespace", plan.pid_ns, "each execution is PID 1 of its own namespace: when it "
                    "ends or is killed, every descendant dies with it" if plan.pid_ns else f"unavailable "
@@ -318,14 +328,16 @@ def probe() -> IsolationPlan:
         Protection("network namespace", plan.net_ns, "no network but loopback" if plan.net_ns else
                    f"unavailable ({error_net}); THE HOST NETWORK IS REACHABLE"),
         Protection("mount namespace", plan.mount_ns, "file system read-only except a private tmpfs /tmp "
-                   f"holding the work dir; {', '.join(HIDDEN_DIRS)} hidden; /proc shows only the "
-                   "execution's processes" if plan.mount_ns else f"unavailable ({error_mount}); the "
-                   "program sees and may write the host file system as far as its user may"),
+                   f"holding the work dir; {', '.join(HIDDEN_DIRS)} hidden" if plan.mount_ns else
+                   f"unavailable ({error_mount}); the program sees and may write the host file system as "
+                   "far as its user may"),
+        Protection("private /proc", plan.hide_processes, "/proc (hidepid=2) shows an execution only its own "
+                   "processes" if plan.hide_processes else f"unavailable ({error_proc}); other processes' "
+                   "command lines are visible"),
         Protection("ipc namespace", plan.ipc_ns, "own System V IPC per execution" if plan.ipc_ns
                    else f"unavailable ({error_ipc})"),
         Protection("separate user id", plan.drop_uid, f"runs as uid {BASE_UID}+worker pid, no capabilities"
-                   if plan.drop_uid else "not root (or no mount namespace to expose the interpreter): "
-                   "runs as the worker's user"),
+                   if plan.drop_uid else f"unavailable ({error_uid})"),
     ]
     found += _limits_protections(plan, root)
     plan.protections = found
