@@ -1,0 +1,111 @@
+"""Training checkpoints: everything needed to continue a run exactly where it stopped.
+
+A checkpoint is a folder ``step-NNNNNN`` holding the model and optimizer state through
+``torch.distributed.checkpoint`` (sharded under FSDP2, resharded on load), each rank's RNG states,
+and ``trainer.json`` (step, data cursor, monitor history). It is written to ``*.tmp`` and renamed
+when complete, and ``latest`` names the newest complete one, so a run killed at any moment resumes
+from its last complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from codemoe.rl.distributed import Dist
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+__all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+
+
+@contextmanager
+def _single_process_quiet() -> Iterator[None]:
+    """torch warns that a process without a process group saves alone: that is the intent here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+
+
+def _app_state(modules: dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]) -> dict[str, Any]:
+    state = {}
+    for name, (module, optimizer) in modules.items():
+        model_sd, optim_sd = get_state_dict(module, optimizer)
+        state[f"{name}.model"] = model_sd
+        state[f"{name}.optim"] = optim_sd
+    return state
+
+
+def save_checkpoint(
+    folder: Path,
+    step: int,
+    modules: dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]],
+    trainer_state: dict[str, Any],
+    env: Dist,
+    keep: int = 2,
+) -> Path:
+    """Write ``folder/step-NNNNNN`` atomically and point ``folder/latest`` at it; keep the newest ``keep``."""
+    final = folder / f"step-{step:06d}"
+    tmp = folder / f"step-{step:06d}.tmp"
+    if env.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    env.barrier()
+    with _single_process_quiet():
+        dcp.save(_app_state(modules), checkpoint_id=str(tmp), no_dist=not env.enabled)
+    torch.save(_rng_state(), tmp / f"rng-rank{env.rank}.pt")
+    env.barrier()
+    if env.is_main:
+        (tmp / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        (folder / "latest.tmp").write_text(final.name)
+        (folder / "latest.tmp").replace(folder / "latest")
+        for old in sorted(folder.glob("step-*[0-9]"))[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    env.barrier()
+    return final
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The newest complete checkpoint in ``folder``, or None."""
+    pointer = folder / "latest"
+    if not pointer.is_file():
+        return None
+    path = folder / pointer.read_text().strip()
+    return path if (path / "trainer.json").is_file() else None
+
+
+def load_checkpoint(
+    path: Path, modules: dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]], env: Dist
+) -> dict[str, Any]:
+    """Restore models, optimizers and this rank's RNG from ``path``; return the trainer state."""
+    state = _app_state(modules)
+    with _single_process_quiet():
+        dcp.load(state, checkpoint_id=str(path), no_dist=not env.enabled)
+    for name, (module, optimizer) in modules.items():
+        set_state_dict(
+            module,
+            optimizer,
+            model_state_dict=state[f"{name}.model"],
+            optim_state_dict=state[f"{name}.optim"],
+        )
+    rng_file = path / f"rng-rank{env.rank}.pt"
+    _set_rng_state(torch.load(rng_file, weights_only=False))
+    return json.loads((path / "trainer.json").read_text())

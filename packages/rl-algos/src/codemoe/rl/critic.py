@@ -1,0 +1,26 @@
+"""PPO's critic: a copy of the policy's body with a scalar value head on the last hidden state."""
+
+from __future__ import annotations
+
+import copy
+
+from codemoe.rl.logprobs import token_stats
+from torch import Tensor, nn
+
+__all__ = ["Critic"]
+
+
+class Critic(nn.Module):
+    """``V(s_t)`` for every completion position; starts from the policy's weights, head at zero."""
+
+    def __init__(self, policy: nn.Module, hidden_size: int) -> None:
+        super().__init__()
+        self.body = copy.deepcopy(policy)
+        self.head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def values(self, prompt_ids: list[list[int]], completions: Tensor, pad_id: int) -> Tensor:
+        """``[B, T]`` values at the positions that predict each completion token."""
+        stats = token_stats(self.body, prompt_ids, completions, pad_id=pad_id, hidden=True)
+        return self.head(stats.hidden.float()).squeeze(-1)

@@ -1,0 +1,69 @@
+"""Teacher-forced log-probs of sampled tokens under a causal LM, the same way the engine computed them.
+
+Each row is ``prompt + completion`` right-padded, so padding only ever follows the tokens that
+count and a causal model needs no attention mask or position ids. The log-prob of completion token
+``t`` is read at position ``len(prompt) + t - 1``. Logits are divided by the sampling temperature,
+the engine contract's convention, so trainer and engine log-probs are comparable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["TokenStats", "pack", "token_stats"]
+
+
+def pack(prompt_ids: list[list[int]], completions: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
+    """``(input_ids [B, L], positions [B, T])``: rows ``prompt + completion``, and where each
+    completion token's predicting logit sits."""
+    b, t = completions.shape
+    lengths = torch.tensor([len(p) for p in prompt_ids])
+    width = int(lengths.max()) + t
+    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
+    for i, prompt in enumerate(prompt_ids):
+        p = len(prompt)
+        input_ids[i, :p] = torch.tensor(prompt, dtype=torch.long)
+        input_ids[i, p : p + t] = completions[i]
+    positions = lengths.unsqueeze(-1) - 1 + torch.arange(t)  # [B, T]
+    return input_ids, positions
+
+
+@dataclass
+class TokenStats:
+    """Per-token quantities of the completions."""
+
+    logp: Tensor  # [B, T] log pi(token)
+    entropy: Tensor  # [B, T] entropy of the predictive distribution (detached)
+    hidden: Tensor | None  # [B, T, H] last hidden state at the predicting positions (critics only)
+    outputs: Any  # the model's raw output (MoE aux losses)
+
+
+def token_stats(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    completions: Tensor,
+    *,
+    pad_id: int,
+    temperature: float = 1.0,
+    hidden: bool = False,
+) -> TokenStats:
+    """Run ``model`` on prompt+completion rows and read the completion tokens' log-probs."""
+    input_ids, positions = pack(prompt_ids, completions, pad_id)
+    device = next(model.parameters()).device
+    outputs = model(input_ids=input_ids.to(device), output_hidden_states=hidden)
+    index = positions.to(device)
+    logits = outputs.logits.gather(1, index.unsqueeze(-1).expand(-1, -1, outputs.logits.shape[-1]))
+    logits = logits.float() / (temperature if temperature > 0 else 1.0)  # [B, T, V]
+    logprobs = torch.log_softmax(logits, dim=-1)
+    logp = logprobs.gather(-1, completions.to(device).unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+    last_hidden = None
+    if hidden:
+        states = outputs.hidden_states[-1]
+        last_hidden = states.gather(1, index.unsqueeze(-1).expand(-1, -1, states.shape[-1]))
+    return TokenStats(logp=logp, entropy=entropy, hidden=last_hidden, outputs=outputs)

@@ -1,0 +1,131 @@
+"""Rollouts as tensors: what the engine sampled and the sandbox scored, padded into ``[B, T]``.
+
+Rows come in groups of ``G`` consecutive samples of one prompt. ``T`` is the sampling budget
+``max_new_tokens`` for every batch, so constant-normaliser aggregations see the same horizon
+everywhere and chunks from different ranks line up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["Rollouts", "SamplingRequest", "Score", "build_rollouts"]
+
+
+@dataclass
+class SamplingRequest:
+    """The sampling parameters the trainer sends; field for field the engine contract's ``SamplingParams``."""
+
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` on a request no engine can serve."""
+        if self.n < 1 or self.max_new_tokens < 1:
+            raise ValueError(f"sampling needs n >= 1 and max_new_tokens >= 1, got {self.n}, {self.max_new_tokens}")
+
+
+@dataclass
+class Score:
+    """What the reward side says about one sample."""
+
+    reward: float  # the recipe's total
+    passed: bool = False  # the sample solved its task (counts toward the pass rate)
+    components: dict[str, float] = field(default_factory=dict)  # per-component values, for the logs
+
+
+@dataclass
+class Rollouts:
+    """One rank's rollouts of one step."""
+
+    prompt_ids: list[list[int]]  # B prompts (each repeated G times)
+    completions: Tensor  # [B, T] sampled token ids, padded with pad_id
+    mask: Tensor  # [B, T] float, 1.0 on sampled tokens
+    engine_logp: Tensor  # [B, T] the engine's log-probs of the sampled tokens (0 on padding)
+    rewards: Tensor  # [B] recipe totals
+    passed: Tensor  # [B] bool
+    group_size: int
+    texts: list[str] = field(default_factory=list)
+    components: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def groups(self) -> int:
+        return len(self.prompt_ids) // self.group_size
+
+    def zero_signal(self) -> Tensor:
+        """``[groups]`` bool: every sample of the group got the same reward."""
+        grouped = self.rewards.view(-1, self.group_size)
+        return (grouped == grouped[:, :1]).all(-1)
+
+    def rows(self, groups: Tensor) -> Tensor:
+        """Row indices ``[len(groups) * G]`` of the given group indices."""
+        g = self.group_size
+        return (groups.unsqueeze(-1) * g + torch.arange(g)).flatten()
+
+    def select(self, groups: Tensor) -> Rollouts:
+        """The rollouts of the given groups, in that order."""
+        rows = self.rows(groups).tolist()
+        return Rollouts(
+            prompt_ids=[self.prompt_ids[i] for i in rows],
+            completions=self.completions[rows],
+            mask=self.mask[rows],
+            engine_logp=self.engine_logp[rows],
+            rewards=self.rewards[rows],
+            passed=self.passed[rows],
+            group_size=self.group_size,
+            texts=[self.texts[i] for i in rows] if self.texts else [],
+            components=[self.components[i] for i in rows] if self.components else [],
+        )
+
+    @staticmethod
+    def concat(parts: list[Rollouts]) -> Rollouts:
+        """Rows of every part, in order."""
+        first = parts[0]
+        return Rollouts(
+            prompt_ids=[p for part in parts for p in part.prompt_ids],
+            completions=torch.cat([p.completions for p in parts]),
+            mask=torch.cat([p.mask for p in parts]),
+            engine_logp=torch.cat([p.engine_logp for p in parts]),
+            rewards=torch.cat([p.rewards for p in parts]),
+            passed=torch.cat([p.passed for p in parts]),
+            group_size=first.group_size,
+            texts=[t for p in parts for t in p.texts],
+            components=[c for p in parts for c in p.components],
+        )
+
+
+def build_rollouts(outputs: list[Any], scores: list[Score], horizon: int, pad_id: int) -> Rollouts:
+    """Engine outputs (one per prompt, ``n`` samples each) and their scores -> padded tensors."""
+    group_size = len(outputs[0].samples)
+    rows = [(out.prompt_token_ids, sample) for out in outputs for sample in out.samples]
+    b = len(rows)
+    completions = torch.full((b, horizon), pad_id, dtype=torch.long)
+    mask = torch.zeros(b, horizon)
+    engine_logp = torch.zeros(b, horizon)
+    for i, (_, sample) in enumerate(rows):
+        n = min(len(sample.token_ids), horizon)
+        completions[i, :n] = torch.tensor(sample.token_ids[:n], dtype=torch.long)
+        mask[i, :n] = 1.0
+        if sample.logprobs:
+            engine_logp[i, :n] = torch.tensor(sample.logprobs[:n], dtype=torch.float32)
+    return Rollouts(
+        prompt_ids=[list(prompt) for prompt, _ in rows],
+        completions=completions,
+        mask=mask,
+        engine_logp=engine_logp,
+        rewards=torch.tensor([s.reward for s in scores], dtype=torch.float32),
+        passed=torch.tensor([s.passed for s in scores], dtype=torch.bool),
+        group_size=group_size,
+        texts=[sample.text for _, sample in rows],
+        components=[dict(s.components) for s in scores],
+    )

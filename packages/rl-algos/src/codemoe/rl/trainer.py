@@ -1,0 +1,403 @@
+"""The RL trainer, readable top to bottom.
+
+One step::
+
+    prompts -> engine (G samples each) -> scorer (sandbox + reward recipe) -> dynamic sampling
+            -> trainer log-probs (old policy, reference, critic) -> IS weights -> advantages
+            -> minibatch updates over epochs (policy loss + KL + MoE balance; critic loss)
+            -> weight sync to the engine -> metrics -> health checks -> checkpoint
+
+Data parallelism: every rank samples its own share of the step's prompts (whole groups, so group
+advantages stay local) and FSDP2 averages gradients. Each loss is ``sum of numerators / sum of
+denominators`` over ranks, so one rank and many give the same update.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from codemoe.rl.advantages import AdvantageInput, AdvantageOutput
+from codemoe.rl.algorithm import Algorithm, value_loss
+from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from codemoe.rl.critic import Critic
+from codemoe.rl.diagnostics import HealthConfig, HealthMonitor
+from codemoe.rl.distributed import Dist, shard_model
+from codemoe.rl.importance import mismatch_stats
+from codemoe.rl.logprobs import token_stats
+from codemoe.rl.moe_terms import balance_loss, enable_router_outputs
+from codemoe.rl.rollout import Rollouts, SamplingRequest, Score, build_rollouts
+from torch.distributed.tensor import DTensor
+
+__all__ = ["RLConfig", "RLTrainer", "Scorer"]
+
+log = logging.getLogger("codemoe.rl")
+
+# A scorer rewards samples: ``scorer(tasks, outputs) -> scores``, one task and one engine output per
+# prompt, one Score per sample in output order.
+Scorer = Callable[[Sequence[Any], Sequence[Any]], list[Score]]
+
+
+@dataclass
+class RLConfig:
+    """Hyper-parameters of the RL loop (the algorithm's own live in its preset)."""
+
+    steps: int = 20  # optimizer-step rounds (each: one rollout batch, epochs x minibatches updates)
+    prompts_per_step: int = 8  # prompts per step over all ranks; each gets algo.group_size samples
+    lr: float = 1e-5  # policy learning rate (AdamW)
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0  # max global grad norm; 0 turns clipping off
+    temperature: float = 1.0  # sampling temperature; log-probs use the same one
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64  # sampling budget, also the padded horizon T of every batch
+    checkpoint_every: int = 10  # steps between checkpoints; the last step is always saved
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    seed: int = 0  # data order and sampling seeds derive from it
+    health: HealthConfig = field(default_factory=HealthConfig)
+
+
+@dataclass
+class _TokenData:
+    """Trainer-side per-token numbers of one step's rollouts, all ``[B, T]``."""
+
+    old_logp: torch.Tensor | None  # None: taken from the (single) update forward
+    ref_logp: torch.Tensor | None
+    values: torch.Tensor | None
+    keep: torch.Tensor  # [B] bool: the row counts in the loss (dynamic sampling may drop groups)
+
+
+class RLTrainer:
+    """Trains ``policy`` with ``algorithm`` on ``tasks``; see the module docstring for one step."""
+
+    def __init__(
+        self,
+        config: RLConfig,
+        algorithm: Algorithm,
+        policy: torch.nn.Module,
+        engine: Any,
+        scorer: Scorer,
+        tasks: Sequence[Any],
+        *,
+        pad_id: int,
+        checkpoint_dir: Path,
+        env: Dist | None = None,
+        on_step: Callable[[int, dict[str, float]], None] | None = None,
+        on_rollouts: Callable[[int, Rollouts], None] | None = None,
+    ) -> None:
+        self.config, self.algo, self.engine, self.scorer = config, algorithm, engine, scorer
+        self.tasks, self.pad_id, self.checkpoint_dir = list(tasks), pad_id, Path(checkpoint_dir)
+        self.env = env or Dist()
+        self.on_step, self.on_rollouts = on_step, on_rollouts
+        self._check_sizes()
+        if algorithm.config.balance_coef > 0:
+            enable_router_outputs(policy)
+        # The reference and the critic start from the policy's initial weights, before sharding.
+        self.reference = self._frozen_copy(policy) if algorithm.uses_reference else None
+        self.critic = None
+        if algorithm.config.critic is not None:
+            self.critic = Critic(policy, policy.config.hidden_size)
+            shard_model(self.critic.body, self.env)
+            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=algorithm.config.critic.lr)
+        self.policy = shard_model(policy, self.env)
+        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.monitor = HealthMonitor(config.health)
+        self.step, self.cursor = 0, 0
+
+    # ------------------------------------------------------------------------------------------
+    # the loop
+    # ------------------------------------------------------------------------------------------
+
+    def fit(self) -> dict[str, Any]:
+        """Train ``config.steps`` steps, resuming from the newest checkpoint if there is one."""
+        self._resume()
+        self._sync_engine()
+        last: dict[str, float] = {}
+        for step in range(self.step + 1, self.config.steps + 1):
+            last = self.train_step(step)
+            if step % self.config.checkpoint_every == 0 or step == self.config.steps:
+                self._save()
+        return {"steps": self.step, "last": last, "warnings": [w.message for w in self.monitor.warnings]}
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """One rollout batch and its updates; returns the step's metrics."""
+        started = time.perf_counter()
+        rollouts, rounds = self._collect(step)  # 1. prompts -> engine -> scorer (+ dynamic sampling)
+        if self.on_rollouts is not None:
+            self.on_rollouts(step, rollouts)
+        generated = time.perf_counter()
+        data = self._token_data(rollouts)  # 2. old / reference log-probs, critic values
+        adv = self._advantages(rollouts, data)  # 3. advantages (and value targets)
+        update = self._update(rollouts, data, adv)  # 4. minibatch updates over epochs
+        self._sync_engine()  # 5. the engine samples from the new weights next step
+        self.step, elapsed = step, time.perf_counter() - started
+        metrics = self._metrics(rollouts, data, adv, update, rounds)  # 6. metrics
+        metrics.update(
+            gen_seconds=generated - started,
+            step_seconds=elapsed,
+            tokens_per_s=metrics["tokens"] / max(elapsed, 1e-9),
+        )
+        self.monitor.observe(step, metrics)  # 7. health checks with remedies
+        if self.on_step is not None:
+            self.on_step(step, metrics)
+        return metrics
+
+    # ------------------------------------------------------------------------------------------
+    # 1. rollouts
+    # ------------------------------------------------------------------------------------------
+
+    def _take(self, count: int) -> list[Any]:
+        """The next ``count`` tasks of the data stream: a fresh seeded permutation every epoch."""
+        out = []
+        n = len(self.tasks)
+        while len(out) < count:
+            epoch, offset = divmod(self.cursor, n)
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.config.seed * 7919 + epoch))
+            out.append(self.tasks[int(order[offset])])
+            self.cursor += 1
+        return out
+
+    def _rollout(self, tasks: Sequence[Any], seed: int) -> Rollouts:
+        params = SamplingRequest(
+            n=self.algo.config.group_size,
+            temperature=self.config.temperature,
+            top_p=self.config.top_p,
+            top_k=self.config.top_k,
+            max_new_tokens=self.config.max_new_tokens,
+            seed=seed,
+        )
+        outputs = self.engine.generate([task.prompt for task in tasks], params)
+        return build_rollouts(outputs, self.scorer(tasks, outputs), self.config.max_new_tokens, self.pad_id)
+
+    def _collect(self, step: int) -> tuple[Rollouts, int]:
+        """This rank's groups of the step; zero-signal groups refilled from the stream when configured."""
+        world, rank = self.env.world, self.env.rank
+        mine = self._take(self.config.prompts_per_step)[rank::world]
+        rollouts = self._rollout(mine, self._seed(step, 0))
+        rounds = 0
+        while rounds < self.algo.config.dynamic_sampling.refill_rounds:
+            bad = rollouts.zero_signal()
+            counts = [int(c) for c in self.env.all_gather(int(bad.sum()))]
+            if sum(counts) == 0:
+                break
+            rounds += 1
+            extra_tasks = self._take(sum(counts))  # every rank advances the stream alike
+            if counts[rank]:
+                start = sum(counts[:rank])
+                extra = self._rollout(extra_tasks[start : start + counts[rank]], self._seed(step, rounds))
+                good = rollouts.select((~bad).nonzero().flatten())
+                rollouts = Rollouts.concat([good, extra])
+        return rollouts, rounds
+
+    def _seed(self, step: int, round_: int) -> int:
+        """Sampling seed of a step's round; the same on every rank (engines mix in the prompt)."""
+        return (self.config.seed * 1_000_003 + step) * 101 + round_
+
+    # ------------------------------------------------------------------------------------------
+    # 2-3. trainer-side numbers and advantages
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def _single_pass(self) -> bool:
+        """One epoch, one minibatch and no KL in the reward: the update forward doubles as 'old'."""
+        cfg = self.algo.config
+        return cfg.epochs == 1 and cfg.minibatches == 1 and not (self.algo.uses_reference and cfg.kl_in_reward)
+
+    @torch.no_grad()
+    def _token_data(self, rollouts: Rollouts) -> _TokenData:
+        keep = torch.ones(len(rollouts.prompt_ids), dtype=torch.bool)
+        if self.algo.config.dynamic_sampling.drop:
+            keep = ~rollouts.zero_signal().repeat_interleave(rollouts.group_size)
+        old = None if self._single_pass else self._logp(self.policy, rollouts)
+        ref = self._logp(self.reference, rollouts) if self.reference is not None else None
+        values = None
+        if self.critic is not None:
+            values = self.critic.values(rollouts.prompt_ids, rollouts.completions, self.pad_id) * rollouts.mask
+        return _TokenData(old_logp=old, ref_logp=ref, values=values, keep=keep)
+
+    def _logp(self, model: torch.nn.Module, rollouts: Rollouts) -> torch.Tensor:
+        return token_stats(
+            model, rollouts.prompt_ids, rollouts.completions, pad_id=self.pad_id, temperature=self.config.temperature
+        ).logp
+
+    def _advantages(self, rollouts: Rollouts, data: _TokenData) -> AdvantageOutput:
+        kl = None
+        if data.ref_logp is not None and data.old_logp is not None and self.algo.config.kl_in_reward:
+            kl = self.algo.kl(data.old_logp, data.ref_logp)
+        token_rewards = self.algo.token_rewards(rollouts.rewards, rollouts.mask, kl)
+        inputs = AdvantageInput(token_rewards, rollouts.mask, rollouts.group_size, values=data.values)
+        return self.algo.advantage(inputs)
+
+    # ------------------------------------------------------------------------------------------
+    # 4. updates
+    # ------------------------------------------------------------------------------------------
+
+    def _update(self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput) -> dict[str, float]:
+        cfg = self.algo.config
+        chunks = torch.arange(rollouts.groups).chunk(cfg.minibatches)
+        sums = dict.fromkeys(("loss", "kl", "clipped", "tokens", "entropy", "grad_norm", "balance", "vf_loss"), 0.0)
+        sums["updates"] = 0.0
+        is_stats = []
+        for _ in range(cfg.epochs):
+            for groups in chunks:
+                rows = rollouts.rows(groups)
+                out = self._update_chunk(rollouts, data, adv, rows)
+                is_stats.append(out.pop("is_stats"))
+                for key, value in out.items():
+                    sums[key] += value
+                sums["updates"] += 1
+        sums["is_stats"] = is_stats[0]  # the first pass sees the weights that sampled: the true mismatch
+        return sums
+
+    def _update_chunk(
+        self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, rows: torch.Tensor
+    ) -> dict[str, Any]:
+        mask = rollouts.mask[rows] * data.keep[rows].unsqueeze(-1)
+        prompts = [rollouts.prompt_ids[i] for i in rows.tolist()]
+        stats = token_stats(
+            self.policy, prompts, rollouts.completions[rows], pad_id=self.pad_id, temperature=self.config.temperature
+        )
+        old = stats.logp.detach() if data.old_logp is None else data.old_logp[rows]
+        engine_logp = rollouts.engine_logp[rows]
+        is_weights = self.algo.is_correction(old, engine_logp)
+        ref = data.ref_logp[rows] if data.ref_logp is not None else None
+        terms = self.algo.loss_terms(stats.logp, old, adv.advantages[rows], mask, is_weights, ref)
+        denominator = self.env.all_sum(terms.denominator)
+        # FSDP averages gradients over ranks, so each rank's share is scaled by the world size.
+        policy_loss = terms.numerator / denominator.clamp(min=1e-8) * self.env.world
+        loss = policy_loss
+        balance = balance_loss(self.policy, stats.outputs)
+        if balance is not None and self.algo.config.balance_coef > 0:
+            loss = loss + self.algo.config.balance_coef * balance
+        grad_norm, vf = 0.0, 0.0
+        if float(denominator) > 0:  # zero on every rank when dynamic sampling dropped the whole chunk
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = self._clip(self.policy)
+            self.optimizer.step()
+            if self.critic is not None:
+                vf = self._critic_step(rollouts, data, adv, rows, mask)
+        return {
+            "loss": float(self.env.all_sum(policy_loss.detach()) / self.env.world),
+            "kl": terms.kl_sum,
+            "clipped": terms.clipped,
+            "tokens": terms.tokens,
+            "entropy": float((stats.entropy * mask).sum()),
+            "grad_norm": grad_norm,
+            "balance": float(balance.detach()) if balance is not None else 0.0,
+            "vf_loss": vf,
+            "is_stats": mismatch_stats(old, engine_logp, rollouts.mask[rows], self.algo.is_correction.cap),
+        }
+
+    def _critic_step(
+        self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, rows: torch.Tensor, mask: torch.Tensor
+    ) -> float:
+        cfg = self.algo.config.critic
+        prompts = [rollouts.prompt_ids[i] for i in rows.tolist()]
+        values = self.critic.values(prompts, rollouts.completions[rows], self.pad_id)
+        loss = cfg.vf_coef * value_loss(values, data.values[rows], adv.returns[rows], mask, cfg.value_clip)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self._clip(self.critic)
+        self.critic_optimizer.step()
+        return float(loss.detach())
+
+    def _clip(self, module: torch.nn.Module) -> float:
+        max_norm = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        return float(norm)
+
+    # ------------------------------------------------------------------------------------------
+    # 5-7. weight sync, metrics, checkpoints
+    # ------------------------------------------------------------------------------------------
+
+    def _sync_engine(self) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=self.env.enabled))
+        self.engine.update_weights(state_dict=state)
+
+    def _metrics(
+        self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, update: dict[str, Any], rounds: int
+    ) -> dict[str, float]:
+        env = self.env
+        rewards = torch.cat(env.all_gather(rollouts.rewards))
+        passed = torch.cat(env.all_gather(rollouts.passed))
+        zero = torch.cat(env.all_gather(rollouts.zero_signal()))
+        lengths = torch.cat(env.all_gather(rollouts.mask.sum(-1)))
+        tokens = max(float(env.all_sum(torch.tensor(update["tokens"]))), 1.0)
+        n = max(update["updates"], 1.0)
+        is_all = env.all_gather(update["is_stats"])
+        metrics = {
+            "reward_mean": rewards.mean().item(),
+            "reward_std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+            "pass_rate": passed.float().mean().item(),
+            "zero_signal_frac": zero.float().mean().item(),
+            "refill_rounds": float(rounds),
+            "response_len": lengths.mean().item(),
+            "tokens": float(lengths.sum()),
+            "loss": update["loss"] / n,
+            "entropy": float(env.all_sum(torch.tensor(update["entropy"]))) / tokens,
+            "clip_frac": float(env.all_sum(torch.tensor(update["clipped"]))) / tokens,
+            "grad_norm": update["grad_norm"] / n,
+            "adv_abs_mean": float(env.all_sum((adv.advantages.abs() * rollouts.mask).sum()))
+            / max(float(lengths.sum()), 1.0),
+            "is_ratio_mean": sum(s.ratio_mean for s in is_all) / len(is_all),
+            "is_ratio_min": min(s.ratio_min for s in is_all),
+            "is_ratio_max": max(s.ratio_max for s in is_all),
+            "is_truncated_frac": sum(s.truncated_frac for s in is_all) / len(is_all),
+            "logp_mismatch_mean": sum(s.logp_abs_diff_mean for s in is_all) / len(is_all),
+            "logp_mismatch_max": max(s.logp_abs_diff_max for s in is_all),
+        }
+        if self.reference is not None:
+            metrics["kl"] = float(env.all_sum(torch.tensor(update["kl"]))) / tokens
+        if update["balance"]:
+            metrics["balance_loss"] = update["balance"] / n
+        if self.critic is not None:
+            metrics["vf_loss"] = update["vf_loss"] / n
+        return metrics
+
+    def _modules(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
+        modules = {"policy": (self.policy, self.optimizer)}
+        if self.critic is not None:
+            modules["critic"] = (self.critic, self.critic_optimizer)
+        return modules
+
+    def _save(self) -> None:
+        state = {"cursor": self.cursor, "monitor": self.monitor.state()}
+        save_checkpoint(self.checkpoint_dir, self.step, self._modules(), state, self.env, self.config.keep_checkpoints)
+
+    def _resume(self) -> None:
+        path = latest_checkpoint(self.checkpoint_dir)
+        if path is None:
+            return
+        state = load_checkpoint(path, self._modules(), self.env)
+        self.step, self.cursor = int(state["step"]), int(state["cursor"])
+        self.monitor.load(state["monitor"])
+        log.info("resumed RL training from %s (step %d)", path, self.step)
+
+    def _frozen_copy(self, policy: torch.nn.Module) -> torch.nn.Module:
+        reference = copy.deepcopy(policy)
+        reference.requires_grad_(False)
+        reference.eval()
+        return shard_model(reference, self.env)
+
+    def _check_sizes(self) -> None:
+        from codemoe.core.errors import ConfigError
+
+        per_rank, rest = divmod(self.config.prompts_per_step, self.env.world)
+        if rest or per_rank % self.algo.config.minibatches:
+            raise ConfigError(
+                f"prompts_per_step={self.config.prompts_per_step} must split evenly over {self.env.world} rank(s) "
+                f"and then into algo.minibatches={self.algo.config.minibatches}"
+            )
+        if not self.tasks:
+            raise ConfigError("the RL stage got no tasks: check the suite and its split")

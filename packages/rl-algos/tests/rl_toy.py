@@ -1,0 +1,96 @@
+"""Toy-task helpers shared by the tests and the scripts they start (torchrun, SIGKILL runs): a tiny
+MoE policy, a sampling engine of the tests' own (each prompt sampled from a seed mixed with the
+prompt, so samples do not depend on how prompts are split over ranks), a toy task and its scorer."""
+
+from __future__ import annotations
+
+import copy
+import zlib
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import torch
+from codemoe.rl.rollout import Score
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+VOCAB = 16
+
+
+def tiny_policy(seed: int = 0) -> Qwen3MoeForCausalLM:
+    """A 2-layer, 4-expert top-2 MoE causal LM over a 16-token vocabulary."""
+    torch.manual_seed(seed)
+    config = Qwen3MoeConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+    return Qwen3MoeForCausalLM(config).eval()
+
+
+class ToyEngine:
+    """Samples ``n`` continuations per prompt from its own copy of the policy; no stop tokens."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = copy.deepcopy(model)
+        self.calls = 0
+
+    def update_weights(self, state_dict=None, path=None) -> None:
+        self.model.load_state_dict(state_dict)
+
+    @torch.no_grad()
+    def generate(self, prompts, params):
+        self.calls += 1
+        outputs = []
+        for prompt in prompts:
+            key = zlib.crc32(repr((params.seed, list(prompt))).encode())
+            gen = torch.Generator().manual_seed(key)
+            ids = torch.tensor([list(prompt)] * params.n)
+            logps = []
+            for _ in range(params.max_new_tokens):
+                logits = self.model(input_ids=ids).logits[:, -1].float() / params.temperature
+                logprobs = torch.log_softmax(logits, -1)
+                token = torch.multinomial(logprobs.exp(), 1, generator=gen)
+                logps.append(logprobs.gather(-1, token))
+                ids = torch.cat([ids, token], dim=1)
+            completion = ids[:, len(prompt) :]
+            lp = torch.cat(logps, dim=1)
+            samples = [
+                SimpleNamespace(
+                    token_ids=completion[i].tolist(), text="", logprobs=lp[i].tolist(), finish_reason="length"
+                )
+                for i in range(params.n)
+            ]
+            outputs.append(SimpleNamespace(prompt_token_ids=list(prompt), samples=samples))
+        return outputs
+
+
+@dataclass
+class ToyTask:
+    """Prompt: one token. Goal: answer with the token after it, every time."""
+
+    id: str
+    prompt: list[int]
+    target: int
+
+
+def toy_tasks(count: int = 4) -> list[ToyTask]:
+    return [ToyTask(id=f"toy-{i}", prompt=[i + 1], target=(i + 2) % VOCAB) for i in range(count)]
+
+
+def toy_scorer(tasks, outputs) -> list[Score]:
+    """Reward: the fraction of completion tokens equal to the task's target (random policy: 1/16)."""
+    scores = []
+    for task, out in zip(tasks, outputs, strict=True):
+        for sample in out.samples:
+            hits = sum(t == task.target for t in sample.token_ids) / len(sample.token_ids)
+            scores.append(Score(reward=hits, passed=hits == 1.0))
+    return scores

@@ -1,0 +1,194 @@
+"""The RL trainer on a toy task: GRPO and PPO learn it; IS, KL, dynamic sampling, health warnings,
+checkpoints (also across a SIGKILL) and FSDP2 over two ranks behave as specified."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from codemoe.rl.rollout import Score
+from codemoe.rl.trainer import RLConfig, RLTrainer
+from rl_toy import ToyEngine, tiny_policy, toy_scorer, toy_tasks
+
+HERE = Path(__file__).parent
+# Metrics that depend on wall time, not on the computation.
+TIMING = {"gen_seconds", "step_seconds", "tokens_per_s"}
+
+
+def _trainer(registry, tmp_path, algo: dict | None = None, engine=None, **overrides) -> RLTrainer:
+    config = RLConfig(
+        **{"steps": 30, "prompts_per_step": 4, "lr": 1e-2, "max_new_tokens": 4, "checkpoint_every": 1000, **overrides}
+    )
+    spec = {"name": "policy_gradient", "group_size": 8, **(algo or {})}
+    algorithm = registry.build("algorithm", spec, registry=registry)
+    policy = tiny_policy()
+    return RLTrainer(
+        config,
+        algorithm,
+        policy,
+        engine or ToyEngine(policy),
+        toy_scorer,
+        toy_tasks(),
+        pad_id=0,
+        checkpoint_dir=tmp_path / "ckpt",
+    )
+
+
+def _fit(trainer: RLTrainer) -> list[dict[str, float]]:
+    history: list[dict[str, float]] = []
+    trainer.on_step = lambda step, metrics: history.append(metrics)
+    trainer.fit()
+    return history
+
+
+def _same(a: dict[str, float], b: dict[str, float], tol: float = 1e-5) -> bool:
+    keys = (set(a) | set(b)) - TIMING
+    return all(abs(a[k] - b[k]) <= tol * max(1.0, abs(a[k])) for k in keys)
+
+
+@pytest.mark.slow
+def test_grpo_learns_the_toy_task(registry, tmp_path):
+    rewards = [m["reward_mean"] for m in _fit(_trainer(registry, tmp_path))]
+    assert rewards[0] < 0.2
+    assert max(rewards[-3:]) > 0.8, rewards
+
+
+@pytest.mark.slow
+def test_ppo_with_a_critic_learns_the_toy_task(registry, tmp_path):
+    algo = {
+        "advantage": {"name": "gae", "lam": 0.95},
+        "critic": {"lr": 1e-2},
+        "epochs": 2,
+        "minibatches": 2,
+        "loss_agg": "token_mean",
+    }
+    history = _fit(_trainer(registry, tmp_path, algo, steps=20, lr=5e-3))
+    rewards = [m["reward_mean"] for m in history]
+    assert rewards[0] < 0.2
+    assert max(rewards[-4:]) > 0.8, rewards
+    assert all("vf_loss" in m for m in history) and history[-1]["clip_frac"] >= 0
+
+
+def test_one_step_changes_the_policy_and_reports_metrics(registry, tmp_path):
+    trainer = _trainer(registry, tmp_path, {"kl_coef": 0.1}, steps=1)
+    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    history = _fit(trainer)
+    changed = [k for k, v in trainer.policy.state_dict().items() if not torch.equal(v, before[k])]
+    assert any("experts" in k for k in changed) and any("gate" in k for k in changed)
+    metrics = history[0]
+    for key in ("reward_mean", "reward_std", "pass_rate", "kl", "entropy", "clip_frac", "grad_norm", "tokens_per_s"):
+        assert key in metrics, key
+    assert metrics["tokens"] == 4 * 8 * 4
+    assert metrics["kl"] == 0.0  # the first update starts at the reference
+    assert metrics["balance_loss"] > 0  # the MoE balance term is on by default
+    assert torch.equal(trainer.engine.model.lm_head.weight, trainer.policy.lm_head.weight)  # weights synced
+
+
+class _StaleEngine(ToyEngine):
+    """Samples from weights that lag the trainer's: its log-probs disagree with the trainer's."""
+
+    def update_weights(self, state_dict=None, path=None) -> None:
+        if self.calls == 0:
+            super().update_weights(state_dict)
+            with torch.no_grad():
+                self.model.lm_head.weight.mul_(1.5)
+
+
+def test_engine_mismatch_is_reported_and_truncated(registry, tmp_path):
+    policy = tiny_policy()
+    trainer = _trainer(registry, tmp_path, {"is_correction": {"name": "truncated", "cap": 1.05}}, steps=1)
+    trainer.engine = _StaleEngine(policy)
+    metrics = _fit(trainer)[0]
+    assert metrics["logp_mismatch_mean"] > 0.01
+    assert metrics["is_ratio_max"] > 1.05 and metrics["is_truncated_frac"] > 0
+    matched = _fit(_trainer(registry, tmp_path / "b", steps=1))[0]
+    assert matched["logp_mismatch_max"] < 1e-4 and abs(matched["is_ratio_mean"] - 1) < 1e-4
+
+
+def _same_reward_per_task(tasks, outputs):
+    """Every sample of a task gets the same reward: every group carries zero signal."""
+    return [Score(reward=float(i % 2)) for i, out in enumerate(outputs) for _ in out.samples]
+
+
+def test_dynamic_sampling_refills_then_drops_zero_signal_groups(registry, tmp_path):
+    plain = _trainer(registry, tmp_path / "a", steps=1)
+    plain.scorer = _same_reward_per_task
+    assert _fit(plain)[0]["zero_signal_frac"] == 1.0
+    algo = {"dynamic_sampling": {"drop": True, "refill_rounds": 2}, "balance_coef": 0.0}
+    refilled = _trainer(registry, tmp_path / "b", algo, steps=1)
+    refilled.scorer = _same_reward_per_task
+    before = {k: v.clone() for k, v in refilled.policy.state_dict().items()}
+    metrics = _fit(refilled)[0]
+    assert metrics["refill_rounds"] == 2 and refilled.cursor == 4 + 4 + 4
+    assert metrics["grad_norm"] == 0.0  # every group was dropped: no update at all
+    assert all(torch.equal(v, before[k]) for k, v in refilled.policy.state_dict().items())
+
+
+def test_health_monitor_warns_with_a_remedy(registry, tmp_path, caplog):
+    trainer = _trainer(registry, tmp_path, steps=1)
+    trainer.monitor.config.entropy_min = 100.0  # any entropy is "collapsed"
+    with caplog.at_level("WARNING", logger="codemoe.rl"):
+        result = trainer.fit()
+    assert any("entropy" in w for w in result["warnings"])
+    assert "Remedy: raise the sampling temperature" in caplog.text
+
+
+def test_resume_continues_step_for_step(registry, tmp_path):
+    straight = _fit(_trainer(registry, tmp_path / "a", steps=4))
+    first = _fit(_trainer(registry, tmp_path / "b", steps=2, checkpoint_every=2))
+    second = _fit(_trainer(registry, tmp_path / "b", steps=4, checkpoint_every=2))
+    assert len(first) == 2 and len(second) == 2
+    for a, b in zip(straight, first + second, strict=True):
+        assert _same(a, b), (a, b)
+
+
+def _read(path: Path) -> dict[int, dict[str, float]]:
+    records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return {r.pop("step"): r for r in records}  # a step re-run after a resume overwrites the partial one
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_resumes_and_matches(tmp_path):
+    steps = 8
+    env = {**os.environ, "PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}
+    script = str(HERE / "rl_toy_run.py")
+    subprocess.run([sys.executable, script, str(tmp_path / "a"), str(steps)], env=env, check=True)
+    killed_dir = tmp_path / "b"
+    killed_dir.mkdir()
+    proc = subprocess.Popen([sys.executable, script, str(killed_dir), str(steps)], env=env)
+    deadline = time.time() + 120
+    while len(_read(killed_dir / "metrics-rank0.jsonl")) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(_read(killed_dir / "metrics-rank0.jsonl"))
+    assert 3 <= done_before < steps
+    subprocess.run([sys.executable, script, str(killed_dir), str(steps)], env=env, check=True)
+    straight, resumed = _read(tmp_path / "a" / "metrics-rank0.jsonl"), _read(killed_dir / "metrics-rank0.jsonl")
+    assert sorted(resumed) == list(range(1, steps + 1))
+    for step in straight:
+        assert _same(straight[step], resumed[step]), step
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_fsdp2_ranks_match_one_rank(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}
+    script = str(HERE / "rl_toy_run.py")
+    algo = json.dumps({"kl_coef": 0.05})
+    subprocess.run([sys.executable, script, str(tmp_path / "one"), "3", algo], env=env, check=True)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    subprocess.run([*torchrun, script, str(tmp_path / "two"), "3", algo], env=env, check=True)
+    one, two = _read(tmp_path / "one" / "metrics-rank0.jsonl"), _read(tmp_path / "two" / "metrics-rank0.jsonl")
+    assert sorted(two) == [1, 2, 3]
+    for step in (1, 2, 3):
+        for key in ("loss", "reward_mean", "kl", "entropy", "grad_norm", "clip_frac"):
+            a, b = one[step][key], two[step][key]
+            assert abs(a - b) <= 1e-4 + 1e-3 * abs(a), (step, key, a, b)  # float sums in another order
