@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from codemoe.sandbox.agent.actions import ToolCall, render_tool_call
+from codemoe.sandbox.agent.environment import RepoEnvironment
 from codemoe.sandbox.agent.episode import Episode
 from codemoe.sandbox.agent.tasks import Task
 
@@ -41,6 +42,9 @@ class OraclePolicy(_Scripted):
 
     def __init__(self, task: Task) -> None:
         before, after = task.repo_files(), task.gold_files()
+        deleted = sorted(set(before) - set(after))
+        if deleted:
+            raise ValueError(f"task {task.id}: the gold patch deletes {deleted}; the tools cannot delete files")
         calls = [ToolCall("ask_clarification", {"question": "What exactly is expected?"})] if task.clarification else []
         calls += [ToolCall("write_file", {"path": path, "content": text})
                   for path, text in sorted(after.items()) if before.get(path) != text]
@@ -73,11 +77,12 @@ class FlailingPolicy:
         return action
 
 
-def run_episode(env, task: Task, policy: Policy) -> Episode:
+def run_episode(env: RepoEnvironment, task: Task, policy: Policy) -> Episode:
     """Reset ``env`` on ``task`` and let ``policy`` act until the episode ends; returns the episode."""
     observation = env.reset(task)
     while True:
         result = env.step(policy.act(observation))
         observation = result.observation
         if result.done:
+            assert env.episode is not None
             return env.episode
