@@ -41,6 +41,7 @@ __all__ = [
     "prepare_execution",
     "prepare_worker",
     "probe",
+    "release_worker",
 ]
 
 WORK_DIR = "/tmp/work"  # where the request's files are laid out, inside the private /tmp
@@ -122,6 +123,12 @@ def prepare_worker(plan: IsolationPlan) -> WorkerState:
         state.fallback_root = tempfile.mkdtemp(prefix="codemoe-sandbox-")
         os.chmod(state.fallback_root, 0o711)
     return state
+
+
+def release_worker(state: WorkerState) -> None:
+    """Undo what :func:`prepare_worker` left on the host (the fallback work-dir root)."""
+    if state.fallback_root:
+        shutil.rmtree(state.fallback_root, ignore_errors=True)
 
 
 def _map_user(outer_uid: int, outer_gid: int) -> None:

@@ -105,11 +105,15 @@ class _Worker:
         return ExecutionResult.from_dict(answer)
 
     def stop(self) -> None:
+        """Close its input so it cleans up and exits; kill it if it does not within a second."""
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
                 pipe.close()
-        self.process.kill()
-        self.process.wait()
+        try:
+            self.process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
 class LocalExecutor:

@@ -33,6 +33,7 @@ from codemoe.sandbox.isolation import (
     prepare_execution,
     prepare_worker,
     probe,
+    release_worker,
 )
 from codemoe.sandbox.runners import run_in_child
 from codemoe.sandbox.verdict import Observation, decide
@@ -265,15 +266,15 @@ PRELOAD = (
 
 
 def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: WorkerState,
-           pytest_zygote: tuple[int, int] | None) -> int:
+           pytest_zygote: _Zygote | None) -> int:
     """Answer requests until ``control_in`` closes; pytest requests go to ``pytest_zygote``."""
     while True:
         message = wire.receive(control_in)
         if message is None:
             return 0
         if pytest_zygote is not None and message.get("runner") == "pytest":
-            wire.send(pytest_zygote[0], message)
-            answer = wire.receive(pytest_zygote[1])
+            wire.send(pytest_zygote.requests, message)
+            answer = wire.receive(pytest_zygote.answers)
             if answer is None:
                 raise EOFError("the pytest zygote exited")
             wire.send(control_out, answer)
@@ -295,7 +296,22 @@ def _settle(plan: IsolationPlan) -> WorkerState:
     return state
 
 
-def _start_pytest_zygote(plan: IsolationPlan) -> tuple[int, int]:
+@dataclass
+class _Zygote:
+    """The pytest fork server as its parent sees it."""
+
+    pid: int
+    requests: int  # fd we write requests to
+    answers: int  # fd we read results from
+
+    def stop(self) -> None:
+        """Close its input and wait: it cleans up after itself before it exits."""
+        os.close(self.requests)
+        os.close(self.answers)
+        os.waitpid(self.pid, 0)
+
+
+def _start_pytest_zygote(plan: IsolationPlan) -> _Zygote:
     """Fork a second fork server with pytest loaded and warmed up; returns its (request, answer) fds.
 
     Runs of the ``pytest`` runner go there; everything else is served by this lean process, whose
@@ -303,19 +319,22 @@ def _start_pytest_zygote(plan: IsolationPlan) -> tuple[int, int]:
     """
     from_parent, to_child = os.pipe()
     from_child, to_parent = os.pipe()
-    if os.fork() == 0:
+    pid = os.fork()
+    if pid == 0:
         os.close(to_child)
         os.close(from_child)
         linux.parent_death_signal(signal.SIGKILL)
         _warm_up()
         state = _settle(plan)
         wire.send(to_parent, {"ready": True})
-        os._exit(_serve(from_parent, to_parent, plan, state, None))
+        code = _serve(from_parent, to_parent, plan, state, None)
+        release_worker(state)
+        os._exit(code)
     os.close(from_parent)
     os.close(to_parent)
     if not (wire.receive(from_child) or {}).get("ready"):
         raise RuntimeError("the pytest zygote did not start")
-    return to_child, from_child
+    return _Zygote(pid, to_child, from_child)
 
 
 def main() -> int:
@@ -328,7 +347,11 @@ def main() -> int:
         importlib.import_module(name)
     state = _settle(plan)
     wire.send(control_out, {"ready": True, "protections": [p.to_dict() for p in plan.protections]})
-    return _serve(control_in, control_out, plan, state, pytest_zygote)
+    try:
+        return _serve(control_in, control_out, plan, state, pytest_zygote)
+    finally:
+        pytest_zygote.stop()
+        release_worker(state)
 
 
 if __name__ == "__main__":
