@@ -22,6 +22,8 @@ from codemoe.sandbox.agent import (
     validate_tasks,
 )
 from codemoe.sandbox.agent.cli import add_tasks_command
+from codemoe.sandbox.agent.environment import grading_request
+from codemoe.sandbox.api import ExecutionRequest, Limits
 
 SUITE = Path(__file__).resolve().parents[3] / "registry" / "suites" / "agentic-core"
 
@@ -204,3 +206,35 @@ def test_swebench_errors_name_the_line(swebench_file, tmp_path):
     bad.write_text("\n" + '{"instance_id": "x"}\n')
     with pytest.raises(TaskFormatError, match=r"bad.jsonl:2: KeyError"):
         load_swebench_jsonl(bad, tmp_path / "repos")
+
+
+# ---------------------------------------------------------------------------------------------
+# the task types do what their names promise
+# ---------------------------------------------------------------------------------------------
+
+
+def _grade(executor, task, files):
+    return executor.run(grading_request(task, files, Limits(timeout_s=30, cpu_s=30), "probe")).tests
+
+
+def test_multi_round_task_obvious_fix_breaks_another_test(executor):
+    task = load_task(SUITE / "multiround-version-compare")
+    obvious = "def is_newer(candidate, current):\n    return tuple(map(int, candidate.split('.'))) > tuple(map(int, current.split('.')))\n"
+    tests = _grade(executor, task, {**task.repo_files(), "releases/versions.py": obvious})
+    assert tests["tests/test_versions.py::test_numeric_components"] == "passed"
+    assert tests["tests/test_versions.py::test_prerelease_of_next_major"] == "failed"
+
+
+def test_debugging_task_needs_several_runs(executor):
+    task = load_task(SUITE / "debug-inventory-restock")
+    files = task.repo_files()
+    first_fix = {**files, "inventory/stock.py": task.gold_files()["inventory/stock.py"]}  # the first of three bugs
+    before = executor.run(_probe(task, files)).stdout
+    after_first = executor.run(_probe(task, first_fix)).stdout
+    assert "assert 5 == 15" in before
+    assert "assert 5 == 15" not in after_first and "assert ['apple', 'plum'] == ['plum']" in after_first
+
+
+def _probe(task, files):
+    return ExecutionRequest(files=files, command=["tests/test_inventory.py::test_restock_cycle"], runner="pytest",
+                            limits=Limits(timeout_s=30, cpu_s=30))
