@@ -28,7 +28,7 @@ class HealthConfig:
     zero_signal_frac: float = 0.5  # warn when more than this fraction of groups carry no signal
     kl_max: float = 0.5  # warn when the mean per-token KL to the reference exceeds this
     entropy_min: float = 0.05  # warn when the mean token entropy (nats) falls below this
-    expert_share_max: float = 0.6  # warn when one expert takes more than this share of routed tokens
+    expert_max_over_mean: float = 3.0  # warn when the busiest expert's load exceeds this many times the mean
     cooldown: int = 10  # steps before the same check may warn again
 
 
@@ -95,10 +95,10 @@ def entropy_collapse(history: Sequence[dict[str, Any]], cfg: HealthConfig) -> tu
 
 
 def router_collapse(history: Sequence[dict[str, Any]], cfg: HealthConfig) -> tuple[str, str] | None:
-    share = history[-1].get("expert_share_max")
-    if share is not None and share > cfg.expert_share_max:
+    ratio = history[-1].get("moe/max_over_mean")
+    if ratio is not None and ratio > cfg.expert_max_over_mean:
         return (
-            f"one expert takes {share:.0%} of the routed tokens: the router is collapsing",
+            f"the busiest expert takes {ratio:.1f}x the mean load: the router is collapsing",
             "raise the balance-loss weight (algo.balance_coef), or warm the router up with SFT first",
         )
     return None

@@ -1,8 +1,10 @@
 """The MoE side of a policy update: the balance loss of the last forward and the expert-load numbers.
 
-codemoe MoE models record their routing in their blocks (``codemoe.core.moe``); transformers MoE
-models return ``aux_loss`` on their output when ``output_router_logits`` is on. Dense models
-have neither, and contribute no balance term.
+codemoe MoE models keep their routing losses and statistics in their blocks
+(:mod:`codemoe.core.moe`); plain ``transformers`` MoE models return ``aux_loss`` on their output
+when ``output_router_logits`` is on. Dense models have neither and contribute no balance term.
+The trainer scales the unscaled balance loss by the algorithm's own ``balance_coef``, not by the
+model config's pre-training coefficient.
 """
 
 from __future__ import annotations
@@ -10,18 +12,32 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from codemoe.core.moe import aux_losses, moe_blocks, moe_metrics
 
-__all__ = ["balance_loss", "enable_router_outputs"]
+__all__ = ["balance_loss", "enable_router_outputs", "expert_load"]
 
 
 def enable_router_outputs(model: torch.nn.Module) -> None:
-    """Ask a transformers MoE model to return its balance loss with every forward."""
+    """Ask a plain ``transformers`` MoE model to return its balance loss with every forward."""
     config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "output_router_logits"):
+    if config is not None and hasattr(config, "output_router_logits") and not any(moe_blocks(model)):
         config.output_router_logits = True
 
 
 def balance_loss(model: torch.nn.Module, outputs: Any) -> torch.Tensor | None:
     """The unscaled load-balance loss of the forward that produced ``outputs``, or None (dense)."""
+    if any(moe_blocks(model)):
+        return aux_losses(model)["balance"]
     aux = getattr(outputs, "aux_loss", None)
     return aux if isinstance(aux, torch.Tensor) else None
+
+
+def expert_load(model: torch.nn.Module) -> dict[str, float]:
+    """The step's aggregated routing metrics (``moe/max_over_mean``, ``moe/cv``, ...); empty when dense.
+
+    Reading closes the routing step (routers with a balancing bias update it), so call it once per
+    optimizer step.
+    """
+    if not any(moe_blocks(model)):
+        return {}
+    return {k: v for k, v in moe_metrics(model).items() if k.count("/") == 1}

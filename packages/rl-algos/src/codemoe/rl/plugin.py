@@ -63,6 +63,8 @@ _COMPONENTS = [
         "algorithm:AlgorithmConfig",
         "policy-gradient RL composed of registered strategies",
     ),
+    ("stage", "sft", "stages:SFTStage", "stages:SFTStageConfig", "supervised warm-up with router phases"),
+    ("stage", "rl", "stages:RLStage", "stages:RLStageConfig", "RL with engine, sandbox, reward recipe and algorithm"),
 ]
 
 

@@ -31,7 +31,7 @@ from codemoe.rl.diagnostics import HealthConfig, HealthMonitor
 from codemoe.rl.distributed import Dist, shard_model
 from codemoe.rl.importance import mismatch_stats
 from codemoe.rl.logprobs import token_stats
-from codemoe.rl.moe_terms import balance_loss, enable_router_outputs
+from codemoe.rl.moe_terms import balance_loss, enable_router_outputs, expert_load
 from codemoe.rl.rollout import Rollouts, SamplingRequest, Score, build_rollouts
 from torch.distributed.tensor import DTensor
 
@@ -57,6 +57,7 @@ class RLConfig:
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 64  # sampling budget, also the padded horizon T of every batch
+    stop: list[str] = field(default_factory=list)  # stop strings: the completion text ends before them
     checkpoint_every: int = 10  # steps between checkpoints; the last step is always saved
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     seed: int = 0  # data order and sampling seeds derive from it
@@ -170,6 +171,7 @@ class RLTrainer:
             top_p=self.config.top_p,
             top_k=self.config.top_k,
             max_new_tokens=self.config.max_new_tokens,
+            stop=list(self.config.stop),
             seed=seed,
         )
         outputs = self.engine.generate([task.prompt for task in tasks], params)
@@ -319,11 +321,14 @@ class RLTrainer:
     # 5-7. weight sync, metrics, checkpoints
     # ------------------------------------------------------------------------------------------
 
-    def _sync_engine(self) -> None:
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """The policy's whole (unsharded) state dict, on every rank."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        state = get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=self.env.enabled))
-        self.engine.update_weights(state_dict=state)
+        return get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=self.env.enabled))
+
+    def _sync_engine(self) -> None:
+        self.engine.update_weights(state_dict=self.policy_state())
 
     def _metrics(
         self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, update: dict[str, Any], rounds: int
@@ -363,6 +368,7 @@ class RLTrainer:
             metrics["balance_loss"] = update["balance"] / n
         if self.critic is not None:
             metrics["vf_loss"] = update["vf_loss"] / n
+        metrics.update(expert_load(self.policy))
         return metrics
 
     def _modules(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:

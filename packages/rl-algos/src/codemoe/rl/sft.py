@@ -1,0 +1,149 @@
+"""Supervised warm-up before RL: imitate reference solutions, with the router cold-start phases.
+
+The seeds warm the router and the experts up on supervised data before joint and RL training: a
+router that starts with no knowledge sends tokens at random and training oscillates. Each phase
+names which parameter groups train (:func:`codemoe.core.moe.set_trainable`: ``router``,
+``experts``, ``moe``, ``all``, ...) and for how many optimizer steps.
+
+The loss is the token mean of the cross-entropy over the completion tokens only (the prompt is
+context, not a target), plus ``balance_coef`` times the MoE balance loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from codemoe.rl.logprobs import token_stats
+from codemoe.rl.moe_terms import balance_loss, enable_router_outputs
+
+__all__ = ["Example", "PhaseConfig", "SFTConfig", "SFTTrainer", "encode_examples"]
+
+log = logging.getLogger("codemoe.rl")
+
+
+@dataclass
+class PhaseConfig:
+    """One warm-up phase."""
+
+    phase: str = "all"  # parameter groups that train: router, experts, moe, frozen_router, dense, all
+    steps: int = 10  # optimizer steps in this phase
+    lr: float = 1e-3  # learning rate of the phase (a fresh AdamW per phase: frozen groups keep no state)
+
+
+@dataclass
+class SFTConfig:
+    """Hyper-parameters of the supervised warm-up."""
+
+    phases: list[PhaseConfig] = field(
+        default_factory=lambda: [
+            PhaseConfig("router", 10, 3e-3),
+            PhaseConfig("experts", 10, 1e-3),
+            PhaseConfig("all", 40, 1e-3),
+        ]
+    )
+    batch_size: int = 16  # examples per optimizer step
+    max_tokens: int = 256  # longest completion kept (tokens past it are cut)
+    balance_coef: float = 0.01  # weight of the MoE balance loss during SFT (the pre-training default)
+    grad_clip: float = 1.0  # max grad norm; 0 turns clipping off
+    seed: int = 0  # example order
+
+
+@dataclass
+class Example:
+    """One tokenised example: a prompt and the completion to imitate (end-of-sequence included)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+
+
+def encode_examples(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_tokens: int) -> list[Example]:
+    """``(prompt, completion)`` texts -> examples; prompts are encoded the way the engine encodes them."""
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    return [
+        Example(list(tokenizer.encode(prompt)), (list(tokenizer.encode(completion)) + eos)[:max_tokens])
+        for prompt, completion in pairs
+    ]
+
+
+class SFTTrainer:
+    """Runs the configured phases over ``examples``; ``on_step(step, metrics)`` sees every step."""
+
+    def __init__(
+        self,
+        config: SFTConfig,
+        model: torch.nn.Module,
+        examples: Sequence[Example],
+        *,
+        pad_id: int,
+        set_trainable: Callable[[torch.nn.Module, str], Any],
+        on_step: Callable[[int, dict[str, float]], None] | None = None,
+    ) -> None:
+        if not examples:
+            raise ValueError("SFT got no examples: check the suite, its split and max_tasks")
+        self.config, self.model, self.examples = config, model, list(examples)
+        self.pad_id, self.set_trainable, self.on_step = pad_id, set_trainable, on_step
+        self.rng = random.Random(config.seed)
+        self.order: list[int] = []
+        if config.balance_coef > 0:
+            enable_router_outputs(model)
+
+    def fit(self) -> dict[str, Any]:
+        """Train every phase in order; returns the first and last loss and the steps per phase."""
+        self.model.train()
+        step, losses = 0, []
+        for phase in self.config.phases:
+            counts = self.set_trainable(self.model, phase.phase)
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            optimizer = torch.optim.AdamW(params, lr=phase.lr, weight_decay=0.0)
+            log.info("SFT phase %s: %d trainable parameters, %d steps", phase.phase, counts["trainable"], phase.steps)
+            for _ in range(phase.steps):
+                step += 1
+                metrics = self._step(optimizer, params)
+                metrics["phase_trainable"] = float(counts["trainable"])
+                losses.append(metrics["loss"])
+                if self.on_step is not None:
+                    self.on_step(step, {**metrics, "phase": phase.phase})
+        self.set_trainable(self.model, "all")
+        self.model.eval()
+        return {"steps": step, "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None}
+
+    def _batch(self) -> list[Example]:
+        out = []
+        while len(out) < self.config.batch_size:
+            if not self.order:
+                self.order = list(range(len(self.examples)))
+                self.rng.shuffle(self.order)
+            out.append(self.examples[self.order.pop()])
+        return out
+
+    def _step(self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> dict[str, float]:
+        batch = self._batch()
+        width = max(len(e.completion_ids) for e in batch)
+        completions = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(batch), width)
+        for i, example in enumerate(batch):
+            completions[i, : len(example.completion_ids)] = torch.tensor(example.completion_ids)
+            mask[i, : len(example.completion_ids)] = 1.0
+        stats = token_stats(self.model, [e.prompt_ids for e in batch], completions, pad_id=self.pad_id)
+        nll = -(stats.logp * mask).sum() / mask.sum()
+        loss = nll
+        balance = balance_loss(self.model, stats.outputs)
+        if balance is not None and self.config.balance_coef > 0:
+            loss = loss + self.config.balance_coef * balance
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        max_norm = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        optimizer.step()
+        token_acc = ((stats.logp.detach() > -0.6931) * mask).sum() / mask.sum()  # p(token) > 1/2
+        return {
+            "loss": float(nll.detach()),
+            "balance_loss": float(balance.detach()) if balance is not None else 0.0,
+            "grad_norm": grad_norm,
+            "token_acc": float(token_acc),
+        }

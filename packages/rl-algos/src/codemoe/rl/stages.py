@@ -1,0 +1,162 @@
+"""The ``sft`` and ``rl`` pipeline stages: resolve everything from the config and the registry,
+hand it to :class:`~codemoe.rl.sft.SFTTrainer` / :class:`~codemoe.rl.trainer.RLTrainer`, and save
+a checkpoint whose path the next stage reads from ``ctx.results[<stage id>]["checkpoint"]``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codemoe.core.errors import ConfigError
+from codemoe.rl.sft import SFTConfig, SFTTrainer, encode_examples
+from codemoe.rl.trainer import RLConfig, RLTrainer
+
+__all__ = ["RLStage", "RLStageConfig", "SFTStage", "SFTStageConfig"]
+
+# A completion is a function body: it ends where top-level code would start (the suites' convention).
+STOP_SEQUENCES = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert "]
+
+
+@dataclass
+class SFTStageConfig(SFTConfig):
+    """Options of the ``sft`` stage (the warm-up's hyper-parameters plus where data and model come from)."""
+
+    model: Any = "tiny"  # model preset or spec (registry/models) for a fresh policy
+    checkpoint_from: str = ""  # id of an earlier stage whose result holds "checkpoint"; "" builds `model`
+    vocab_size: int = 1024  # tokenizer vocabulary when a fresh policy is built
+    suite: Any = field(default_factory=lambda: {"name": "synthetic"}, metadata={"kind": "suite"})
+    split: str = "train"  # the suite split whose reference solutions are imitated
+    max_tasks: int = 0  # 0: every task of the split
+
+
+@dataclass
+class RLStageConfig(RLConfig):
+    """Options of the ``rl`` stage (the loop's hyper-parameters plus its components)."""
+
+    checkpoint_from: str = "sft"  # id of the earlier stage whose result holds the starting "checkpoint"
+    algo: Any = field(default_factory=lambda: {"name": "policy_gradient"}, metadata={"kind": "algorithm"})
+    engine: Any = field(default_factory=lambda: {"name": "embedded"}, metadata={"kind": "engine"})
+    executor: Any = field(default_factory=lambda: {"name": "local"}, metadata={"kind": "executor"})
+    reward: Any = field(
+        default_factory=lambda: {"name": "weighted_sum", "components": {"task_complete": {"weight": 1.0}}},
+        metadata={"kind": "reward"},
+    )
+    suite: Any = field(default_factory=lambda: {"name": "synthetic"}, metadata={"kind": "suite"})
+    split: str = "train"  # tasks are drawn from this split; the visible tests give the reward
+    max_tasks: int = 0  # 0: every task of the split
+    stop: list[str] = field(default_factory=lambda: list(STOP_SEQUENCES))  # the completion text ends before these
+    timeout_s: float = 5.0  # sandbox limit per sample
+
+
+def _tasks(ctx: Any, stage: Any, suite_spec: Any, split: str, max_tasks: int) -> list[Any]:
+    suite = ctx.registry.build("suite", suite_spec, where=f"stages.{stage.id}.suite")
+    tasks = suite.tasks(split)
+    return tasks[:max_tasks] if max_tasks else tasks
+
+
+def _checkpoint(ctx: Any, stage: Any, source: str) -> str:
+    result = ctx.results.get(source)
+    if result is None or "checkpoint" not in result:
+        raise ConfigError(
+            f"'stages.{stage.id}.checkpoint_from': no earlier stage '{source}' with a checkpoint; "
+            f"stages so far: {', '.join(ctx.results) or 'none'}"
+        )
+    return result["checkpoint"]
+
+
+def _reporter(ctx: Any, stage: Any, advance: Any) -> Any:
+    def report(step: int, metrics: dict[str, Any]) -> None:
+        ctx.metrics.write(stage.id, step, **metrics)
+        scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+        ctx.hooks.after_train_step(ctx=ctx, stage=stage, step=step, metrics=scalars)
+        advance()
+
+    return report
+
+
+class SFTStage:
+    """Supervised warm-up on a suite's reference solutions, router phases first."""
+
+    def __init__(self, config: SFTStageConfig) -> None:
+        self.config = config
+
+    def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
+        import torch
+        from codemoe.core.models import build_model, load_pretrained, save_pretrained
+        from codemoe.core.moe import set_trainable
+        from codemoe.core.tokenizer import train_tokenizer
+
+        cfg = self.config
+        torch.manual_seed(ctx.seed + cfg.seed)
+        tasks = _tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks)
+        pairs = [(task.prompt, task.reference_solution) for task in tasks]
+        if cfg.checkpoint_from:
+            model, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from))
+        else:
+            tokenizer = train_tokenizer([p + c for p, c in pairs], cfg.vocab_size)
+            model = build_model(cfg.model, vocab_size=len(tokenizer))
+        examples = encode_examples(tokenizer, pairs, cfg.max_tokens)
+        total = sum(phase.steps for phase in cfg.phases)
+        with ctx.progress(f"sft ({stage.id})", total) as advance:
+            trainer = SFTTrainer(
+                cfg,
+                model,
+                examples,
+                pad_id=tokenizer.pad_token_id,
+                set_trainable=set_trainable,
+                on_step=_reporter(ctx, stage, advance),
+            )
+            result = trainer.fit()
+        path = save_pretrained(model, tokenizer, ctx.stage_dir(stage) / "checkpoint")
+        return {"checkpoint": str(path), "examples": len(examples), **result}
+
+
+class RLStage:
+    """RL on a suite's train split: engine, executor, reward recipe and algorithm from the registry."""
+
+    def __init__(self, config: RLStageConfig) -> None:
+        self.config = config
+
+    def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
+        import torch
+        from codemoe.core.models import load_pretrained, save_pretrained
+        from codemoe.rl.distributed import init_distributed
+        from codemoe.rl.scoring import SandboxScorer
+
+        cfg, where = self.config, f"stages.{stage.id}"
+        env = init_distributed()
+        torch.manual_seed(ctx.seed + cfg.seed)
+        policy, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from))
+        served = copy.deepcopy(policy)  # the engine keeps whole weights; the policy may be sharded
+        engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=served, tokenizer=tokenizer)
+        executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
+        recipe = ctx.registry.build("reward", cfg.reward, where=f"{where}.reward")
+        algorithm = ctx.registry.build("algorithm", cfg.algo, where=f"{where}.algo", registry=ctx.registry)
+        tasks = _tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks)
+        with ctx.progress(f"rl ({stage.id})", cfg.steps) as advance:
+            trainer = RLTrainer(
+                cfg,
+                algorithm,
+                policy,
+                engine,
+                SandboxScorer(executor, recipe, timeout_s=cfg.timeout_s),
+                tasks,
+                pad_id=tokenizer.pad_token_id,
+                checkpoint_dir=ctx.stage_dir(stage) / "checkpoints",
+                env=env,
+                on_step=_reporter(ctx, stage, advance),
+                on_rollouts=lambda step, batch: ctx.hooks.after_rollout_batch(
+                    ctx=ctx, stage=stage, step=step, batch=batch
+                ),
+            )
+            result = trainer.fit()
+        path = Path(ctx.stage_dir(stage) / "checkpoint")
+        state = trainer.policy_state()
+        if env.is_main:
+            served.load_state_dict(state)
+            save_pretrained(served, tokenizer, path)
+        env.barrier()
+        return {"checkpoint": str(path), **result}
