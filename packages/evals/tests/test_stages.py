@@ -40,6 +40,8 @@ def test_eval_stage_samples_grades_and_reports(tiny_checkpoint: Path, spine, wri
     assert first["kind"] == "eval" and first["tasks"] == 6 and first["samples_per_task"] == 3
     summary = json.loads(Path(first["summary"]).read_text())
     assert set(summary["overall"]) == {"pass@1", "pass@3"}
+    load = summary["expert_load"]  # [layers][experts] from the engine's routing decisions
+    assert len(load) == 1 and len(load[0]) <= 4 and sum(load[0]) == pytest.approx(1.0)
     assert summary["samples"] == 18 and len(summary["per_task"]) == 6
     samples = [json.loads(line) for line in (ctx.run_dir / "first" / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 18
@@ -59,3 +61,14 @@ def test_eval_stage_needs_a_checkpoint(spine, write_pipeline, tmp_path, registry
     text = f"run: {{name: x, dir: {tmp_path}}}\nstages:\n  ev: {{name: eval, checkpoint_from: sft}}\n"
     with pytest.raises(ConfigError, match="no earlier stage 'sft'"):
         run_pipeline(compose(write_pipeline(text), registry_dir=registry_dir), registry, hooks, show_progress=False)
+
+
+def test_expert_load_counts_routing_decisions():
+    import torch
+    from codemoe.evals.stages import ExpertLoad
+
+    load = ExpertLoad()
+    # 2 tokens, 2 layers, top-2: layer 0 picks {0,1} then {0,2}; layer 1 picks {1,1}... then {3,1}
+    load.add(torch.tensor([[[0, 1], [1, 1]], [[0, 2], [3, 1]]]))
+    load.add(None)
+    assert load.shares() == [[0.5, 0.25, 0.25, 0.0], [0.0, 0.75, 0.0, 0.25]]

@@ -69,23 +69,24 @@ def series(records: Sequence[dict[str, Any]], quantity: str, stage: str | None =
 def expert_load(
     records: Sequence[dict[str, Any]], stage: str | None = None
 ) -> tuple[list[int], list[list[list[float]]]]:
-    """Expert load over training: (steps, load[step][layer][expert]) for one stage.
+    """Expert load over training: (steps, load[step][layer][expert]).
 
-    Takes the first stage that logs expert load when ``stage`` is None. Missing cells are 0.
+    With ``stage`` None: the stage that logged expert load most often (a trainer); when every stage
+    logged it at most once (evaluations of successive checkpoints), all of them by step. Missing
+    cells are 0.
     """
-    steps: list[int] = []
-    grids: list[list[list[float]]] = []
-    chosen = stage
+    by_stage: dict[str, list[tuple[int, list[list[float]]]]] = defaultdict(list)
     for record in records:
-        if record.get("step") is None or (chosen is not None and record.get("stage") != chosen):
+        if record.get("step") is None or (stage is not None and record.get("stage") != stage):
             continue
         grid = _load_grid(record)
-        if grid is None:
-            continue
-        chosen = record.get("stage")
-        steps.append(int(record["step"]))
-        grids.append(grid)
-    return steps, grids
+        if grid is not None:
+            by_stage[record["stage"]].append((int(record["step"]), grid))
+    if not by_stage:
+        return [], []
+    busiest = max(by_stage.values(), key=len)
+    points = busiest if len(busiest) > 1 else sorted((p for v in by_stage.values() for p in v), key=lambda p: p[0])
+    return [s for s, _ in points], [g for _, g in points]
 
 
 def _load_grid(record: dict[str, Any]) -> list[list[float]] | None:

@@ -21,7 +21,7 @@ from codemoe.evals.review import sample_for_review, write_review
 from codemoe.evals.summary import load_summary
 from codemoe.evals.tasks import STOP_SEQUENCES
 
-__all__ = ["EvalStage", "EvalStageConfig", "ReportStage", "ReportStageConfig", "engine_sampler"]
+__all__ = ["EvalStage", "EvalStageConfig", "ExpertLoad", "ReportStage", "ReportStageConfig", "engine_sampler"]
 
 log = logging.getLogger("codemoe.evals")
 
@@ -51,10 +51,49 @@ class EvalStageConfig:
     review_fraction: float = 0.07  # share of graded samples put on the human review page (0.05-0.10)
     baseline: str = ""  # id of an earlier eval stage to compare with (paired bootstrap over tasks)
     seed: int = 0  # added to the run seed for sampling
+    step: int = -1  # training step this evaluation stands at in plots; -1: the checkpoint stage's step
 
 
-def engine_sampler(engine: Any, config: EvalStageConfig, seed: int, advance: Any = None) -> Sampler:
-    """A sampler that asks a generation engine (kind ``engine``) for ``n`` samples per prompt."""
+class ExpertLoad:
+    """Counts, per MoE layer and expert, the routing decisions of generated tokens.
+
+    Engines return, for codemoe MoE models, the experts chosen at every sampled position
+    (``Sample.routing``: ``[tokens, layers, k]``); the shares show how the policy routes on the
+    evaluation's own completions.
+    """
+
+    def __init__(self) -> None:
+        self.counts: Any = None  # [layers, experts] int tensor, grown as experts appear
+
+    def add(self, routing: Any) -> None:
+        import torch
+
+        if routing is None or routing.numel() == 0:
+            return
+        layers = routing.shape[1]
+        experts = int(routing.max()) + 1
+        # routing: [tokens, layers, k] -> per-layer histogram [layers, experts]
+        counts = torch.stack([torch.bincount(routing[:, i].flatten(), minlength=experts) for i in range(layers)])
+        if self.counts is None:
+            self.counts = counts
+            return
+        width = max(self.counts.shape[1], counts.shape[1])
+        pad = torch.nn.functional.pad
+        self.counts = pad(self.counts, (0, width - self.counts.shape[1])) + pad(counts, (0, width - counts.shape[1]))
+
+    def shares(self) -> list[list[float]]:
+        """[layers][experts] share of each layer's routing decisions (empty when none were seen)."""
+        if self.counts is None:
+            return []
+        totals = self.counts.sum(dim=1, keepdim=True).clamp(min=1)
+        return (self.counts / totals).tolist()
+
+
+def engine_sampler(
+    engine: Any, config: EvalStageConfig, seed: int, advance: Any = None, load: ExpertLoad | None = None
+) -> Sampler:
+    """A sampler that asks a generation engine (kind ``engine``) for ``n`` samples per prompt;
+    routing decisions of the samples go to ``load`` when given."""
     from codemoe.serving.api import SamplingParams  # the engine's own request type
 
     def sample(prompts: list[str], n: int) -> list[list[str]]:
@@ -69,7 +108,11 @@ def engine_sampler(engine: Any, config: EvalStageConfig, seed: int, advance: Any
                 stop=list(config.stop),
                 seed=seed + start,
             )
-            out.extend([s.text for s in result.samples] for result in engine.generate(chunk, params))
+            for result in engine.generate(chunk, params):
+                out.append([s.text for s in result.samples])
+                if load is not None:
+                    for sample in result.samples:
+                        load.add(sample.routing)
             if advance is not None:
                 advance(len(chunk))
         return out
@@ -113,6 +156,7 @@ class EvalStage:
         tasks = suite.tasks(cfg.split)
         tasks = tasks[: cfg.max_tasks] if cfg.max_tasks > 0 else tasks
         checkpoint, step = _checkpoint(ctx, stage, cfg)
+        step = cfg.step if cfg.step >= 0 else (step or 0)
         model, tokenizer = load_policy(checkpoint)
         engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=model, tokenizer=tokenizer)
         executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
@@ -127,15 +171,17 @@ class EvalStage:
             seed=ctx.seed,
         )
         folder = ctx.stage_dir(stage)
+        load = ExpertLoad()
         try:
             with ctx.progress(f"{stage.id}: sampling", len(tasks)) as sampled:
-                sampler = engine_sampler(engine, cfg, ctx.seed + cfg.seed, sampled)
+                sampler = engine_sampler(engine, cfg, ctx.seed + cfg.seed, sampled, load)
                 completions = sample_completions(tasks, sampler, options)
             with ctx.progress(f"{stage.id}: grading", len(tasks) * cfg.samples) as graded_bar:
                 graded, summary = grade_and_summarize(tasks, completions, executor, options, advance=graded_bar)
         finally:
             executor.close()
         summary["checkpoint"] = checkpoint
+        summary["expert_load"] = load.shares()
         summary_path = write_evaluation(folder, graded, summary)
         review = sample_for_review(graded, cfg.review_fraction, seed=ctx.seed)
         page = write_review(folder, review, {t.id: t for t in tasks}, title=f"{stage.id}: review", total=len(graded))
@@ -146,6 +192,7 @@ class EvalStage:
             **{name: est["value"] for name, est in headline.items()},
             **{f"{name}_low": est["low"] for name, est in headline.items()},
             **{f"{name}_high": est["high"] for name, est in headline.items()},
+            **({"expert_load": summary["expert_load"]} if summary["expert_load"] else {}),
         )
         result: dict[str, Any] = {
             "kind": "eval",
