@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 
 import pytest
 from codemoe.sandbox import ExecutionRequest, Limits, RemoteError, RemoteExecutor, function_task_request
-from codemoe.sandbox.service import SandboxService
+from codemoe.sandbox.service import TOKEN_ENV, SandboxService
 
 TOKEN = "test-token-4f1d"
 
@@ -97,3 +102,17 @@ def test_remote_errors_name_the_service_and_status(service):
     assert info.value.status is None and "unreachable" in str(info.value)
     with pytest.raises(RemoteError, match="no token"):
         RemoteExecutor(service.url, token="")
+
+
+def test_serve_command_serves_until_interrupted():
+    env = {**os.environ, TOKEN_ENV: "cli-token"}
+    command = [sys.executable, "-m", "codemoe.sandbox", "serve", "--port", "0", "--workers", "1"]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        banner = server.stderr.readline()
+        url = re.search(r"http://[\d.]+:\d+", banner).group(0)
+        result = RemoteExecutor(url, token="cli-token").run(ExecutionRequest(command=["python", "-c", "print(2 ** 10)"]))
+        assert result.status == "passed" and result.stdout == "1024\n"
+    finally:
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=30) == 0
