@@ -4,7 +4,7 @@ Trainers name their metrics; these functions find the usual ones by name so that
 any trainer that follows the conventions:
 
 - reward: ``reward_mean`` (else ``reward``);
-- pass rate during training: ``pass_rate`` (else ``pass@1``);
+- pass rate during training: ``pass_rate``; loss: ``loss``;
 - KL: ``kl`` (else the first key starting with ``kl``); entropy: ``entropy``;
 - expert load: either one key ``expert_load`` holding ``[layers][experts]`` token fractions, or scalar
   keys whose name starts with ``expert_load`` and ends in ``<layer><sep><expert>`` numbers
@@ -27,7 +27,7 @@ Series = tuple[list[int], list[float]]  # (steps, values)
 _LOAD_KEY = re.compile(r"^expert_load\D*?(\d+)\D+(\d+)$")
 _ALIASES = {
     "reward": ("reward_mean", "reward"),
-    "pass_rate": ("pass_rate", "pass@1"),
+    "pass_rate": ("pass_rate",),
     "kl": ("kl", "kl_mean"),
     "entropy": ("entropy", "entropy_mean"),
 }

@@ -61,7 +61,7 @@ def _family_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
 
 def _training_table(records: list[dict[str, Any]]) -> list[str]:
     rows = []
-    quantities = ("reward", "pass_rate", "kl", "entropy")
+    quantities = ("loss", "reward", "pass_rate", "kl", "entropy")
     curves = {q: series(records, q) for q in quantities}
     stages = sorted({sid for c in curves.values() for sid in c})
     for sid in stages:
@@ -75,7 +75,7 @@ def _training_table(records: list[dict[str, Any]]) -> list[str]:
         rows.append("| " + " | ".join(cells) + " |")
     if not rows:
         return []
-    return ["| stage | reward (first -> last) | pass rate | KL | entropy |", "|---|---|---|---|---|", *rows]
+    return ["| stage | loss (first -> last) | reward | pass rate | KL | entropy |", "|---|---|---|---|---|---|", *rows]
 
 
 def _expert_lines(records: list[dict[str, Any]]) -> list[str]:
