@@ -62,3 +62,26 @@ def test_spec_errors_are_explained(tmp_path: Path, write_pipeline):
     bad.write_text("name: x\npipeline: p\nbaseline: a\nvariants: {a: {}}\n")
     with pytest.raises(ConfigError, match="at least two variants"):
         load_ablation(bad)
+
+
+def test_ready_specs_load_by_name():
+    moe = load_ablation("moe-vs-dense")
+    assert moe.pipeline == "quickstart" and moe.baseline == "dense" and moe.max_active_ratio > 1
+    assert "stages.sft.model.num_experts=1" in moe.variants["dense"].overrides
+    rl = load_ablation("rl-vs-sft")
+    assert {v.eval_stage for v in rl.variants.values()} == {"eval_rl", "eval_sft"}
+    with pytest.raises(ConfigError, match="rl-vs-sft"):
+        load_ablation("nope")
+
+
+def test_moe_and_dense_variants_have_equal_active_parameters(registry_dir: Path):
+    from codemoe.core import compose
+    from codemoe.core.models import count_parameters
+
+    spec = load_ablation("moe-vs-dense")
+    counts = {}
+    for name, variant in spec.variants.items():
+        cfg = compose(spec.pipeline, variant.overrides, registry_dir=registry_dir)
+        counts[name] = count_parameters(dict(cfg.stages.sft.model), vocab_size=cfg.stages.sft.vocab_size)
+    assert counts["moe"].total > 2 * counts["dense"].total
+    assert counts["moe"].active / counts["dense"].active == pytest.approx(1.0, abs=0.01)

@@ -34,9 +34,10 @@ from codemoe.evals.compare import compare_summaries, eval_stages
 from codemoe.evals.summary import load_summary
 from omegaconf import OmegaConf
 
-__all__ = ["AblationSpec", "Variant", "format_ablation", "load_ablation", "run_ablation"]
+__all__ = ["ABLATIONS_DIR", "AblationSpec", "Variant", "format_ablation", "load_ablation", "run_ablation"]
 
 _PARAM_KEYS = ("total_parameters", "active_parameters")
+ABLATIONS_DIR = Path(__file__).parent / "ablations"  # ready specs: rl-vs-sft, moe-vs-dense
 
 
 @dataclass
@@ -60,8 +61,15 @@ class AblationSpec:
     max_active_ratio: float = 0.0  # > 0: fail when variants' active parameters differ by more than this factor
 
 
-def load_ablation(path: Path) -> AblationSpec:
-    """Read and check an ablation spec."""
+def load_ablation(path: Path | str) -> AblationSpec:
+    """Read and check an ablation spec: a YAML path, or the name of one in :data:`ABLATIONS_DIR`."""
+    path = Path(path)
+    if not path.is_file():
+        named = ABLATIONS_DIR / f"{path.name}.yaml"
+        if not named.is_file():
+            known = sorted(p.stem for p in ABLATIONS_DIR.glob("*.yaml"))
+            raise ConfigError(f"no ablation spec {path}; give a YAML path or one of: {', '.join(known)}")
+        path = named
     data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: an ablation spec is a mapping")
@@ -78,13 +86,26 @@ def load_ablation(path: Path) -> AblationSpec:
 
 
 def _parameters(results: dict[str, Any]) -> dict[str, int]:
+    """Total and active parameters: as a stage returned them, else counted from the spec saved in
+    the first checkpoint's config.json (on the meta device, no memory)."""
     found: dict[str, int] = {}
     for result in results.values():
         if isinstance(result, dict):
             for key in _PARAM_KEYS:
                 if isinstance(result.get(key), int):
                     found.setdefault(key, result[key])
-    return found
+    if found:
+        return found
+    for result in results.values():
+        config_file = Path(str(result.get("checkpoint", ""))) / "config.json" if isinstance(result, dict) else None
+        if config_file is not None and config_file.is_file():
+            config = json.loads(config_file.read_text())
+            if "codemoe" in config:
+                from codemoe.core.models import count_parameters
+
+                count = count_parameters(config["codemoe"], vocab_size=config.get("vocab_size"))
+                return {"total_parameters": count.total, "active_parameters": count.active}
+    return {}
 
 
 def run_ablation(

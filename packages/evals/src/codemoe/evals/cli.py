@@ -62,7 +62,7 @@ def _cmd_ablation(args: argparse.Namespace) -> int:
     from codemoe.core import Hooks, build_registry
     from codemoe.evals.ablation import format_ablation, load_ablation, run_ablation
 
-    spec = load_ablation(Path(args.spec))
+    spec = load_ablation(args.spec)
     result = run_ablation(
         spec, build_registry(args.pm), Hooks(args.pm), registry_dir=args.registry, show_progress=not args.no_progress
     )
@@ -119,6 +119,6 @@ def add_eval_command(subparsers: Any) -> None:
     p.set_defaults(handler=_cmd_lm_eval)
 
     p = sub.add_parser("ablation", help="run pipeline variants (MoE vs dense, with vs without RL) and compare")
-    p.add_argument("spec", help="ablation YAML: base pipeline, variants with overrides, baseline variant")
+    p.add_argument("spec", help="ablation YAML path, or a ready one: rl-vs-sft, moe-vs-dense")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=_cmd_ablation)
