@@ -7,7 +7,7 @@ from codemoe.serving.kv_cache import SlotKVCache, WritePlan
 
 
 def prefill(cache, slot, length, value):
-    cache.plan = WritePlan(slot=slot, kv_len=length)
+    cache.plan = WritePlan(slots=torch.tensor([slot]), kv_len=length)
     k = torch.full((1, 2, length, 4), float(value))
     return cache.update(k, k + 0.5, 0)
 

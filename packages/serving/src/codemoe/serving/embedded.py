@@ -39,6 +39,7 @@ class EmbeddedEngineConfig:
     model_dir: str = ""  # checkpoint directory to load when no model object is passed
     max_batch_size: int = 256  # samples decoded together (KV-cache slots)
     max_context: int = 0  # longest prompt + generation; 0 uses the model's max_position_embeddings
+    max_prefill_tokens: int = 8192  # padded prompt tokens per prefill forward (more prompts wait a step)
     prefix_sharing: bool = True  # prefill a prompt once for all its n samples
 
 
@@ -260,48 +261,79 @@ class EmbeddedEngine:
             if not self._waiting and not self._active:
                 return False
             with torch.no_grad(), _eval_mode(self.model):
-                while self._waiting and len(self._active) + self._waiting[0].n <= self.config.max_batch_size:
-                    self._prefill(self._waiting.popleft())
+                admitted = self._admit()
+                if admitted:
+                    self._prefill(admitted)
                 if self._active:
                     self._decode()
             return True
 
-    def _forward(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Logits of the last position of each row: ``[B, V]``."""
-        kwargs = {
-            self._cache_arg: self._cache,
-            "position_ids": positions,
-            "attention_mask": mask,
-            "use_cache": True,
-        }
+    def _forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logits ``[B, V]`` at position ``keep[b]`` of each row (default: the last position)."""
+        kwargs = {self._cache_arg: self._cache, "position_ids": positions, "attention_mask": mask, "use_cache": True}
+        wanted = keep if keep is not None else torch.full((input_ids.shape[0],), input_ids.shape[1] - 1)
+        columns = torch.arange(input_ids.shape[1])
         if self._has_logits_to_keep:
-            kwargs["logits_to_keep"] = 1
+            # only the positions some row needs go through the LM head
+            columns = torch.unique(wanted)
+            kwargs["logits_to_keep"] = columns if len(columns) > 1 else 1
         if self._recorder is None:
-            return self.model(input_ids=input_ids, **kwargs).logits[:, -1]
-        with self._recorder.forward():
-            logits = self.model(input_ids=input_ids, **kwargs).logits[:, -1]
-        return logits
+            logits = self.model(input_ids=input_ids, **kwargs).logits
+        else:
+            with self._recorder.forward():
+                logits = self.model(input_ids=input_ids, **kwargs).logits
+        # logits: [B, len(columns), V]; pick each row's column
+        return logits[torch.arange(len(wanted)), torch.searchsorted(columns.to(wanted.device), wanted)]
 
-    def _prefill(self, group: _Group) -> None:
-        """Compute the group's prompt once into a free slot and copy it to its other samples."""
-        length, slot, n = len(group.prompt), len(self._active), group.n
-        self._cache.reserve(slot + n, length + group.params.max_new_tokens)
-        self._cache.plan = WritePlan(slot=slot, kv_len=length)
-        ids = torch.tensor([group.prompt], device=self.device)
-        positions = torch.arange(length, device=self.device)[None]
-        causal = torch.ones(length, length, dtype=torch.bool, device=self.device).tril()
-        mask = torch.zeros(1, 1, length, length, dtype=self.dtype, device=self.device)
+    def _admit(self) -> list[_Group]:
+        """Waiting groups, in order, that fit the free slots and one prefill's token budget."""
+        admitted: list[_Group] = []
+        slots = len(self._active)
+        longest = 0
+        while self._waiting:
+            group = self._waiting[0]
+            padded = max(longest, len(group.prompt)) * (len(admitted) + 1)
+            if slots + group.n > self.config.max_batch_size or (admitted and padded > self.config.max_prefill_tokens):
+                break
+            admitted.append(self._waiting.popleft())
+            slots += group.n
+            longest = max(longest, len(group.prompt))
+        return admitted
+
+    def _prefill(self, groups: list[_Group]) -> None:
+        """Compute each group's prompt once (one forward, right-padded) and copy it to its other samples."""
+        lengths = [len(g.prompt) for g in groups]
+        longest, first = max(lengths), len(self._active)
+        starts = [first + sum(g.n for g in groups[:i]) for i in range(len(groups))]  # each group's first slot
+        self._cache.reserve(
+            starts[-1] + groups[-1].n, max(n + g.params.max_new_tokens for n, g in zip(lengths, groups))
+        )
+        self._cache.plan = WritePlan(slots=torch.tensor(starts, device=self.device), kv_len=longest)
+        ids = torch.zeros(len(groups), longest, dtype=torch.long, device=self.device)
+        for row, group in enumerate(groups):
+            ids[row, : len(group.prompt)] = torch.tensor(group.prompt)
+        positions = torch.arange(longest, device=self.device)[None].expand(len(groups), -1)
+        # causal: real tokens never see the right padding, which only pads' own queries attend to
+        causal = torch.ones(longest, longest, dtype=torch.bool, device=self.device).tril()
+        mask = torch.zeros(1, 1, longest, longest, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~causal, torch.finfo(self.dtype).min)
-        logits = self._forward(ids, positions, mask)  # [1, V]
+        last = torch.tensor(lengths, device=self.device) - 1  # [G] position of each prompt's last token
+        logits = self._forward(ids, positions, mask, keep=last)  # [G, V]
         routing = None
         if self._recorder is not None:
-            group.prompt_routing = self._recorder.last  # [P, layers, k]
-            routing = group.prompt_routing[-1:].expand(n, -1, -1)
-        if n > 1:
-            self._cache.copy_slot(slot, slice(slot + 1, slot + n), length)
-        seqs = [_Sequence(group, index, key, length) for index, key in zip(group.sample_indices, group.keys)]
-        self._active.extend(seqs)
-        self._sample_and_accept(seqs, logits.expand(n, -1), routing)
+            routing = self._recorder.last.reshape(len(groups), longest, *self._recorder.last.shape[1:])
+        for row, (group, start, length) in enumerate(zip(groups, starts, lengths)):
+            if group.n > 1:
+                self._cache.copy_slot(start, slice(start + 1, start + group.n), length)
+            first_routing = None
+            if routing is not None:
+                group.prompt_routing = routing[row, :length]  # [P, layers, k]
+                first_routing = group.prompt_routing[-1:].expand(group.n, -1, -1)
+            seqs = [_Sequence(group, index, key, length) for index, key in zip(group.sample_indices, group.keys)]
+            self._active.extend(seqs)
+            self._sample_and_accept(seqs, logits[row : row + 1].expand(group.n, -1), first_routing)
 
     def _decode(self) -> None:
         """One token for every running sample."""

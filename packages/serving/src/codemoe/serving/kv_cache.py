@@ -19,12 +19,13 @@ __all__ = ["SlotKVCache", "WritePlan"]
 class WritePlan:
     """Where the forward in progress writes its keys and values.
 
-    Prefill: one sequence, positions ``0 .. S-1`` of slot ``slot``.
-    Decode: row ``b`` writes its one token at position ``positions[b]`` of slot ``b``;
-    attention then reads positions ``0 .. kv_len-1`` of slots ``0 .. B-1``.
+    Prefill: row ``b`` (a prompt, right-padded to ``S``) writes positions ``0 .. S-1`` of slot
+    ``slots[b]`` and attends only to itself. Decode: row ``b`` writes its one token at position
+    ``positions[b]`` of slot ``b``; attention then reads positions ``0 .. kv_len-1`` of slots
+    ``0 .. B-1``.
     """
 
-    slot: int | None = None
+    slots: torch.Tensor | None = None  # [B] int64, prefill only
     positions: torch.Tensor | None = None  # [B] int64, decode only
     kv_len: int = 0
 
@@ -66,11 +67,11 @@ class SlotKVCache:
         """Write this forward's keys/values ``[B, H, S, D]``; return the keys/values to attend to."""
         keys, values = self._buffers(layer_idx, key_states)
         plan = self.plan
-        if plan.positions is None:  # prefill of one sequence into one slot
+        if plan.positions is None:  # prefill: whole prompts, attending to themselves only
             length = key_states.shape[2]
-            keys[plan.slot, :, :length] = key_states[0]
-            values[plan.slot, :, :length] = value_states[0]
-            return keys[plan.slot : plan.slot + 1, :, :length], values[plan.slot : plan.slot + 1, :, :length]
+            keys[plan.slots, :, :length] = key_states
+            values[plan.slots, :, :length] = value_states
+            return key_states, value_states
         rows = torch.arange(key_states.shape[0], device=key_states.device)
         keys[rows, :, plan.positions] = key_states[:, :, 0]
         values[rows, :, plan.positions] = value_states[:, :, 0]
