@@ -32,9 +32,10 @@ def test_greedy_equals_transformers_generate(which, request, tokenizer):
         assert out.samples[0].token_ids == ref[0, prompt.shape[1] :].tolist()
 
 
+@pytest.mark.parametrize("shared_attention", [True, False], ids=["shared-prefix-attention", "gathered-keys"])
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.3])
-def test_logprobs_match_teacher_forced_forward(temperature, codemoe_model, tokenizer):
-    engine = EmbeddedEngine(codemoe_model, tokenizer)
+def test_logprobs_match_teacher_forced_forward(temperature, shared_attention, codemoe_model, tokenizer):
+    engine = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(shared_prefix_attention=shared_attention))
     params = SamplingParams(n=3, temperature=temperature, max_new_tokens=20, seed=7, ignore_eos=True)
     for out in engine.generate(PROMPTS, params):
         for sample in out.samples:
@@ -58,6 +59,28 @@ def test_continuous_batching_with_few_slots_gives_the_same_samples(codemoe_model
     a, b = wide.generate(PROMPTS * 2, params), narrow.generate(PROMPTS * 2, params)
     assert [[s.token_ids for s in o.samples] for o in a] == [[s.token_ids for s in o.samples] for o in b]
     assert narrow.health()["running"] == 0
+
+
+def test_samples_that_end_at_different_steps_leave_the_batch(codemoe_model, tokenizer):
+    budgets = [4, 13, 7, 10]
+
+    def run(engine, indices):
+        jobs = []
+        for i in indices:
+            ids = engine.encode([*PROMPTS, "import os"][i])
+            params = SamplingParams(n=2, max_new_tokens=budgets[i], ignore_eos=True)
+            jobs.append((ids, engine.submit(ids, params, seed=3, prompt_index=i)))
+        return [engine.collect(ids, parts) for ids, parts in jobs]
+
+    narrow = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(max_batch_size=5))
+    together = run(narrow, range(4))  # groups join and leave while others run
+    for i, out in enumerate(together):
+        (alone,) = run(EmbeddedEngine(codemoe_model, tokenizer), [i])
+        assert [s.token_ids for s in out.samples] == [s.token_ids for s in alone.samples]
+        assert [len(s.token_ids) for s in out.samples] == [budgets[i]] * 2
+        expected = teacher_forced_logprobs(codemoe_model, out.prompt_token_ids, out.samples[1].token_ids, 1.0)
+        assert torch.allclose(torch.tensor(out.samples[1].logprobs), expected, atol=1e-4, rtol=0)
+    assert narrow.health()["running"] == 0 and narrow.health()["waiting"] == 0
 
 
 def test_seed_makes_samples_reproducible(codemoe_model, tokenizer):

@@ -1,7 +1,8 @@
 """The embedded engine: batched sampling over a ``transformers`` causal LM on one machine.
 
-- Prefix sharing: the prompt of a group of ``n`` samples (GRPO's shape) is prefilled once and its
-  KV cache copied into the ``n`` sample slots; nothing of the prompt is recomputed.
+- Prefix sharing: the prompt of a group of ``n`` samples (GRPO's shape) is prefilled once, stored
+  once (:mod:`codemoe.serving.kv_cache`) and, in decode, read once for all the group's samples
+  (:mod:`codemoe.serving.attention`).
 - Continuous batching: every step first admits waiting groups (prefill) while slots are free, then
   decodes one token for every running sample; finished samples leave the batch at once.
 - Determinism: each sample draws from its own random stream (:mod:`codemoe.serving.sampling`),
@@ -24,7 +25,8 @@ from typing import Any
 
 import torch
 from codemoe.serving.api import ContextLengthError, EngineError, GenerationOutput, RequestError, Sample, SamplingParams
-from codemoe.serving.kv_cache import SlotKVCache, WritePlan
+from codemoe.serving.attention import shared_prefix_attention, supports_shared_prefix_attention
+from codemoe.serving.kv_cache import PrefixKVCache, StepPlan
 from codemoe.serving.routing import RoutingRecorder
 from codemoe.serving.sampling import sample_key, sample_next
 from codemoe.serving.stopping import StopChecker, eos_token_ids
@@ -41,6 +43,9 @@ class EmbeddedEngineConfig:
     max_context: int = 0  # longest prompt + generation; 0 uses the model's max_position_embeddings
     max_prefill_tokens: int = 8192  # padded prompt tokens per prefill forward (more prompts wait a step)
     prefix_sharing: bool = True  # prefill a prompt once for all its n samples
+    shared_prefix_attention: bool = (
+        True  # read a prompt once per group in decode (models on transformers' AttentionInterface)
+    )
 
 
 @dataclass
@@ -59,8 +64,9 @@ class _Sequence:
 
     group: _Group
     index: int  # sample index within its prompt
+    member: int  # position within its group (a row of the group's query block)
     key: int  # random stream key
-    length: int  # positions of this sample already in the KV cache
+    length: int  # positions of this sample (prompt included) already in the KV cache
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     routing: list[torch.Tensor] = field(default_factory=list)
@@ -79,6 +85,7 @@ class _Group:
     on_token: Callable[[TokenEvent], None] | None
     finished: list[_Sequence] = field(default_factory=list)
     prompt_routing: torch.Tensor | None = None
+    slot: int = -1  # prefix slot while running
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -120,8 +127,10 @@ class EmbeddedEngine:
         self.tokens_generated = 0
         self._cache_arg, self._has_logits_to_keep = _forward_argument_names(model)
         self._recorder = RoutingRecorder.for_model(model)
-        self._cache = SlotKVCache(self.device, self.dtype)
-        self._active: list[_Sequence] = []
+        self._shared_attention = self.config.shared_prefix_attention and supports_shared_prefix_attention(model)
+        self._cache = PrefixKVCache(self.device)
+        self._active: list[_Sequence] = []  # running samples, in suffix slot order
+        self._groups: list[_Group] = []  # running groups, in prefix slot order
         self._waiting: deque[_Group] = deque()
         self._lock = threading.RLock()
 
@@ -260,7 +269,8 @@ class EmbeddedEngine:
         with self._lock:
             if not self._waiting and not self._active:
                 return False
-            with torch.no_grad(), _eval_mode(self.model):
+            attention = shared_prefix_attention(self.model, self._cache, self._shared_attention)
+            with torch.no_grad(), _eval_mode(self.model), attention:
                 admitted = self._admit()
                 if admitted:
                     self._prefill(admitted)
@@ -269,7 +279,11 @@ class EmbeddedEngine:
             return True
 
     def _forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits ``[B, V]`` at position ``keep[b]`` of each row (default: the last position)."""
         kwargs = {self._cache_arg: self._cache, "position_ids": positions, "attention_mask": mask, "use_cache": True}
@@ -303,14 +317,17 @@ class EmbeddedEngine:
         return admitted
 
     def _prefill(self, groups: list[_Group]) -> None:
-        """Compute each group's prompt once (one forward, right-padded) and copy it to its other samples."""
+        """Compute each group's prompt once (one right-padded forward) into its prefix slot."""
         lengths = [len(g.prompt) for g in groups]
-        longest, first = max(lengths), len(self._active)
-        starts = [first + sum(g.n for g in groups[:i]) for i in range(len(groups))]  # each group's first slot
-        self._cache.reserve(
-            starts[-1] + groups[-1].n, max(n + g.params.max_new_tokens for n, g in zip(lengths, groups))
-        )
-        self._cache.plan = WritePlan(slots=torch.tensor(starts, device=self.device), kv_len=longest)
+        longest = max(lengths)
+        for group in groups:
+            group.slot = len(self._groups)
+            self._groups.append(group)
+        rows = len(self._active) + sum(g.n for g in groups)
+        generation = max(g.params.max_new_tokens for g in self._groups)
+        self._cache.reserve(len(self._groups), max(len(g.prompt) for g in self._groups), rows, generation)
+        slots = torch.tensor([g.slot for g in groups], device=self.device)
+        self._cache.plan = StepPlan(decoding=False, groups=slots)
         ids = torch.zeros(len(groups), longest, dtype=torch.long, device=self.device)
         for row, group in enumerate(groups):
             ids[row, : len(group.prompt)] = torch.tensor(group.prompt)
@@ -324,27 +341,45 @@ class EmbeddedEngine:
         routing = None
         if self._recorder is not None:
             routing = self._recorder.last.reshape(len(groups), longest, *self._recorder.last.shape[1:])
-        for row, (group, start, length) in enumerate(zip(groups, starts, lengths)):
-            if group.n > 1:
-                self._cache.copy_slot(start, slice(start + 1, start + group.n), length)
+        for row, (group, length) in enumerate(zip(groups, lengths)):
             first_routing = None
             if routing is not None:
                 group.prompt_routing = routing[row, :length]  # [P, layers, k]
                 first_routing = group.prompt_routing[-1:].expand(group.n, -1, -1)
-            seqs = [_Sequence(group, index, key, length) for index, key in zip(group.sample_indices, group.keys)]
+            seqs = [
+                _Sequence(group, index, member, key, length)
+                for member, (index, key) in enumerate(zip(group.sample_indices, group.keys))
+            ]
             self._active.extend(seqs)
             self._sample_and_accept(seqs, logits[row : row + 1].expand(group.n, -1), first_routing)
 
     def _decode(self) -> None:
-        """One token for every running sample."""
-        seqs = self._active
-        positions = torch.tensor([s.length for s in seqs], device=self.device)  # [B] write positions
-        kv_len = int(positions.max()) + 1
-        self._cache.plan = WritePlan(positions=positions, kv_len=kv_len)
-        ids = torch.tensor([s.tokens[-1] for s in seqs], device=self.device)[:, None]
-        visible = torch.arange(kv_len, device=self.device)[None, :] <= positions[:, None]  # [B, L]
-        mask = torch.zeros(len(seqs), 1, 1, kv_len, dtype=self.dtype, device=self.device)
-        mask.masked_fill_(~visible[:, None, None, :], torch.finfo(self.dtype).min)
+        """One token for every running sample: attend to its group's prompt and its own tokens."""
+        seqs, device, low = self._active, self.device, torch.finfo(self.dtype).min
+        positions = torch.tensor([s.length for s in seqs], device=device)  # [B] absolute positions (RoPE)
+        suffix_pos = torch.tensor([s.length - len(s.group.prompt) for s in seqs], device=device)
+        prompt_len = torch.tensor([len(g.prompt) for g in self._groups], device=device)  # [G]
+        generated = int(suffix_pos.max()) + 1
+        prefix_mask = torch.zeros(len(self._groups), 1, 1, int(prompt_len.max()), dtype=self.dtype, device=device)
+        prefix_mask.masked_fill_(
+            ~(torch.arange(prefix_mask.shape[-1], device=device) < prompt_len[:, None])[:, None, None], low
+        )
+        suffix_mask = torch.zeros(len(seqs), 1, 1, generated, dtype=self.dtype, device=device)
+        suffix_mask.masked_fill_(~(torch.arange(generated, device=device) <= suffix_pos[:, None])[:, None, None], low)
+        plan = StepPlan(
+            decoding=True,
+            row_group=torch.tensor([s.group.slot for s in seqs], device=device),
+            row_member=torch.tensor([s.member for s in seqs], device=device),
+            members=max(g.n for g in self._groups),
+            suffix_pos=suffix_pos,
+            prefix_mask=prefix_mask,
+            suffix_mask=suffix_mask,
+            gather=not self._shared_attention,
+        )
+        self._cache.plan = plan
+        # the model's own attention (gather mode) reads prompt + own tokens as one sequence
+        mask = None if self._shared_attention else torch.cat([prefix_mask[plan.row_group], suffix_mask], dim=-1)
+        ids = torch.tensor([s.tokens[-1] for s in seqs], device=device)[:, None]
         logits = self._forward(ids, positions[:, None], mask)
         for s in seqs:
             s.length += 1
@@ -379,20 +414,29 @@ class EmbeddedEngine:
             self._retire(finished)
 
     def _retire(self, finished: list[_Sequence]) -> None:
-        """Remove finished samples, keeping the running ones in slots ``0 .. B-1``."""
+        """Remove finished samples (and groups), keeping the running ones in slots ``0 .. B-1`` (``0 .. G-1``)."""
         index = {id(s): i for i, s in enumerate(self._active)}
         for row in sorted((index[id(s)] for s in finished), reverse=True):
             last = len(self._active) - 1
             if row != last:
                 moved = self._active[last]
-                self._cache.move_slot(last, row, moved.length)
+                self._cache.move_row(last, row, moved.length - len(moved.group.prompt))
                 self._active[row] = moved
             self._active.pop()
         for seq in finished:
             group = seq.group
             group.finished.append(seq)
             if len(group.finished) == group.n:
+                self._release(group)
                 group.done.set()
+
+    def _release(self, group: _Group) -> None:
+        """Free a finished group's prefix slot by moving the last running group into it."""
+        moved = self._groups.pop()
+        if moved is not group:
+            self._cache.move_group(moved.slot, group.slot, len(moved.prompt))
+            moved.slot = group.slot
+            self._groups[group.slot] = moved
 
     def _output(self, prompt_ids: list[int], parts: list[_Group]) -> GenerationOutput:
         seqs = sorted((s for g in parts for s in g.finished), key=lambda s: s.index)

@@ -1,8 +1,17 @@
-"""A slot-based KV cache: one slot per sequence, preallocated, never concatenated.
+"""The engine's KV cache: each prompt stored once, each sample's own tokens stored apart.
 
-Layout per layer: ``keys``/``values`` of shape ``[slots, kv_heads, capacity, head_dim]``.
-Active sequences occupy slots ``0 .. B-1`` in batch order, so a decode step attends to the view
-``[:B, :, :L]`` without copying. A finished sequence's slot is refilled by moving the last one in.
+Per layer, two preallocated stores that grow by doubling:
+
+- prefix ``[group_slots, kv_heads, prompt_capacity, head_dim]``: the prompt of each running group
+  (a prompt with its ``n`` samples), written once by the prefill;
+- suffix ``[slots, kv_heads, generation_capacity, head_dim]``: the generated tokens of each running
+  sample.
+
+Running samples occupy suffix slots ``0 .. B-1`` and running groups prefix slots ``0 .. G-1``;
+a finished one's slot is refilled by moving the last one in, so reads are views, never copies.
+A decode step attends to its group's prefix and its own suffix: either with
+:mod:`codemoe.serving.attention` (the prefix read once per group), or, for models that do not
+dispatch attention through ``transformers``' interface, by gathering both into one key sequence.
 The cache quacks like a ``transformers`` cache (``update``), so any causal LM writes into it.
 """
 
@@ -12,87 +21,114 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SlotKVCache", "WritePlan"]
+__all__ = ["PrefixKVCache", "StepPlan"]
 
 
 @dataclass
-class WritePlan:
-    """Where the forward in progress writes its keys and values.
+class StepPlan:
+    """What the forward in progress reads and writes.
 
-    Prefill: row ``b`` (a prompt, right-padded to ``S``) writes positions ``0 .. S-1`` of slot
-    ``slots[b]`` and attends only to itself. Decode: row ``b`` writes its one token at position
-    ``positions[b]`` of slot ``b``; attention then reads positions ``0 .. kv_len-1`` of slots
-    ``0 .. B-1``.
+    Prefill (``decoding`` False): row ``r`` is the prompt of the group in prefix slot ``groups[r]``.
+    Decode: row ``b`` writes its token at ``suffix_pos[b]`` of suffix slot ``b``, and attends to
+    prefix slot ``row_group[b]`` (masked by ``prefix_mask``) and its suffix (``suffix_mask``).
     """
 
-    slots: torch.Tensor | None = None  # [B] int64, prefill only
-    positions: torch.Tensor | None = None  # [B] int64, decode only
-    kv_len: int = 0
+    decoding: bool = False
+    groups: torch.Tensor | None = None  # [R] prefix slots, prefill only
+    row_group: torch.Tensor | None = None  # [B] prefix slot of each row
+    row_member: torch.Tensor | None = None  # [B] index of each row within its group
+    members: int = 0  # most rows any group has
+    suffix_pos: torch.Tensor | None = None  # [B] write position in the suffix
+    prefix_mask: torch.Tensor | None = None  # [G, 1, 1, P] additive: 0 on the prompt, min beyond
+    suffix_mask: torch.Tensor | None = None  # [B, 1, 1, S] additive: 0 up to suffix_pos
+    gather: bool = False  # return prefix + suffix keys from update (models without the engine attention)
 
 
-class SlotKVCache:
-    """Preallocated per-slot KV buffers that grow by doubling when slots or length run out."""
+class PrefixKVCache:
+    """Prefix and suffix stores per layer (see the module docstring)."""
 
     is_compileable = False
 
-    def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
-        self.device, self.dtype = device, dtype
-        self.slots = 0  # allocated slots
-        self.capacity = 0  # allocated positions per slot
-        self.keys: dict[int, torch.Tensor] = {}
-        self.values: dict[int, torch.Tensor] = {}
-        self.plan = WritePlan()
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.sizes = {"groups": 0, "prompt": 0, "slots": 0, "generation": 0}
+        self.prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.suffix: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.plan = StepPlan()
 
-    def reserve(self, slots: int, length: int) -> None:
-        """Make room for ``slots`` sequences of up to ``length`` tokens, keeping the contents."""
-        if slots <= self.slots and length <= self.capacity:
+    def reserve(self, groups: int, prompt: int, slots: int, generation: int) -> None:
+        """Make room, keeping the contents, for this many group slots / prompt tokens / sample slots / tokens."""
+        wanted = {"groups": groups, "prompt": prompt, "slots": slots, "generation": generation}
+        grown = {k: max(v, 2 * self.sizes[k]) if v > self.sizes[k] else self.sizes[k] for k, v in wanted.items()}
+        if grown == self.sizes:
             return
-        new_slots = max(slots, 2 * self.slots) if slots > self.slots else self.slots
-        new_capacity = max(length, 2 * self.capacity) if length > self.capacity else self.capacity
-        for store in (self.keys, self.values):
-            for layer, old in store.items():
-                fresh = old.new_zeros(new_slots, old.shape[1], new_capacity, old.shape[3])
-                fresh[: self.slots, :, : self.capacity] = old
-                store[layer] = fresh
-        self.slots, self.capacity = new_slots, new_capacity
+        for store, (rows, cols) in ((self.prefix, ("groups", "prompt")), (self.suffix, ("slots", "generation"))):
+            for layer, pair in store.items():
+                store[layer] = tuple(
+                    self._grow(t, self.sizes[rows], self.sizes[cols], grown[rows], grown[cols]) for t in pair
+                )
+        self.sizes = grown
 
-    def _buffers(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if layer not in self.keys:
-            shape = (self.slots, like.shape[1], self.capacity, like.shape[3])
-            self.keys[layer] = torch.zeros(shape, device=self.device, dtype=like.dtype)
-            self.values[layer] = torch.zeros(shape, device=self.device, dtype=like.dtype)
-        return self.keys[layer], self.values[layer]
+    @staticmethod
+    def _grow(old: torch.Tensor, rows: int, cols: int, new_rows: int, new_cols: int) -> torch.Tensor:
+        fresh = old.new_zeros(new_rows, old.shape[1], new_cols, old.shape[3])
+        fresh[:rows, :, :cols] = old[:rows, :, :cols]
+        return fresh
+
+    def _stores(self, layer: int, like: torch.Tensor):
+        if layer not in self.prefix:
+            heads, dim = like.shape[1], like.shape[3]
+            for store, rows, cols in ((self.prefix, "groups", "prompt"), (self.suffix, "slots", "generation")):
+                shape = (self.sizes[rows], heads, self.sizes[cols], dim)
+                store[layer] = (like.new_zeros(shape), like.new_zeros(shape))
+        return self.prefix[layer], self.suffix[layer]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        """Write this forward's keys/values ``[B, H, S, D]``; return the keys/values to attend to."""
-        keys, values = self._buffers(layer_idx, key_states)
+        """Store this forward's keys/values ``[B, H, S, D]``; return what the model's attention should read."""
+        (pk, pv), (sk, sv) = self._stores(layer_idx, key_states)
         plan = self.plan
-        if plan.positions is None:  # prefill: whole prompts, attending to themselves only
+        if not plan.decoding:  # prefill: whole prompts, attending to themselves only
             length = key_states.shape[2]
-            keys[plan.slots, :, :length] = key_states
-            values[plan.slots, :, :length] = value_states
+            pk[plan.groups, :, :length] = key_states
+            pv[plan.groups, :, :length] = value_states
             return key_states, value_states
-        rows = torch.arange(key_states.shape[0], device=key_states.device)
-        keys[rows, :, plan.positions] = key_states[:, :, 0]
-        values[rows, :, plan.positions] = value_states[:, :, 0]
         batch = key_states.shape[0]
-        return keys[:batch, :, : plan.kv_len], values[:batch, :, : plan.kv_len]
+        rows = torch.arange(batch, device=key_states.device)
+        sk[rows, :, plan.suffix_pos] = key_states[:, :, 0]
+        sv[rows, :, plan.suffix_pos] = value_states[:, :, 0]
+        if not plan.gather:
+            return key_states, value_states  # the engine attention reads the stores itself
+        prompt, generated = plan.prefix_mask.shape[-1], plan.suffix_mask.shape[-1]
+        keys = torch.cat([pk[plan.row_group, :, :prompt], sk[:batch, :, :generated]], dim=2)
+        values = torch.cat([pv[plan.row_group, :, :prompt], sv[:batch, :, :generated]], dim=2)
+        return keys, values
 
-    def copy_slot(self, source: int, targets: slice, length: int) -> None:
-        """Copy the first ``length`` positions of slot ``source`` into the slots ``targets``."""
-        for store in (self.keys, self.values):
-            for buf in store.values():
-                buf[targets, :, :length] = buf[source : source + 1, :, :length]
+    def layer_views(self, layer: int, groups: int, batch: int):
+        """(prefix keys, prefix values, suffix keys, suffix values) of the running groups and rows."""
+        prompt, generated = self.plan.prefix_mask.shape[-1], self.plan.suffix_mask.shape[-1]
+        (pk, pv), (sk, sv) = self.prefix[layer], self.suffix[layer]
+        return (
+            pk[:groups, :, :prompt],
+            pv[:groups, :, :prompt],
+            sk[:batch, :, :generated],
+            sv[:batch, :, :generated],
+        )
 
-    def move_slot(self, source: int, target: int, length: int) -> None:
-        """Move a sequence from slot ``source`` to slot ``target`` (compaction after a finish)."""
-        for store in (self.keys, self.values):
-            for buf in store.values():
+    def move_row(self, source: int, target: int, length: int) -> None:
+        """Move a sample's generated tokens to another suffix slot (compaction after a finish)."""
+        for pair in self.suffix.values():
+            for buf in pair:
+                buf[target, :, :length] = buf[source, :, :length]
+
+    def move_group(self, source: int, target: int, length: int) -> None:
+        """Move a group's prompt to another prefix slot (compaction after a group finished)."""
+        for pair in self.prefix.values():
+            for buf in pair:
                 buf[target, :, :length] = buf[source, :, :length]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.plan.kv_len
+        return 0
 
     def memory_bytes(self) -> int:
-        """Bytes held by the buffers."""
-        return sum(t.numel() * t.element_size() for store in (self.keys, self.values) for t in store.values())
+        """Bytes held by the stores."""
+        return sum(t.numel() * t.element_size() for s in (self.prefix, self.suffix) for p in s.values() for t in p)

@@ -1,0 +1,96 @@
+"""Shared-prefix decode attention: each prompt's keys are read once for all its samples.
+
+Registered with ``transformers`` as the attention implementation ``codemoe_shared_prefix`` and
+switched on only around the engine's own forward passes. In a decode step the queries of a
+group's samples are stacked into one matrix and attend to the group's prompt in one product,
+each row also attends to its own generated tokens, and the two softmax parts are merged exactly
+through their log-sum-exps (the split-softmax identity used by cascade / shared-prefix attention).
+Every other call (prefill, training) is ``transformers``' SDPA attention unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import torch
+from codemoe.serving.kv_cache import PrefixKVCache
+
+__all__ = ["ATTENTION_NAME", "attend_with_lse", "shared_prefix_attention", "supports_shared_prefix_attention"]
+
+ATTENTION_NAME = "codemoe_shared_prefix"
+_ACTIVE: ContextVar[PrefixKVCache | None] = ContextVar("codemoe_active_cache", default=None)
+
+
+def attend_with_lse(query, key, value, mask, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention and its log-sum-exp: query ``[N, H, Q, D]``, key/value ``[N, H, K, D]``,
+    additive mask ``[N, 1, 1, K]`` -> (out ``[N, H, Q, D]``, lse ``[N, H, Q]`` fp32)."""
+    if query.device.type == "cpu" and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, 0.0, False, attn_mask=mask.to(query.dtype), scale=scale
+        )
+        return out, lse.float()
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale + mask.float()
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(torch.exp(scores - lse[..., None]), value.float()).to(query.dtype)
+    return out, lse
+
+
+def _shared_prefix_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    cache = _ACTIVE.get()
+    if cache is None or not cache.plan.decoding or kwargs.get("softcap") is not None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    plan = cache.plan
+    batch, heads, _, dim = query.shape  # query: [B, Hq, 1, D]
+    groups, members = plan.prefix_mask.shape[0], plan.members
+    scale = scaling if scaling is not None else dim**-0.5
+    pk, pv, sk, sv = cache.layer_views(module.layer_idx, groups, batch)
+    kv_heads = pk.shape[1]
+    per_kv = heads // kv_heads
+    q = query.reshape(batch, kv_heads, per_kv, dim)  # the query heads sharing one key/value head
+    # own tokens: each row's queries against its suffix
+    out_own, lse_own = attend_with_lse(q, sk, sv, plan.suffix_mask, scale)  # [B, Hkv, g, D], [B, Hkv, g]
+    # the prompt: all rows of a group as one query block [G, Hkv, members * g, D]
+    stacked = q.new_zeros(groups, members, kv_heads, per_kv, dim)
+    stacked[plan.row_group, plan.row_member] = q
+    stacked = stacked.permute(0, 2, 1, 3, 4).reshape(groups, kv_heads, members * per_kv, dim)
+    out_pre, lse_pre = attend_with_lse(stacked, pk, pv, plan.prefix_mask, scale)
+    out_pre = out_pre.reshape(groups, kv_heads, members, per_kv, dim)[plan.row_group, :, plan.row_member]
+    lse_pre = lse_pre.reshape(groups, kv_heads, members, per_kv)[plan.row_group, :, plan.row_member]
+    # softmax over prompt + own tokens = the two partial softmaxes weighted by their mass
+    lse = torch.logaddexp(lse_pre, lse_own)
+    out = out_pre * torch.exp(lse_pre - lse)[..., None].to(out_pre.dtype)
+    out = out + out_own * torch.exp(lse_own - lse)[..., None].to(out_own.dtype)
+    return out.reshape(batch, 1, heads, dim), None
+
+
+def supports_shared_prefix_attention(model: torch.nn.Module) -> bool:
+    """True when the model dispatches attention through ``transformers``' AttentionInterface."""
+    check = getattr(model, "_can_set_attn_implementation", None)
+    return bool(check and check()) and hasattr(getattr(model, "config", None), "_attn_implementation")
+
+
+@contextmanager
+def shared_prefix_attention(model: torch.nn.Module, cache: PrefixKVCache, enabled: bool) -> Iterator[None]:
+    """Within the block, the model's attention reads ``cache`` through the shared-prefix path."""
+    if not enabled:
+        yield
+        return
+    from transformers import AttentionInterface
+
+    if ATTENTION_NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTENTION_NAME, _shared_prefix_forward)
+    config = model.config
+    previous = config._attn_implementation
+    config._attn_implementation = ATTENTION_NAME
+    token = _ACTIVE.set(cache)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        config._attn_implementation = previous
