@@ -15,7 +15,7 @@ import contextlib
 import gc
 import importlib
 import os
-import selectors
+import select
 import signal
 import sys
 import tempfile
@@ -50,6 +50,7 @@ class _Stream:
 
     fd: int
     cap: int
+    counts: bool = True  # going over the cap stops the run (stdout, stderr; not the channel)
     data: bytearray = field(default_factory=bytearray)
     total: int = 0
 
@@ -65,12 +66,24 @@ class _Stream:
 
 
 def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) -> ExecutionResult:
-    """Run ``request`` in a new isolated child of this (single-threaded) worker."""
+    """Run ``request`` in a new isolated child of this (single-threaded) worker.
+
+    Everything the supervision needs is made before the clone: while the child lives, each page
+    this process writes is copied, so it does as little as possible until the child is gone.
+    """
     limits = request.limits
     work = prepare_execution(plan, state, limits.disk_mb)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     chan_r, chan_w = os.pipe()
+    streams = {
+        out_r: _Stream(out_r, limits.max_output_bytes),
+        err_r: _Stream(err_r, limits.max_output_bytes),
+        chan_r: _Stream(chan_r, _CHANNEL_CAP, counts=False),
+    }
+    poller = select.epoll()
+    for fd in streams:
+        poller.register(fd, select.EPOLLIN)
     start = time.monotonic()
     flags = plan.clone_flags()
     pid = linux.clone(flags) if flags else os.fork()
@@ -84,23 +97,20 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
         )
     for fd in (out_w, err_w, chan_w):
         os.close(fd)
-    streams = {
-        "stdout": _Stream(out_r, limits.max_output_bytes),
-        "stderr": _Stream(err_r, limits.max_output_bytes),
-        "channel": _Stream(chan_r, _CHANNEL_CAP),
-    }
     try:
-        wall_timeout, output_limit = _supervise(pid, streams, start + limits.timeout_s)
+        wall_timeout, output_limit = _supervise(pid, poller, streams, start + limits.timeout_s)
         _, status, usage = os.wait4(pid, 0)
         duration = time.monotonic() - start
         if not plan.pid_ns:
             _kill_group(pid)
-        _drain(streams)
+        _drain(poller, streams)
     finally:
-        for stream in streams.values():
-            os.close(stream.fd)
+        poller.close()
+        for fd in streams:
+            os.close(fd)
         finish_execution(plan, work)
-    return _result(request, streams, status, usage, duration, wall_timeout, output_limit)
+    out, err, channel = streams.values()
+    return _result(request, out, err, channel, status, usage, duration, wall_timeout, output_limit)
 
 
 def _nproc_base(plan: IsolationPlan) -> Any:
@@ -120,32 +130,31 @@ def _nproc_base(plan: IsolationPlan) -> Any:
     return count
 
 
-def _supervise(pid: int, streams: dict[str, _Stream], deadline: float) -> tuple[bool, bool]:
-    """Read the child's pipes until it exits; kill it at the deadline or on too much output."""
-    selector = selectors.DefaultSelector()
+def _supervise(pid: int, poller: select.epoll, streams: dict[int, _Stream], deadline: float) -> tuple[bool, bool]:
+    """Read the child's pipes until it exits; kill it at the deadline or on too much output.
+
+    Returns (killed at the deadline, killed for too much output).
+    """
     pidfd = os.pidfd_open(pid)
-    selector.register(pidfd, selectors.EVENT_READ, None)
-    for stream in streams.values():
-        selector.register(stream.fd, selectors.EVENT_READ, stream)
+    poller.register(pidfd, select.EPOLLIN)
     try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                _kill(pid)
-                return True, False
-            for key, _ in selector.select(remaining):
-                if key.data is None:
+        while (remaining := deadline - time.monotonic()) > 0:
+            for fd, _ in poller.poll(remaining):
+                if fd == pidfd:
                     return False, False
-                chunk = os.read(key.fd, 1 << 16)
+                chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    selector.unregister(key.fd)
+                    poller.unregister(fd)
                     continue
-                key.data.feed(chunk)
-                if key.data.over and key.data is not streams["channel"]:
+                stream = streams[fd]
+                stream.feed(chunk)
+                if stream.over and stream.counts:
                     _kill(pid)
                     return False, True
+        _kill(pid)
+        return True, False
     finally:
-        selector.close()
+        poller.unregister(pidfd)
         os.close(pidfd)
 
 
@@ -159,22 +168,18 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _drain(streams: dict[str, _Stream]) -> None:
+def _drain(poller: select.epoll, streams: dict[int, _Stream]) -> None:
     """Read what is left in the pipes; bounded, in case something still holds a write end."""
     deadline = time.monotonic() + _DRAIN_S
-    selector = selectors.DefaultSelector()
-    for stream in streams.values():
-        selector.register(stream.fd, selectors.EVENT_READ, stream)
-    try:
-        while selector.get_map() and (remaining := deadline - time.monotonic()) > 0:
-            for key, _ in selector.select(remaining):
-                chunk = os.read(key.fd, 1 << 16)
-                if chunk:
-                    key.data.feed(chunk)
-                else:
-                    selector.unregister(key.fd)
-    finally:
-        selector.close()
+    open_fds = set(streams)
+    while open_fds and (remaining := deadline - time.monotonic()) > 0:
+        for fd, _ in poller.poll(remaining):
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                streams[fd].feed(chunk)
+            else:
+                poller.unregister(fd)
+                open_fds.discard(fd)
 
 
 def _messages(raw: bytes) -> list[dict[str, Any]]:
@@ -193,7 +198,9 @@ def _messages(raw: bytes) -> list[dict[str, Any]]:
 
 def _result(
     request: ExecutionRequest,
-    streams: dict[str, _Stream],
+    out: _Stream,
+    err: _Stream,
+    channel: _Stream,
     status: int,
     usage: Any,
     duration: float,
@@ -202,8 +209,8 @@ def _result(
 ) -> ExecutionResult:
     exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-    stdout = bytes(streams["stdout"].data).decode("utf-8", errors="replace")
-    stderr = bytes(streams["stderr"].data).decode("utf-8", errors="replace")
+    stdout = bytes(out.data).decode("utf-8", errors="replace")
+    stderr = bytes(err.data).decode("utf-8", errors="replace")
     observation = Observation(
         runner=request.runner,
         nonce=request.nonce,
@@ -215,7 +222,7 @@ def _result(
         cpu_limit_s=float(max(1, int(request.limits.cpu_s + 0.999))),
         max_file_mb=request.limits.max_file_mb,
         stderr_tail=stderr[-4000:],
-        messages=_messages(bytes(streams["channel"].data)),
+        messages=_messages(bytes(channel.data)),
     )
     verdict, reason, tests = decide(observation)
     return ExecutionResult(
@@ -224,8 +231,8 @@ def _result(
         tests=tests,
         stdout=stdout,
         stderr=stderr,
-        stdout_truncated=streams["stdout"].over,
-        stderr_truncated=streams["stderr"].over,
+        stdout_truncated=out.over,
+        stderr_truncated=err.over,
         duration_s=round(duration, 6),
         peak_memory_mb=round(usage.ru_maxrss / 1024, 3),
         id=request.id,
