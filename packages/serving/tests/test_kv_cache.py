@@ -1,32 +1,43 @@
-"""The slot KV cache keeps sequences intact through growth, copies and moves."""
+"""The prefix/suffix KV cache keeps prompts and samples intact through growth and moves."""
 
 from __future__ import annotations
 
 import torch
-from codemoe.serving.kv_cache import SlotKVCache, WritePlan
+from codemoe.serving.kv_cache import PrefixKVCache, StepPlan
 
 
-def prefill(cache, slot, length, value):
-    cache.plan = WritePlan(slots=torch.tensor([slot]), kv_len=length)
-    k = torch.full((1, 2, length, 4), float(value))
-    return cache.update(k, k + 0.5, 0)
+def test_prefill_decode_growth_and_moves():
+    cache = PrefixKVCache(torch.device("cpu"))
+    cache.reserve(groups=2, prompt=3, slots=2, generation=2)
+    cache.plan = StepPlan(decoding=False, groups=torch.tensor([0, 1]))
+    prompts = torch.stack([torch.full((2, 3, 4), 1.0), torch.full((2, 3, 4), 2.0)])  # [R, H, S, D]
+    keys, _ = cache.update(prompts, prompts + 0.5, 0)
+    assert keys is prompts  # a prefill attends to its own fresh keys
+    cache.reserve(groups=3, prompt=5, slots=3, generation=6)  # grows, contents kept
+    assert cache.sizes == {"groups": 4, "prompt": 6, "slots": 4, "generation": 6}
+    (pk, pv), _ = cache.prefix[0], cache.suffix[0]
+    assert torch.all(pk[0, :, :3] == 1.0) and torch.all(pv[1, :, :3] == 2.5)
 
-
-def test_prefill_decode_growth_copy_and_move():
-    cache = SlotKVCache(torch.device("cpu"), torch.float32)
-    cache.reserve(2, 4)
-    keys, values = prefill(cache, 0, 3, 1.0)
-    assert keys.shape == (1, 2, 3, 4) and torch.all(values == 1.5)
-    cache.reserve(5, 9)  # grows: the prefilled positions survive
-    assert cache.slots >= 5 and cache.capacity >= 9
-    assert torch.all(cache.keys[0][0, :, :3] == 1.0)
-    cache.copy_slot(0, slice(1, 3), 3)
-    assert torch.all(cache.keys[0][1:3, :, :3] == 1.0)
-    cache.plan = WritePlan(positions=torch.tensor([3, 3, 3]), kv_len=4)
+    # decode: rows 0, 1 belong to group 0 (prompt 3 long), row 2 to group 1 (prompt 2 long)
+    prefix_mask = torch.tensor([[0.0, 0, 0], [0, 0, -1e30]]).reshape(2, 1, 1, 3)
+    suffix_mask = torch.zeros(3, 1, 1, 1)
     step = torch.stack([torch.full((2, 1, 4), float(v)) for v in (7, 8, 9)])  # [B, H, 1, D]
+    cache.plan = StepPlan(
+        decoding=True,
+        row_group=torch.tensor([0, 0, 1]),
+        row_member=torch.tensor([0, 1, 0]),
+        members=2,
+        suffix_pos=torch.tensor([0, 0, 0]),
+        prefix_mask=prefix_mask,
+        suffix_mask=suffix_mask,
+        gather=True,
+    )
     keys, _ = cache.update(step, step, 0)
-    assert keys.shape == (3, 2, 4, 4)
-    assert keys[:, 0, 3, 0].tolist() == [7.0, 8.0, 9.0] and torch.all(keys[:, :, :3] == 1.0)
-    cache.move_slot(2, 0, 4)
-    assert cache.keys[0][0, 0, :4, 0].tolist() == [1.0, 1.0, 1.0, 9.0]
-    assert cache.memory_bytes() == 2 * cache.slots * 2 * cache.capacity * 4 * 4
+    assert keys.shape == (3, 2, 3 + 1, 4)  # prompt keys then own keys, per row
+    assert keys[:, 0, :, 0].tolist() == [[1, 1, 1, 7], [1, 1, 1, 8], [2, 2, 2, 9]]
+
+    cache.move_row(2, 0, 1)
+    cache.move_group(1, 0, 3)
+    _, pk_v, sk, _ = cache.layer_views(0, groups=1, batch=1)
+    assert sk[0, 0, 0, 0].item() == 9.0 and pk_v[0, 0, 0, 0].item() == 2.5
+    assert cache.memory_bytes() == 4 * (4 * 2 * 6 * 4) * 4  # 2 stores x (K, V), [4, 2, 6, 4] each, fp32
