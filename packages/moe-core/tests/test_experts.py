@@ -49,12 +49,12 @@ def test_grouped_equals_loop_with_unrouted_slots_and_all_tokens_on_one_expert():
     _check_equal(indices)
 
 
-def test_dispatch_groups_rows_by_expert_and_combine_inverts_it():
+def test_dispatch_groups_assignments_by_expert_without_copying_tokens():
     x = torch.arange(8.0).view(4, 2)
     indices = torch.tensor([[2, 0], [0, UNROUTED], [2, 1], [1, 0]])
     weights = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.25, 0.75], [0.6, 0.4]])
     d = LocalDispatcher().dispatch(x, indices, weights, num_experts=4)
+    assert d.tokens is x
     assert d.counts == [3, 2, 2, 0]
-    assert d.source.tolist() == [0, 1, 3, 2, 3, 0, 2]
-    out = LocalDispatcher().combine(d.tokens, d, num_tokens=4)
-    torch.testing.assert_close(out, x * weights.sum(-1, keepdim=True))
+    assert d.rows.tolist() == [0, 1, 3, 2, 3, 0, 2]
+    torch.testing.assert_close(d.weights, torch.tensor([0.5, 1.0, 0.4, 0.75, 0.6, 0.5, 0.25]))

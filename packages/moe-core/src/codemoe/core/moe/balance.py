@@ -29,14 +29,27 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["BALANCE_SCOPES", "assignment_counts", "balance_loss", "z_loss"]
+__all__ = ["BALANCE_SCOPES", "assignment_counts", "balance_loss", "expert_counts", "z_loss"]
+
+
+def expert_counts(indices: torch.Tensor, num_experts: int, groups: int = 1) -> torch.Tensor:
+    """Assignments per expert (float) from ``indices``; negative slots count nowhere.
+
+    With ``groups`` G, the leading dimension of ``indices`` is split into G equal groups (the
+    sequences of a batch) and the result is ``[G, E]``; otherwise ``[E]``.
+    """
+    flat = indices.reshape(groups, -1)  # [G, T/G · k]
+    group = torch.arange(groups, device=indices.device).unsqueeze(-1) * (num_experts + 1)
+    keys = torch.where(flat < 0, num_experts, flat) + group  # unrouted slots go to a spare bin per group
+    counts = torch.bincount(keys.reshape(-1), minlength=groups * (num_experts + 1)).view(groups, num_experts + 1)
+    counts = counts[:, :num_experts].float()
+    return counts if groups > 1 else counts[0]
 
 
 def assignment_counts(indices: torch.Tensor, num_experts: int) -> torch.Tensor:
-    """Assignments per expert ``[..., E]`` (float) from ``indices [..., k]``; negative slots count nowhere."""
-    valid = indices >= 0
-    one_hot = torch.zeros(*indices.shape[:-1], num_experts, dtype=torch.float32, device=indices.device)
-    return one_hot.scatter_add_(-1, indices.clamp(min=0), valid.float())
+    """Assignments per expert ``[..., E]`` (float) for each row of ``indices [..., k]``; negative slots count nowhere."""
+    rows = indices.reshape(-1, indices.shape[-1]).shape[0]
+    return expert_counts(indices, num_experts, groups=rows).view(*indices.shape[:-1], num_experts)
 
 
 def _loss(counts: torch.Tensor, probs_mean: torch.Tensor) -> torch.Tensor:
@@ -47,20 +60,21 @@ def _loss(counts: torch.Tensor, probs_mean: torch.Tensor) -> torch.Tensor:
 
 
 def _micro_batch(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...]) -> torch.Tensor:
-    counts = assignment_counts(indices, probs.shape[-1])
-    return _loss(counts.sum(0), probs.mean(0))
+    return _loss(expert_counts(indices, probs.shape[-1]), probs.mean(0))
 
 
 def _sequence(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...]) -> torch.Tensor:
     batch = batch_shape[0] if len(batch_shape) > 1 else 1
     num_experts = probs.shape[-1]
-    counts = assignment_counts(indices, num_experts).view(batch, -1, num_experts)
-    per_sequence = _loss(counts.sum(1), probs.view(batch, -1, num_experts).mean(1))
+    counts = expert_counts(indices, num_experts, groups=batch)
+    if batch == 1:
+        counts = counts.unsqueeze(0)
+    per_sequence = _loss(counts, probs.view(batch, -1, num_experts).mean(1))
     return per_sequence.mean()
 
 
 def _global(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...]) -> torch.Tensor:
-    counts = assignment_counts(indices, probs.shape[-1]).sum(0)
+    counts = expert_counts(indices, probs.shape[-1])
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(counts)
     return _loss(counts, probs.mean(0))

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from codemoe.core.moe.balance import assignment_counts, balance_loss, z_loss
+from codemoe.core.moe.balance import balance_loss, expert_counts, z_loss
 from codemoe.core.moe.capacity import apply_capacity, capacity
 from codemoe.core.moe.experts import Experts
 from codemoe.core.moe.metrics import RoutingStats
@@ -111,7 +111,7 @@ class MoEBlock(nn.Module):
         balance = balance_loss(routed.probs, routed.indices, scope=scope, batch_shape=batch_shape)
         z = z_loss(routed.logits)
         self.last_losses = {"balance": balance, "z": z}
-        kept_counts = assignment_counts(kept, self.num_experts).sum(0)
+        kept_counts = expert_counts(kept, self.num_experts)
         self.stats.add(routed.probs.detach(), kept_counts, dropped, balance, z)
 
     def extra_repr(self) -> str:

@@ -1,9 +1,12 @@
-"""Dispatch: permute tokens into expert order, and combine expert outputs back.
+"""Dispatch: group (token, expert) assignments by expert, and bring expert outputs back.
 
-This is the seam between routing and expert compute. The local dispatcher sorts the
-(token, expert) assignments of one process by expert; an expert-parallel dispatcher replaces
-it with an all-to-all exchange that delivers each rank the rows of the experts it holds, with
-the same :class:`Dispatched` contract, so expert implementations do not change.
+This is the seam between routing and expert compute. A dispatcher hands the experts a
+:class:`Dispatched`: the token rows they read and, per assignment, which row, grouped by expert.
+Experts add ``w · expert(row)`` into an output with one row per token row. The local dispatcher
+only computes the grouping (the experts read the tokens in place: no copy of ``T·k`` rows); an
+expert-parallel dispatcher exchanges rows with an all-to-all so each rank receives the rows of
+the experts it holds, and its ``combine`` sends the outputs back. Expert implementations do not
+change.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ __all__ = ["Dispatched", "LocalDispatcher", "LocalDispatcherConfig"]
 
 @dataclass
 class Dispatched:
-    """Token rows grouped by expert: rows of expert ``e`` are contiguous and in expert order."""
+    """Assignments grouped by expert: those of expert ``e`` are contiguous, experts in order."""
 
-    tokens: torch.Tensor  # [S, H] one row per (token, expert) assignment, sorted by expert
-    counts: list[int]  # [E] rows per expert (a host list: grouped matmuls slice by it)
-    source: torch.Tensor  # [S] int64 token index each row came from
-    weights: torch.Tensor  # [S] combine weight of each row
+    tokens: torch.Tensor  # [N, H] token rows the experts read (local: the batch's tokens, not copied)
+    rows: torch.Tensor  # [S] int64 row of ``tokens`` for each assignment, grouped by expert
+    counts: list[int]  # [E] assignments per expert (a host list: per-expert matmuls slice by it)
+    weights: torch.Tensor  # [S] combine weight of each assignment
 
 
 @dataclass
@@ -31,13 +34,13 @@ class LocalDispatcherConfig:
 
 
 class LocalDispatcher:
-    """Sort assignments by expert within one process (no communication)."""
+    """Group assignments by expert within one process (no communication, no copies)."""
 
     def __init__(self, config: LocalDispatcherConfig | None = None) -> None:
         self.config = config or LocalDispatcherConfig()
 
     def dispatch(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, num_experts: int) -> Dispatched:
-        """Group the rows of ``x [T, H]`` by the experts in ``indices [T, k]`` (negative: unrouted)."""
+        """Group the assignments ``indices [T, k]`` (negative: unrouted) of tokens ``x [T, H]`` by expert."""
         k = indices.shape[-1]
         flat = indices.reshape(-1)
         # Unrouted slots get key E so that the stable sort puts them after every expert's rows.
@@ -45,16 +48,8 @@ class LocalDispatcher:
         order = torch.argsort(keys, stable=True)
         counts = torch.bincount(keys, minlength=num_experts + 1)[:num_experts].tolist()
         order = order[: sum(counts)]
-        source = order // k
-        return Dispatched(
-            tokens=x.index_select(0, source),
-            counts=counts,
-            source=source,
-            weights=weights.reshape(-1).index_select(0, order),
-        )
+        return Dispatched(tokens=x, rows=order // k, counts=counts, weights=weights.reshape(-1).index_select(0, order))
 
-    def combine(self, y: torch.Tensor, dispatched: Dispatched, num_tokens: int) -> torch.Tensor:
-        """Weight the expert outputs ``y [S, H]`` and sum them back per token: ``[T, H]``."""
-        weighted = y * dispatched.weights.unsqueeze(-1).to(y.dtype)
-        out = y.new_zeros(num_tokens, y.shape[-1])
-        return out.index_add(0, dispatched.source, weighted)
+    def combine(self, out: torch.Tensor, dispatched: Dispatched, num_tokens: int) -> torch.Tensor:
+        """The experts' summed outputs per token ``[T, H]`` (local: they already are)."""
+        return out

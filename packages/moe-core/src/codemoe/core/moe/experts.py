@@ -9,8 +9,8 @@ two unchanged:
 
 and computes the SwiGLU MLP ``down(act(gate(x)) * up(x))`` of each chosen expert, weighted by the
 router. ``loop`` is the reference (one masked pass per expert, easy to check by eye); ``grouped``
-sorts the assignments by expert through a dispatcher and runs grouped matmuls with a hand-written
-backward, which is what training uses. Kernels for accelerators register more implementations
+groups the assignments by expert through a dispatcher and runs per-expert matmuls fused with
+the gather and scatter of their rows, with a hand-written backward: what training uses. Kernels for accelerators register more implementations
 under kind ``experts``; their factories are called as
 ``factory(config, registry=..., num_experts=E, hidden_size=H, intermediate_size=I)``.
 """
@@ -102,52 +102,70 @@ def _segments(counts: list[int]):
 
 
 class _GroupedSwiGLU(torch.autograd.Function):
-    """``down_e(silu(gate_e(x)) * up_e(x))`` for rows grouped by expert, with a hand-written backward.
+    """``out[n] = Σ w_a · down_e(silu(gate_e(x_n)) * up_e(x_n))`` over assignments ``a`` grouped by expert.
 
     Autograd over per-expert slices would record hundreds of small nodes and keep every
-    intermediate; here forward keeps only the projections ``h [S, 2I]`` and the activations
-    ``a [S, I]``, and backward writes each expert's gradient in place with one matmul per tensor.
+    intermediate, and a dispatch that copies all ``S = T·k`` rows into expert order (and back)
+    moves ``4·S·H`` floats through memory. Here each expert gathers its rows, runs its matmuls and
+    adds its outputs into the result while the rows are still in cache; the routing weight scales
+    the ``[S, I]`` activations rather than the ``[S, H]`` outputs (the same by linearity, and
+    ``I < H`` in fine-grained MoEs); backward is written by hand, one matmul per tensor and expert,
+    with torch's fused SiLU backward. Only ``[S, 2I]`` projections and ``[S, I]`` activations are kept.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        # x: [S, H]; gate_up: [E, 2I, H]; down: [E, H, I]
+    def forward(ctx, x, rows, w, gate_up, down, counts: list[int]):
+        # x: [N, H] tokens; rows: [S] row of x per assignment, grouped by expert; w: [S]
+        # gate_up: [E, 2I, H]; down: [E, H, I]
         inter = down.shape[-1]
-        h = x.new_empty(x.shape[0], 2 * inter)
-        y = x.new_empty(x.shape[0], down.shape[1])
-        for e, rows in _segments(counts):
-            torch.mm(x[rows], gate_up[e].t(), out=h[rows])
-        gate, up = h[:, :inter], h[:, inter:]
-        sig = torch.sigmoid(gate)
-        a = gate * sig * up
-        for e, rows in _segments(counts):
-            torch.mm(a[rows], down[e].t(), out=y[rows])
-        ctx.save_for_backward(x, gate_up, down, h, sig, a)
+        h = x.new_empty(rows.shape[0], 2 * inter)
+        out = torch.zeros_like(x)
+        act = x.new_empty(rows.shape[0], inter)
+        a = torch.empty_like(act)
+        aw = torch.empty_like(act)
+        for e, seg in _segments(counts):
+            src = rows[seg]
+            torch.mm(x.index_select(0, src), gate_up[e].t(), out=h[seg])
+            torch.ops.aten.silu.out(h[seg, :inter], out=act[seg])
+            torch.mul(act[seg], h[seg, inter:], out=a[seg])
+            torch.mul(a[seg], w[seg].unsqueeze(-1), out=aw[seg])
+            out.index_add_(0, src, torch.mm(aw[seg], down[e].t()))
+        ctx.save_for_backward(x, rows, w, gate_up, down, h, act, a, aw)
         ctx.counts = counts
-        return y
+        return out
 
     @staticmethod
-    def backward(ctx, grad_y: torch.Tensor):
-        x, gate_up, down, h, sig, a = ctx.saved_tensors
+    def backward(ctx, grad_out: torch.Tensor):
+        x, rows, w, gate_up, down, h, act, a, aw = ctx.saved_tensors
         counts = ctx.counts
         inter = down.shape[-1]
-        grad_y = grad_y.contiguous()
-        grad_a = torch.empty_like(a)
-        grad_down = torch.zeros_like(down)
-        for e, rows in _segments(counts):
-            torch.mm(grad_y[rows], down[e], out=grad_a[rows])
-            torch.mm(grad_y[rows].t(), a[rows], out=grad_down[e])
-        gate, up = h[:, :inter], h[:, inter:]
-        grad_h = torch.empty_like(h)
-        # d silu(g)/dg = sig * (1 + g * (1 - sig))
-        torch.mul(grad_a, gate * sig, out=grad_h[:, inter:])
-        torch.mul(grad_a * up, sig * (1 + gate * (1 - sig)), out=grad_h[:, :inter])
+        grad_out = grad_out.contiguous()
         grad_x = torch.zeros_like(x)
-        grad_gate_up = torch.zeros_like(gate_up)
-        for e, rows in _segments(counts):
-            torch.mm(grad_h[rows], gate_up[e], out=grad_x[rows])
-            torch.mm(grad_h[rows].t(), x[rows], out=grad_gate_up[e])
-        return grad_x, grad_gate_up, grad_down, None
+        grad_w = torch.empty_like(w)
+        grad_gate_up = _zeros_for_unused(gate_up, counts)
+        grad_down = _zeros_for_unused(down, counts)
+        for e, seg in _segments(counts):
+            src = rows[seg]
+            grad_y = grad_out.index_select(0, src)  # [S_e, H]
+            grad_aw = grad_y @ down[e]  # [S_e, I]
+            torch.mm(grad_y.t(), aw[seg], out=grad_down[e])
+            torch.linalg.vecdot(grad_aw, a[seg], out=grad_w[seg])
+            grad_a = grad_aw.mul_(w[seg].unsqueeze(-1))
+            grad_h = torch.empty_like(h[seg])
+            torch.mul(grad_a, act[seg], out=grad_h[:, inter:])
+            torch.ops.aten.silu_backward.grad_input(grad_a.mul_(h[seg, inter:]), h[seg, :inter], grad_input=grad_h[:, :inter])
+            grad_x.index_add_(0, src, grad_h @ gate_up[e])
+            torch.mm(grad_h.t(), x.index_select(0, src), out=grad_gate_up[e])
+        return grad_x, None, grad_w, grad_gate_up, grad_down, None
+
+
+def _zeros_for_unused(weight: torch.Tensor, counts: list[int]) -> torch.Tensor:
+    """An uninitialised gradient for ``weight [E, ...]`` with zeros only for the experts without rows."""
+    grad = torch.empty_like(weight)
+    for e, n in enumerate(counts):
+        if n == 0:
+            grad[e].zero_()
+    return grad
 
 
 @dataclass
@@ -159,7 +177,7 @@ class GroupedExpertsConfig:
 
 
 class GroupedExperts(Experts):
-    """Fast experts: dispatch rows by expert, run grouped matmuls, combine (any load, empty experts too)."""
+    """Fast experts: rows grouped by expert, per-expert matmuls fused with gather and scatter (any load)."""
 
     def __init__(self, *args: Any, dispatcher: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -170,8 +188,15 @@ class GroupedExperts(Experts):
     def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         # x: [T, H]; indices, weights: [T, k]
         dispatched = self.dispatcher.dispatch(x, indices, weights, self.num_experts)
-        y = _GroupedSwiGLU.apply(dispatched.tokens, self.gate_up_proj, self.down_proj, dispatched.counts)
-        return self.dispatcher.combine(y, dispatched, x.shape[0])
+        out = _GroupedSwiGLU.apply(
+            dispatched.tokens,
+            dispatched.rows,
+            dispatched.weights.to(x.dtype),
+            self.gate_up_proj,
+            self.down_proj,
+            dispatched.counts,
+        )
+        return self.dispatcher.combine(out, dispatched, x.shape[0])
 
 
 def build_grouped_experts(config: GroupedExpertsConfig, *, registry: Any = None, **shape: Any) -> GroupedExperts:
