@@ -65,24 +65,29 @@ def sample_next(
     convention of :mod:`codemoe.serving.api`: ``log_softmax(logits / T)``, not truncated.
     """
     logits = logits.float()
-    vocab = logits.shape[-1]
     greedy = temperature <= 0
-    temp = torch.where(greedy, torch.ones_like(temperature), temperature).to(logits.dtype)
-    logp = torch.log_softmax(logits / temp[:, None], dim=-1)  # [B, V]
-    probs = logp.to(torch.float64).exp()
-    target = uniform(keys, steps)  # [B]
+    logp = torch.log_softmax(logits / temperature.masked_fill(greedy, 1.0)[:, None].float(), dim=-1)  # [B, V]
+    if bool(greedy.all()):
+        tokens = logits.argmax(-1)
+    else:
+        tokens = _inverse_cdf(logp, top_p, top_k, uniform(keys, steps))
+        if bool(greedy.any()):
+            tokens = torch.where(greedy, logits.argmax(-1), tokens)
+    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def _inverse_cdf(logp: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The token whose CDF interval holds ``target`` (``[B]`` in [0, 1)), within the top-k / top-p support."""
+    vocab = logp.shape[-1]
+    probs = logp.to(torch.float64).exp()  # float64: the CDF of a large vocabulary keeps its small tail
     if bool(((top_k > 0) & (top_k < vocab)).any()) or bool((top_p < 1).any()):
         sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
-        rank = torch.arange(vocab, device=logits.device)[None, :]
+        rank = torch.arange(vocab, device=logp.device)[None, :]
         k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab))
         before = sorted_probs.cumsum(-1) - sorted_probs  # mass of strictly more likely tokens
         keep = (rank < k[:, None]) & (before < top_p[:, None].to(torch.float64))
         cdf = (sorted_probs * keep).cumsum(-1)
         pick = torch.searchsorted(cdf, (target * cdf[:, -1])[:, None], right=True).clamp_(max=vocab - 1)
-        sampled = order.gather(1, pick).squeeze(1)
-    else:
-        cdf = probs.cumsum(-1)
-        sampled = torch.searchsorted(cdf, (target * cdf[:, -1])[:, None], right=True).clamp_(max=vocab - 1)
-        sampled = sampled.squeeze(1)
-    tokens = torch.where(greedy, logits.argmax(-1), sampled)
-    return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+        return order.gather(1, pick).squeeze(1)
+    cdf = probs.cumsum(-1)
+    return torch.searchsorted(cdf, (target * cdf[:, -1])[:, None], right=True).clamp_(max=vocab - 1).squeeze(1)
