@@ -30,3 +30,39 @@ def test_nothing_is_recorded_outside_the_context(moe_registry, tiny_spec):
         pass
     model(torch.randint(0, 64, (1, 4)))
     assert record.forwards == []
+
+
+def test_replay_uses_the_recorded_experts_after_the_router_changed(moe_registry, tiny_spec):
+    from codemoe.core.models import build_model
+    from codemoe.core.moe import replay_routing
+
+    torch.manual_seed(0)
+    model = build_model({**tiny_spec, "num_experts": 8}, registry=moe_registry).eval()
+    prompt = torch.randint(3, 64, (2, 5))
+    with capture_routing(model) as sampled:
+        out = model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=2)
+    routes = {layer: sampled.sequences(layer, batch=2) for layer in (0, 1)}
+    assert routes[0].shape == (2, 8, 2)  # prompt 5 + 4 new - 1 (the last token is never fed back)
+    with torch.no_grad():  # a training update moves the routers
+        for layer in model.model.layers:
+            layer.mlp.gate.weight.add_(torch.randn_like(layer.mlp.gate.weight))
+    with capture_routing(model) as free:
+        model(out[:, :-1])
+    assert not torch.equal(free.forwards[0][0], routes[0].reshape(-1, 2))
+    with replay_routing(model, routes), capture_routing(model) as replayed:
+        logits = model(out[:, :-1]).logits
+    for layer in (0, 1):
+        assert torch.equal(replayed.forwards[0][layer], routes[layer].reshape(-1, 2))
+    logits.sum().backward()
+    assert model.model.layers[1].mlp.gate.weight.grad.abs().sum() > 0  # the router still learns
+    assert all(layer.mlp.replay is None for layer in model.model.layers)
+
+
+def test_replay_with_the_wrong_token_count_names_the_layer(moe_registry, tiny_spec):
+    import pytest
+    from codemoe.core.models import build_model
+    from codemoe.core.moe import replay_routing
+
+    model = build_model(tiny_spec, registry=moe_registry)
+    with replay_routing(model, {1: torch.zeros(3, 2, dtype=torch.long)}), pytest.raises(ValueError, match="layer 1 has 3"):
+        model(torch.randint(0, 64, (1, 4)))

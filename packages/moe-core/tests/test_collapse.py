@@ -33,7 +33,7 @@ def test_detector_trips_on_a_collapsed_router_with_layer_numbers_and_remedy(moe_
     with pytest.warns(CollapseWarning, match=r"layer [01]: busiest expert has 8\.00x.*Remedy: raise the balance loss weight"):
         found = CollapseDetector(CollapseConfig()).warn(stats)
     assert [f.layer for f in found] == [0, 1]
-    assert "7/8 experts received no token" in found[0].message()
+    assert "88% of the experts received no token" in found[0].message()
 
 
 def test_detector_stays_quiet_on_balanced_routing(moe_registry, tiny_spec, recwarn):
@@ -43,6 +43,16 @@ def test_detector_stays_quiet_on_balanced_routing(moe_registry, tiny_spec, recwa
     assert stats[0].tokens_per_expert == [16.0] * E and stats[0].max_over_mean == 1.0 and stats[0].cv == 0.0
     assert CollapseDetector(CollapseConfig()).warn(stats) == []
     assert not [w for w in recwarn if issubclass(w.category, CollapseWarning)]
+
+
+def test_detector_reads_the_flat_metrics_of_a_step(moe_registry, tiny_spec):
+    model = _model(moe_registry, tiny_spec)
+    _route(model, lambda t: 5 if t < 100 else t % E)
+    metrics = moe_metrics(model)
+    found = CollapseDetector().check_metrics(metrics)
+    assert [f.layer for f in found] == [0, 1]
+    assert "busiest expert has" in found[0].message() and "received no token" not in found[0].message()
+    assert CollapseDetector(CollapseConfig(max_over_mean=8.0)).check_metrics(metrics) == []
 
 
 def test_moe_metrics_reports_per_layer_and_aggregates_then_resets(moe_registry, tiny_spec):

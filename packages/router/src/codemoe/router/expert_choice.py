@@ -54,6 +54,9 @@ class ExpertChoiceRouter(Router):
         weights = torch.where(valid, probs.gather(-1, order), torch.zeros_like(order, dtype=probs.dtype))
         return RouterOutput(logits=logits, probs=probs, weights=weights, indices=indices)
 
+    def replay_weights(self, logits: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(logits, dim=-1).gather(-1, indices.clamp(min=0)) * (indices >= 0)
+
 
 def build(config: ExpertChoiceConfig, *, hidden_size: int, num_experts: int) -> ExpertChoiceRouter:
     """Expert choice: each expert takes its top-C tokens (balanced by construction)."""

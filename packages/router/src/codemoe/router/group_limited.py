@@ -43,6 +43,12 @@ class GroupLimitedRouter(Router):
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return RouterOutput(logits=logits, probs=probs, weights=weights, indices=indices)
 
+    def replay_weights(self, logits: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        weights = torch.softmax(logits, dim=-1).gather(-1, indices)
+        if self.config.normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights
+
 
 def build(config: GroupLimitedConfig, *, hidden_size: int, num_experts: int) -> GroupLimitedRouter:
     """Softmax top-k restricted to each token's best expert groups (DeepSeek-V2)."""

@@ -45,6 +45,9 @@ class HashRouter(Router):
         weights = torch.full(indices.shape, 1.0 / self.top_k, device=x.device)
         return RouterOutput(logits=logits, probs=torch.softmax(logits, dim=-1), weights=weights, indices=indices)
 
+    def replay_weights(self, logits: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        return torch.full(indices.shape, 1.0 / self.top_k, device=logits.device)
+
 
 def build(config: HashConfig, *, hidden_size: int, num_experts: int) -> HashRouter:
     """Hash routing: experts from a hash of the token id (Roller et al. 2021)."""

@@ -61,8 +61,18 @@ class SigmoidBiasRouter(Router):
         if self.training and torch.is_grad_enabled():
             with torch.no_grad():
                 self.step_load += torch.bincount(indices.reshape(-1), minlength=self.num_experts).float()
-        probs = scores / scores.sum(dim=-1, keepdim=True)  # affinities as a distribution, for the balance loss
-        return RouterOutput(logits=logits, probs=probs, weights=weights, indices=indices)
+        return RouterOutput(logits=logits, probs=self.probabilities(logits), weights=weights, indices=indices)
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """Sigmoid affinities normalised into a distribution (for the balance loss)."""
+        scores = torch.sigmoid(logits)
+        return scores / scores.sum(dim=-1, keepdim=True)
+
+    def replay_weights(self, logits: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        weights = torch.sigmoid(logits).gather(-1, indices)
+        if self.config.normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True).clamp(min=1e-20)
+        return weights * self.config.route_scale
 
     @torch.no_grad()
     def end_step(self) -> dict[str, float]:

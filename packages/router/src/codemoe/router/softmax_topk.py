@@ -49,6 +49,12 @@ class SoftmaxTopKRouter(Router):
             weights = torch.softmax(top_logits, dim=-1)
         return RouterOutput(logits=logits, probs=probs, weights=weights, indices=indices)
 
+    def replay_weights(self, logits: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        weights = torch.softmax(logits, dim=-1).gather(-1, indices)
+        if self.config.normalize or self.config.order == "topk_softmax":
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights
+
     def hf_config(self) -> dict[str, Any] | None:
         # topk_softmax equals softmax_topk with renormalisation, which is Qwen3-MoE's norm_topk_prob=True.
         normalize = self.config.normalize or self.config.order == "topk_softmax"

@@ -5,13 +5,14 @@ Entry points for trainers and engines:
 - :func:`aux_losses` — balance and z losses of the last forward (add ``["weighted"]`` to the loss);
 - :func:`moe_metrics` — routing metrics, read once per step;
 - :func:`capture_routing` — the chosen experts of every forward, for routing replay;
+- :func:`replay_routing` — recompute with given experts instead of choosing;
 - :func:`set_trainable` — freeze/unfreeze router, experts and dense parameters by phase.
 """
 
 from codemoe.core.moe.balance import BALANCE_SCOPES, balance_loss, z_loss
 from codemoe.core.moe.block import MoEBlock, MoEOptions, SharedExpert
 from codemoe.core.moe.capacity import DROP_POLICIES, apply_capacity, capacity
-from codemoe.core.moe.capture import RoutingRecord, capture_routing
+from codemoe.core.moe.capture import RoutingRecord, capture_routing, replay_routing
 from codemoe.core.moe.collapse import CollapseConfig, CollapseDetector, CollapseWarning, RouterCollapse
 from codemoe.core.moe.dispatch import Dispatched, LocalDispatcher
 from codemoe.core.moe.experts import Experts, GroupedExperts, LoopExperts
@@ -51,6 +52,7 @@ __all__ = [
     "moe_metrics",
     "parameter_groups",
     "read_layer_stats",
+    "replay_routing",
     "set_trainable",
     "z_loss",
 ]

@@ -72,6 +72,7 @@ class MoEBlock(nn.Module):
         self.stats = RoutingStats(experts.num_experts)
         self.last_losses: dict[str, torch.Tensor] = {}
         self.capture: list[torch.Tensor] | None = None  # set by capture_routing
+        self.replay: torch.Tensor | None = None  # [T, k] experts to use instead of choosing (replay_routing)
         self.token_ids: torch.Tensor | None = None  # [B, S] input ids of the current forward (hash routing)
 
     @property
@@ -82,7 +83,15 @@ class MoEBlock(nn.Module):
         batch_shape = hidden_states.shape[:-1]
         x = hidden_states.reshape(-1, hidden_states.shape[-1])  # [T, H]
         token_ids = None if self.token_ids is None else self.token_ids.reshape(-1)
-        routed = self.gate(x, token_ids)
+        if self.replay is not None:
+            if self.replay.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"routing replay for MoE layer {self.layer} has {self.replay.shape[0]} token rows, "
+                    f"the forward has {x.shape[0]} (batch x sequence)"
+                )
+            routed = self.gate.replay(x, self.replay.to(x.device))
+        else:
+            routed = self.gate(x, token_ids)
         indices, weights = routed.indices, routed.weights
         if self.capture is not None:
             self.capture.append(indices.detach().clone())

@@ -6,7 +6,7 @@ the same experts when it recomputes log-probs (routers drift between sampling an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -14,7 +14,7 @@ import torch
 from codemoe.core.moe.readout import moe_blocks
 from torch import nn
 
-__all__ = ["RoutingRecord", "capture_routing"]
+__all__ = ["RoutingRecord", "capture_routing", "replay_routing"]
 
 
 @dataclass
@@ -32,6 +32,16 @@ class RoutingRecord:
     def layer(self, layer: int) -> torch.Tensor:
         """All forwards of one layer concatenated along tokens: ``[sum T, k]``."""
         return torch.cat([f[layer] for f in self.forwards], dim=0)
+
+    def sequences(self, layer: int, batch: int) -> torch.Tensor:
+        """One layer's routing as ``[batch, seq, k]``, forwards joined along the sequence.
+
+        For a ``generate`` call: the prompt forward, then one forward per new token. The last
+        sampled token is never fed back, so ``seq`` is prompt + new tokens - 1: replay a forward
+        over ``sequences[:, :-1]`` (which is also all a log-prob recompute needs).
+        """
+        parts = [f[layer].view(batch, -1, f[layer].shape[-1]) for f in self.forwards]
+        return torch.cat(parts, dim=1)
 
     def clear(self) -> None:
         self.forwards.clear()
@@ -66,3 +76,23 @@ def capture_routing(model: nn.Module) -> Iterator[RoutingRecord]:
         collect()
         for block in blocks:
             block.capture = None
+
+
+@contextmanager
+def replay_routing(model: nn.Module, routes: Mapping[int, torch.Tensor]) -> Iterator[None]:
+    """Inside the block, MoE layer ``l`` sends its tokens to ``routes[l]`` instead of choosing.
+
+    ``routes[l]`` is ``[T, k]`` (or ``[batch, seq, k]``) for every forward inside the block, in
+    the row-major token order of :class:`RoutingRecord`. The router's current logits still weigh
+    the given experts, so the recomputed log-probs match the sampled ones and the router gets
+    gradients. Layers missing from ``routes`` choose as usual.
+    """
+    blocks = [block for block in moe_blocks(model) if block.layer in routes]
+    for block in blocks:
+        chosen = routes[block.layer]
+        block.replay = chosen.reshape(-1, chosen.shape[-1]).long()
+    try:
+        yield
+    finally:
+        for block in blocks:
+            block.replay = None

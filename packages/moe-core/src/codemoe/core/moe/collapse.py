@@ -58,6 +58,23 @@ class CollapseDetector:
         """The layers that tripped (empty when routing is healthy)."""
         return [found for stats in layers if (found := self._check_layer(stats)) is not None]
 
+    def check_metrics(self, metrics: dict[str, float]) -> list[RouterCollapse]:
+        """The same check on the flat ``moe/layer<i>/...`` scalars of :func:`~codemoe.core.moe.moe_metrics`.
+
+        For monitors that only see a step's metrics dict (a ``codemoe_after_train_step`` plugin).
+        """
+        layers: dict[int, dict[str, float]] = {}
+        for key, value in metrics.items():
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "moe" and parts[1].startswith("layer"):
+                layers.setdefault(int(parts[1][len("layer") :]), {})[parts[2]] = value
+        found = []
+        for layer, values in sorted(layers.items()):
+            reasons = self._reasons(values["tokens"], values["max_over_mean"], values["dead_fraction"])
+            if reasons:
+                found.append(RouterCollapse(layer, reasons, []))
+        return found
+
     def warn(self, layers: list[LayerStats]) -> list[RouterCollapse]:
         """:meth:`check`, and warn (``CollapseWarning`` and the ``codemoe.moe`` logger) per tripped layer."""
         found = self.check(layers)
@@ -67,16 +84,20 @@ class CollapseDetector:
         return found
 
     def _check_layer(self, stats: LayerStats) -> RouterCollapse | None:
-        cfg = self.config
-        if stats.tokens < cfg.min_tokens:
-            return None
-        reasons = []
         num_experts = len(stats.tokens_per_expert)
-        if stats.max_over_mean > cfg.max_over_mean:
-            reasons.append(f"busiest expert has {stats.max_over_mean:.2f}x the mean load (limit {cfg.max_over_mean})")
-        dead = stats.dead_experts
-        if num_experts and dead / num_experts > cfg.dead_fraction:
-            reasons.append(f"{dead}/{num_experts} experts received no token (limit {cfg.dead_fraction:.0%})")
+        dead_fraction = stats.dead_experts / num_experts if num_experts else 0.0
+        reasons = self._reasons(stats.tokens, stats.max_over_mean, dead_fraction)
         if not reasons:
             return None
         return RouterCollapse(stats.layer, reasons, stats.tokens_per_expert)
+
+    def _reasons(self, tokens: float, max_over_mean: float, dead_fraction: float) -> list[str]:
+        cfg = self.config
+        if tokens < cfg.min_tokens:
+            return []
+        reasons = []
+        if max_over_mean > cfg.max_over_mean:
+            reasons.append(f"busiest expert has {max_over_mean:.2f}x the mean load (limit {cfg.max_over_mean})")
+        if dead_fraction > cfg.dead_fraction:
+            reasons.append(f"{dead_fraction:.0%} of the experts received no token (limit {cfg.dead_fraction:.0%})")
+        return reasons

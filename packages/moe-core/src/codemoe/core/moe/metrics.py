@@ -53,6 +53,8 @@ class LayerStats:
             "max_over_mean": self.max_over_mean,
             "cv": self.cv,
             "dead_experts": float(self.dead_experts),
+            "dead_fraction": self.dead_experts / max(len(self.tokens_per_expert), 1),
+            "tokens": float(self.tokens),
             "entropy": self.entropy,
             "dropped_fraction": self.dropped_fraction,
             "balance_loss": self.balance_loss,

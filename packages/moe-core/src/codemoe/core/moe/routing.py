@@ -66,6 +66,27 @@ class Router(nn.Module):
     def forward(self, x: torch.Tensor, token_ids: torch.Tensor | None = None) -> RouterOutput:
         return self.route(x, token_ids)
 
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """Per-expert probabilities ``[T, E]`` from logits (what the balance loss reads): a softmax."""
+        return torch.softmax(logits, dim=-1)
+
+    def replay_weights(self, logits: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """Combine weights ``[T, k]`` this router gives the experts ``indices`` (routing replay).
+
+        Default: their probabilities, renormalised to sum to one; unrouted slots get 0.
+        """
+        weights = self.probabilities(logits).gather(-1, indices.clamp(min=0)) * (indices >= 0)
+        return weights / weights.sum(dim=-1, keepdim=True).clamp(min=1e-20)
+
+    def replay(self, x: torch.Tensor, indices: torch.Tensor) -> RouterOutput:
+        """Route ``x [T, H]`` to the given experts ``indices [T, k]`` instead of choosing them.
+
+        Used to recompute a sampled sequence with the experts the engine used (routing replay):
+        the weights still come from this router's current logits, so gradients reach it.
+        """
+        logits = self.logits(x)
+        return RouterOutput(logits, self.probabilities(logits), self.replay_weights(logits, indices), indices)
+
     def end_step(self) -> dict[str, float]:
         """Close a training step (update state such as a balancing bias); return its statistics."""
         return {}
