@@ -216,3 +216,35 @@ def test_engine_is_built_through_the_registry(codemoe_model, tokenizer):
     assert engine.health()["status"] == "ok" and engine.health()["routing"] is True
     with pytest.raises(ConfigError, match="max_batch_sise"):
         registry.build("engine", {"name": "embedded", "max_batch_sise": 8}, model=codemoe_model)
+
+
+def test_concurrent_generate_calls_share_the_engine(codemoe_model, tokenizer):
+    import threading
+
+    engine = EmbeddedEngine(codemoe_model, tokenizer)
+    params = [SamplingParams(n=2, max_new_tokens=6 + 3 * i, seed=i, ignore_eos=True) for i in range(3)]
+    want = [EmbeddedEngine(codemoe_model, tokenizer).generate([p], q) for p, q in zip(PROMPTS, params)]
+    got: dict[int, list] = {}
+    threads = [
+        threading.Thread(target=lambda i=i: got.__setitem__(i, engine.generate([PROMPTS[i]], params[i])))
+        for i in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert [[s.token_ids for s in got[i][0].samples] for i in range(3)] == [
+        [s.token_ids for s in w[0].samples] for w in want
+    ]
+
+
+def test_a_transformers_checkpoint_directory_loads(hf_model, tokenizer, tmp_path):
+    from codemoe.serving.embedded import build_embedded_engine
+
+    hf_model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    engine = build_embedded_engine(EmbeddedEngineConfig(model_dir=str(tmp_path)))
+    params = SamplingParams(temperature=0, max_new_tokens=6, ignore_eos=True)
+    got = engine.generate(PROMPTS[:1], params)[0].samples[0]
+    assert got.token_ids == EmbeddedEngine(hf_model, tokenizer).generate(PROMPTS[:1], params)[0].samples[0].token_ids
+    assert got.routing is None and engine.health()["routing"] is False
