@@ -92,3 +92,17 @@ def test_remote_errors_are_clear(server, registry):
     assert down.health()["status"] == "unreachable"
     with pytest.raises(EngineError, match="failed"):
         down.generate(["x"], SamplingParams(max_new_tokens=2))
+
+
+def test_the_prepared_sglang_check_passes_against_codemoe_serve(server, model_dir):
+    from codemoe.serving.sglang_check import check
+
+    report = check(server.url, str(model_dir), prompts=2, new_tokens=6, routing=True)
+    assert report["health"]["status"] == "ok"
+    assert report["greedy_token_agreement"] == 1.0 and report["greedy_sequences_identical"] == 2
+    assert report["max_logprob_gap_vs_fp32_teacher_forcing"] < 1e-4
+    assert report["routing_agreement_on_identical_sequences"] == 1.0
+    assert report["weight_round_trip"] == {
+        "perturbed_weights_change_output": True,
+        "original_weights_restore_output": True,
+    }

@@ -198,7 +198,6 @@ class SGLangEngine(_RemoteEngine):
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
         params.validate()
-        seed = params.seed if params.seed is not None else secrets.randbits(63)
         texts = all(isinstance(p, str) for p in prompts)
         batch = [p for p in prompts for _ in range(params.n)]
         sampling = []
@@ -211,16 +210,14 @@ class SGLangEngine(_RemoteEngine):
                     "top_k": params.top_k or -1,
                     "stop": list(params.stop),
                     "ignore_eos": params.ignore_eos,
-                    # a non-negative 63-bit seed per sample: the same seed gives the same samples
-                    "sampling_seed": sample_key(seed, i, j) & ((1 << 63) - 1),
                 }
+                if params.seed is not None:  # one non-negative 63-bit seed per sample
+                    sp["sampling_seed"] = sample_key(params.seed, i, j) & ((1 << 63) - 1)
                 sampling.append(sp)
-        payload = {
-            "text" if texts else "input_ids": batch,
-            "sampling_params": sampling,
-            "return_logprob": True,
-            "return_routed_experts": self.return_routing,
-        }
+        payload: dict[str, Any] = {"text" if texts else "input_ids": batch, "sampling_params": sampling}
+        payload["return_logprob"] = True
+        if self.return_routing:  # only then: servers that predate routed experts reject the field
+            payload["return_routed_experts"] = True
         results = self._request("POST", "/generate", payload)
         outputs = []
         for i, prompt in enumerate(prompts):
