@@ -75,3 +75,38 @@ def test_weighted_uses_the_config_coefficients(moe_registry, tiny_spec):
     model(torch.randint(0, 64, (1, 9)))
     losses = aux_losses(model)
     torch.testing.assert_close(losses["weighted"], 0.5 * losses["balance"] + 0.25 * losses["z"])
+
+
+@pytest.mark.parametrize("scope", ["micro_batch", "sequence", "global"])
+def test_padding_counts_in_neither_loads_nor_probabilities(scope):
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(2, 5, 4), dim=-1)
+    indices = torch.randint(0, 4, (2, 5, 2))
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    padded = balance_loss(probs.view(10, 4), indices.view(10, 2), scope=scope, batch_shape=(2, 5), mask=mask.view(-1))
+    if scope == "sequence":
+        first = balance_loss(probs[0, :3], indices[0, :3], scope=scope, batch_shape=(1, 3))
+        second = balance_loss(probs[1], indices[1], scope=scope, batch_shape=(1, 5))
+        expected = (first + second) / 2
+    else:
+        real = mask.view(-1)
+        expected = balance_loss(probs.view(10, 4)[real], indices.view(10, 2)[real], scope=scope)
+    torch.testing.assert_close(padded, expected)
+
+
+def test_padded_batch_routes_real_tokens_only_and_keeps_their_outputs(moe_registry, tiny_spec):
+    from codemoe.core.models import build_model
+    from codemoe.core.moe import read_layer_stats
+
+    torch.manual_seed(0)
+    model = build_model(tiny_spec, registry=moe_registry).eval()
+    a, b = torch.randint(3, 64, (1, 6)), torch.randint(3, 64, (1, 4))
+    ids = torch.cat([a, torch.cat([b, torch.full((1, 2), 2)], dim=1)])
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    with torch.no_grad():
+        batched = model(ids, attention_mask=mask).logits
+        stats = read_layer_stats(model)
+        alone = model(b).logits
+    assert stats[0].tokens == 10 and sum(stats[0].tokens_per_expert) == 20
+    torch.testing.assert_close(batched[1, :4], alone[0], rtol=1e-5, atol=1e-5)
+    assert all(layer.mlp.attention_mask is None for layer in model.model.layers)  # dropped after the forward

@@ -51,7 +51,7 @@ def replace_moe_blocks(model: nn.Module, config: Any, registry: Any) -> nn.Modul
         _init_block(block, config.initializer_range, like=old.experts.gate_up_proj)
         _copy_matching(old, block)
         layer.mlp = block
-    _attach_token_ids(model)
+    _attach_token_context(model)
     return model
 
 
@@ -70,15 +70,24 @@ def _init_block(block: MoEBlock, std: float, like: torch.Tensor) -> None:
             buffer.zero_()
 
 
-def _attach_token_ids(model: nn.Module) -> None:
-    """Give MoE blocks the input ids of each forward, for routers that hash token ids."""
-    blocks = [m for m in model.modules() if isinstance(m, MoEBlock) and getattr(m.gate, "needs_token_ids", False)]
-    if not blocks:
-        return
+def _attach_token_context(model: nn.Module) -> None:
+    """Give MoE blocks the attention mask of each forward (padding) and, for routers that hash
+    token ids, the input ids; both are dropped when the forward ends."""
+    blocks = [m for m in model.modules() if isinstance(m, MoEBlock)]
+    hashing = [b for b in blocks if getattr(b.gate, "needs_token_ids", False)]
 
-    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-        ids = kwargs.get("input_ids", args[0] if args else None)
+    def before(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         for block in blocks:
+            block.attention_mask = mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        for block in hashing:
             block.token_ids = ids
 
-    model.register_forward_pre_hook(hook, with_kwargs=True)
+    def after(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+        for block in blocks:
+            block.attention_mask = None
+            block.token_ids = None
+
+    model.register_forward_pre_hook(before, with_kwargs=True)
+    model.register_forward_hook(after, with_kwargs=True)

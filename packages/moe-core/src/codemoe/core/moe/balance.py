@@ -59,28 +59,36 @@ def _loss(counts: torch.Tensor, probs_mean: torch.Tensor) -> torch.Tensor:
     return num_experts * (shares * probs_mean).sum(-1)
 
 
-def _micro_batch(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...]) -> torch.Tensor:
-    return _loss(expert_counts(indices, probs.shape[-1]), probs.mean(0))
+def _mean_probs(probs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    # probs: [..., T, E]; weight: [..., T] (1 for real tokens, 0 for padding)
+    total = (probs * weight.unsqueeze(-1)).sum(-2)
+    return total / weight.sum(-1, keepdim=True).clamp(min=1.0)
 
 
-def _sequence(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...]) -> torch.Tensor:
+def _micro_batch(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...], weight: torch.Tensor) -> torch.Tensor:
+    return _loss(expert_counts(indices, probs.shape[-1]), _mean_probs(probs, weight))
+
+
+def _sequence(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...], weight: torch.Tensor) -> torch.Tensor:
     batch = batch_shape[0] if len(batch_shape) > 1 else 1
     num_experts = probs.shape[-1]
     counts = expert_counts(indices, num_experts, groups=batch)
     if batch == 1:
         counts = counts.unsqueeze(0)
-    per_sequence = _loss(counts, probs.view(batch, -1, num_experts).mean(1))
-    return per_sequence.mean()
+    weight = weight.view(batch, -1)
+    per_sequence = _loss(counts, _mean_probs(probs.view(batch, -1, num_experts), weight))
+    present = (weight.sum(-1) > 0).float()  # sequences that are all padding do not count
+    return (per_sequence * present).sum() / present.sum().clamp(min=1.0)
 
 
-def _global(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...]) -> torch.Tensor:
+def _global(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...], weight: torch.Tensor) -> torch.Tensor:
     counts = expert_counts(indices, probs.shape[-1])
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(counts)
-    return _loss(counts, probs.mean(0))
+    return _loss(counts, _mean_probs(probs, weight))
 
 
-BALANCE_SCOPES: dict[str, Callable[[torch.Tensor, torch.Tensor, tuple[int, ...]], torch.Tensor]] = {
+BALANCE_SCOPES: dict[str, Callable[[torch.Tensor, torch.Tensor, tuple[int, ...], torch.Tensor], torch.Tensor]] = {
     "micro_batch": _micro_batch,
     "sequence": _sequence,
     "global": _global,
@@ -88,18 +96,29 @@ BALANCE_SCOPES: dict[str, Callable[[torch.Tensor, torch.Tensor, tuple[int, ...]]
 
 
 def balance_loss(
-    probs: torch.Tensor, indices: torch.Tensor, *, scope: str = "micro_batch", batch_shape: tuple[int, ...] = ()
+    probs: torch.Tensor,
+    indices: torch.Tensor,
+    *,
+    scope: str = "micro_batch",
+    batch_shape: tuple[int, ...] = (),
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The balance loss (normalised as in the module docstring) of one layer's routing.
 
     ``probs [T, E]`` router probabilities, ``indices [T, k]`` chosen experts, ``batch_shape`` the
-    ``(batch, seq)`` the ``T`` tokens came from (the ``sequence`` scope needs it).
+    ``(batch, seq)`` the ``T`` tokens came from (the ``sequence`` scope needs it), ``mask [T]``
+    False for padding: padded tokens count in neither ``f`` nor ``P``.
     """
     try:
         fn = BALANCE_SCOPES[scope]
     except KeyError:
         raise ValueError(f"unknown balance scope '{scope}': choose one of {', '.join(BALANCE_SCOPES)}") from None
-    return fn(probs, indices, batch_shape)
+    if mask is None:
+        weight = torch.ones(probs.shape[0], dtype=probs.dtype, device=probs.device)
+    else:
+        weight = mask.to(probs.dtype)
+        indices = indices.masked_fill(~mask.bool().unsqueeze(-1), -1)
+    return fn(probs, indices, batch_shape, weight)
 
 
 def z_loss(logits: torch.Tensor) -> torch.Tensor:

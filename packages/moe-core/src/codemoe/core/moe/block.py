@@ -21,7 +21,7 @@ from codemoe.core.moe.balance import balance_loss, expert_counts, z_loss
 from codemoe.core.moe.capacity import apply_capacity, capacity
 from codemoe.core.moe.experts import Experts
 from codemoe.core.moe.metrics import RoutingStats
-from codemoe.core.moe.routing import Router, RouterOutput
+from codemoe.core.moe.routing import UNROUTED, Router, RouterOutput
 from torch import nn
 
 __all__ = ["MoEBlock", "MoEOptions", "SharedExpert"]
@@ -74,6 +74,7 @@ class MoEBlock(nn.Module):
         self.capture: list[torch.Tensor] | None = None  # set by capture_routing
         self.replay: torch.Tensor | None = None  # [T, k] experts to use instead of choosing (replay_routing)
         self.token_ids: torch.Tensor | None = None  # [B, S] input ids of the current forward (hash routing)
+        self.attention_mask: torch.Tensor | None = None  # [B, past + S] of the current forward (padding)
 
     @property
     def num_experts(self) -> int:
@@ -95,6 +96,9 @@ class MoEBlock(nn.Module):
         indices, weights = routed.indices, routed.weights
         if self.capture is not None:
             self.capture.append(indices.detach().clone())
+        mask = self._token_mask(tuple(batch_shape))
+        if mask is not None:  # padding goes to no expert: it neither costs compute nor takes capacity
+            indices = indices.masked_fill(~mask.unsqueeze(-1), UNROUTED)
         dropped: torch.Tensor | int = 0
         if self.options.capacity_factor > 0:
             cap = capacity(x.shape[0], indices.shape[-1], self.num_experts, self.options.capacity_factor)
@@ -105,23 +109,47 @@ class MoEBlock(nn.Module):
             if self.shared_expert_gate is not None:
                 shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
             out = out + shared
-        self._record(routed, indices, dropped, tuple(batch_shape))
+        self._record(routed, indices, dropped, tuple(batch_shape), mask)
         return out.reshape(hidden_states.shape)
 
+    def _token_mask(self, batch_shape: tuple[int, ...]) -> torch.Tensor | None:
+        """``[T]`` bool, False for padding, from the model's attention mask; None when nothing is padding.
+
+        With a KV cache the mask covers past and current tokens; the current ones are its last
+        ``S`` columns.
+        """
+        mask = self.attention_mask
+        if mask is None or len(batch_shape) != 2 or mask.dim() != 2:
+            return None
+        batch, seq = batch_shape
+        if mask.shape[0] != batch or mask.shape[1] < seq:
+            return None
+        current = mask[:, -seq:].reshape(-1).bool()
+        return None if bool(current.all()) else current
+
     def _record(
-        self, routed: RouterOutput, kept: torch.Tensor, dropped: torch.Tensor | int, batch_shape: tuple[int, ...]
+        self,
+        routed: RouterOutput,
+        kept: torch.Tensor,
+        dropped: torch.Tensor | int,
+        batch_shape: tuple[int, ...],
+        mask: torch.Tensor | None,
     ) -> None:
         """Keep this forward's losses (for the trainer) and add to the routing statistics.
 
-        The balance loss measures the router's choices (before any capacity drop): it is the
-        router that has to learn to spread them.
+        The balance loss measures the router's choices (before any capacity drop: it is the router
+        that has to learn to spread them) over the real tokens; padding counts nowhere.
         """
+        chosen, probs, logits = routed.indices, routed.probs, routed.logits
+        if mask is not None:
+            chosen = chosen.masked_fill(~mask.unsqueeze(-1), UNROUTED)
         scope = self.options.balance_scope
-        balance = balance_loss(routed.probs, routed.indices, scope=scope, batch_shape=batch_shape)
-        z = z_loss(routed.logits)
+        balance = balance_loss(probs, chosen, scope=scope, batch_shape=batch_shape, mask=mask)
+        z = z_loss(logits if mask is None else logits[mask])
         self.last_losses = {"balance": balance, "z": z}
         kept_counts = expert_counts(kept, self.num_experts)
-        self.stats.add(routed.probs.detach(), kept_counts, dropped, balance, z)
+        real_probs = probs.detach() if mask is None else probs.detach()[mask]
+        self.stats.add(real_probs, kept_counts, dropped, balance, z)
 
     def extra_repr(self) -> str:
         return f"layer={self.layer}, options={self.options}"
