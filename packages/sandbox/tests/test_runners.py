@@ -148,3 +148,16 @@ def test_a_dead_worker_is_replaced_and_its_request_is_an_error(python_request):
         after = ex.run(python_request("print('fresh worker')"))
     assert lost.status == "error" and "worker failed" in lost.reason
     assert after.status == "passed" and after.stdout == "fresh worker\n"
+
+
+def test_a_trivial_execution_costs_milliseconds_not_a_fraction_of_a_second(executor):
+    import statistics
+    import time
+
+    request = function_task_request("def one():\n    return 1\n", "def check(f):\n    assert f() == 1\n", "one")
+    latencies = []
+    for _ in range(10):
+        started = time.perf_counter()
+        assert executor.run(request).passed
+        latencies.append(time.perf_counter() - started)
+    assert statistics.median(latencies) < 0.25  # typically 5-10 ms; waits or sleeps would show here

@@ -53,6 +53,7 @@ class _Stream:
     counts: bool = True  # going over the cap stops the run (stdout, stderr; not the channel)
     data: bytearray = field(default_factory=bytearray)
     total: int = 0
+    closed: bool = False  # the write end is gone (end of file seen)
 
     def feed(self, chunk: bytes) -> None:
         self.total += len(chunk)
@@ -143,10 +144,11 @@ def _supervise(pid: int, poller: select.epoll, streams: dict[int, _Stream], dead
                 if fd == pidfd:
                     return False, False
                 chunk = os.read(fd, 1 << 16)
+                stream = streams[fd]
                 if not chunk:
                     poller.unregister(fd)
+                    stream.closed = True
                     continue
-                stream = streams[fd]
                 stream.feed(chunk)
                 if stream.over and stream.counts:
                     _kill(pid)
@@ -171,7 +173,7 @@ def _kill_group(pgid: int) -> None:
 def _drain(poller: select.epoll, streams: dict[int, _Stream]) -> None:
     """Read what is left in the pipes; bounded, in case something still holds a write end."""
     deadline = time.monotonic() + _DRAIN_S
-    open_fds = set(streams)
+    open_fds = {fd for fd, stream in streams.items() if not stream.closed}
     while open_fds and (remaining := deadline - time.monotonic()) > 0:
         for fd, _ in poller.poll(remaining):
             chunk = os.read(fd, 1 << 16)
