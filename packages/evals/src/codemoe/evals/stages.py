@@ -146,42 +146,16 @@ class EvalStage:
         self.config = config
 
     def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
-        from codemoe.evals.checkpoints import load_policy
-
         cfg = self.config
-        where = f"stages.{stage.id}"
         if cfg.baseline and cfg.baseline not in ctx.results:
-            raise ConfigError(f"'{where}.baseline': no earlier stage '{cfg.baseline}'")
-        suite = ctx.registry.build("suite", cfg.suite, where=f"{where}.suite")
+            raise ConfigError(f"'stages.{stage.id}.baseline': no earlier stage '{cfg.baseline}'")
+        suite = ctx.registry.build("suite", cfg.suite, where=f"stages.{stage.id}.suite")
         tasks = suite.tasks(cfg.split)
         tasks = tasks[: cfg.max_tasks] if cfg.max_tasks > 0 else tasks
         checkpoint, step = _checkpoint(ctx, stage, cfg)
         step = cfg.step if cfg.step >= 0 else (step or 0)
-        model, tokenizer = load_policy(checkpoint)
-        engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=model, tokenizer=tokenizer)
-        executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
-        options = EvalOptions(
-            samples=cfg.samples,
-            ks=cfg.ks,
-            tests=cfg.tests,
-            stop=cfg.stop,
-            timeout_s=cfg.timeout_s,
-            confidence=cfg.confidence,
-            resamples=cfg.bootstrap_resamples,
-            seed=ctx.seed,
-        )
+        graded, summary = self._sample_and_grade(ctx, stage, tasks, checkpoint)
         folder = ctx.stage_dir(stage)
-        load = ExpertLoad()
-        try:
-            with ctx.progress(f"{stage.id}: sampling", len(tasks)) as sampled:
-                sampler = engine_sampler(engine, cfg, ctx.seed + cfg.seed, sampled, load)
-                completions = sample_completions(tasks, sampler, options)
-            with ctx.progress(f"{stage.id}: grading", len(tasks) * cfg.samples) as graded_bar:
-                graded, summary = grade_and_summarize(tasks, completions, executor, options, advance=graded_bar)
-        finally:
-            executor.close()
-        summary["checkpoint"] = checkpoint
-        summary["expert_load"] = load.shares()
         summary_path = write_evaluation(folder, graded, summary)
         review = sample_for_review(graded, cfg.review_fraction, seed=ctx.seed)
         page = write_review(folder, review, {t.id: t for t in tasks}, title=f"{stage.id}: review", total=len(graded))
@@ -207,14 +181,46 @@ class EvalStage:
             "review": str(page),
             "review_samples": len(review),
             **{name: round(est["value"], 4) for name, est in headline.items()},
-            "pass@1_ci": [round(headline["pass@1"]["low"], 4), round(headline["pass@1"]["high"], 4)]
-            if "pass@1" in headline
-            else None,
+            **{f"{name}_ci": [round(est["low"], 4), round(est["high"], 4)] for name, est in headline.items()},
         }
         if cfg.baseline:
             result["comparison"] = self._compare(ctx, cfg, summary)
         log.info("stage %s: %s", stage.id, {k: result[k] for k in headline})
         return result
+
+    def _sample_and_grade(
+        self, ctx: Any, stage: Any, tasks: list[Any], checkpoint: str
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """Load the policy, sample with the engine, grade in the sandbox; the summary carries the
+        checkpoint and the expert load seen while sampling."""
+        from codemoe.evals.checkpoints import load_policy
+
+        cfg, where = self.config, f"stages.{stage.id}"
+        model, tokenizer = load_policy(checkpoint)
+        engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=model, tokenizer=tokenizer)
+        executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
+        options = EvalOptions(
+            samples=cfg.samples,
+            ks=cfg.ks,
+            tests=cfg.tests,
+            stop=cfg.stop,
+            timeout_s=cfg.timeout_s,
+            confidence=cfg.confidence,
+            resamples=cfg.bootstrap_resamples,
+            seed=ctx.seed,
+        )
+        load = ExpertLoad()
+        try:
+            with ctx.progress(f"{stage.id}: sampling", len(tasks)) as sampled:
+                sampler = engine_sampler(engine, cfg, ctx.seed + cfg.seed, sampled, load)
+                completions = sample_completions(tasks, sampler, options)
+            with ctx.progress(f"{stage.id}: grading", len(tasks) * cfg.samples) as graded_bar:
+                graded, summary = grade_and_summarize(tasks, completions, executor, options, advance=graded_bar)
+        finally:
+            executor.close()
+        summary["checkpoint"] = checkpoint
+        summary["expert_load"] = load.shares()
+        return graded, summary
 
     @staticmethod
     def _compare(ctx: Any, cfg: EvalStageConfig, summary: dict[str, Any]) -> dict[str, Any]:
