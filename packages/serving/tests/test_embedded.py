@@ -248,3 +248,19 @@ def test_a_transformers_checkpoint_directory_loads(hf_model, tokenizer, tmp_path
     got = engine.generate(PROMPTS[:1], params)[0].samples[0]
     assert got.token_ids == EmbeddedEngine(hf_model, tokenizer).generate(PROMPTS[:1], params)[0].samples[0].token_ids
     assert got.routing is None and engine.health()["routing"] is False
+
+
+def test_a_failing_step_ends_every_request_in_flight(codemoe_model, tokenizer, monkeypatch):
+    from codemoe.serving import EngineError
+
+    engine = EmbeddedEngine(codemoe_model, tokenizer)
+    ids = engine.encode(PROMPTS[0])
+    parts = engine.submit(ids, SamplingParams(n=2, max_new_tokens=8))
+    monkeypatch.setattr(engine, "_decode", lambda: (_ for _ in ()).throw(RuntimeError("device lost")))
+    with pytest.raises(RuntimeError, match="device lost"):
+        engine.step()
+    with pytest.raises(EngineError, match="device lost"):
+        engine.collect(ids, parts)
+    monkeypatch.undo()
+    assert engine.health()["running"] == 0
+    assert len(engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=3))[0].samples) == 1  # serves again

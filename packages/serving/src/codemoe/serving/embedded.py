@@ -43,9 +43,7 @@ class EmbeddedEngineConfig:
     max_context: int = 0  # longest prompt + generation; 0 uses the model's max_position_embeddings
     max_prefill_tokens: int = 8192  # padded prompt tokens per prefill forward (more prompts wait a step)
     prefix_sharing: bool = True  # prefill a prompt once for all its n samples
-    shared_prefix_attention: bool = (
-        True  # read a prompt once per group in decode (models on transformers' AttentionInterface)
-    )
+    shared_prefix_attention: bool = True  # decode reads each prompt once per group (AttentionInterface models)
 
 
 @dataclass
@@ -60,7 +58,7 @@ class TokenEvent:
 
 @dataclass
 class _Sequence:
-    """One sample in flight; it occupies KV slot ``engine._active.index(self)``."""
+    """One sample in flight; it occupies suffix slot ``engine._active.index(self)``."""
 
     group: _Group
     index: int  # sample index within its prompt
@@ -86,6 +84,7 @@ class _Group:
     finished: list[_Sequence] = field(default_factory=list)
     prompt_routing: torch.Tensor | None = None
     slot: int = -1  # prefix slot while running
+    error: BaseException | None = None  # set when a step failed while this group was in flight
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -180,6 +179,8 @@ class EmbeddedEngine:
         while not group.done.is_set():
             if not self.step():
                 group.done.wait(0.01)
+        if group.error is not None:
+            raise EngineError(f"generation failed: {type(group.error).__name__}: {group.error}") from group.error
 
     def collect(self, prompt_ids: list[int], parts: list[_Group]) -> GenerationOutput:
         """Wait for a submitted prompt and return its output."""
@@ -270,13 +271,26 @@ class EmbeddedEngine:
             if not self._waiting and not self._active:
                 return False
             attention = shared_prefix_attention(self.model, self._cache, self._shared_attention)
-            with torch.no_grad(), _eval_mode(self.model), attention:
-                admitted = self._admit()
-                if admitted:
-                    self._prefill(admitted)
-                if self._active:
-                    self._decode()
+            try:
+                with torch.no_grad(), _eval_mode(self.model), attention:
+                    admitted = self._admit()
+                    if admitted:
+                        self._prefill(admitted)
+                    if self._active:
+                        self._decode()
+            except Exception as exc:
+                self._fail_all(exc)
+                raise
             return True
+
+    def _fail_all(self, exc: BaseException) -> None:
+        """A failed step leaves the batch unusable: end every request in flight with the error."""
+        for group in {id(g): g for g in [*self._groups, *self._waiting, *(s.group for s in self._active)]}.values():
+            group.error = exc
+            group.done.set()
+        self._active.clear()
+        self._groups.clear()
+        self._waiting.clear()
 
     def _forward(
         self,
