@@ -200,3 +200,13 @@ def test_update_weights_from_disk(server, make_codemoe_model, tokenizer, tmp_pat
     status, body = post(server, "/update_weights_from_disk", {"model_path": str(tmp_path / "missing")})
     assert status == 400 and body["success"] is False and "config.json" in body["message"]
     assert post(server, "/update_weights_from_disk", {"model_path": str(model_dir)})[1]["success"] is True
+
+
+def test_streaming_with_a_stop_string_never_sends_the_stop_string(client):
+    kwargs = {"model": "tiny-moe", "prompt": "def fib(n):", "max_tokens": 30, "temperature": 0}
+    free = client.completions.create(**kwargs).choices[0].text
+    stop = free[len(free) // 2 :][:3]
+    whole = client.completions.create(stop=[stop], **kwargs).choices[0]
+    streamed = "".join(c.choices[0].text for c in client.completions.create(stream=True, stop=[stop], **kwargs))
+    assert whole.finish_reason == "stop" and whole.text == free[: free.find(stop)]
+    assert streamed == whole.text

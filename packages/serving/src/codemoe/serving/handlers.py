@@ -20,6 +20,7 @@ import pydantic
 from codemoe.serving.api import ContextLengthError, EngineError, GenerationOutput, RequestError, Sample, SamplingParams
 from codemoe.serving.embedded import EmbeddedEngine, TokenEvent
 from codemoe.serving.protocol import ChatCompletionRequest, CompletionRequest, GenerateRequest, UpdateWeightsRequest
+from codemoe.serving.stopping import StopChecker
 
 __all__ = ["HttpError", "ServingApp"]
 
@@ -367,24 +368,21 @@ class _StreamTexts:
     """Turns token events into text deltas: decoded text held back until it cannot end in a stop string."""
 
     def __init__(self, engine: EmbeddedEngine, params: SamplingParams) -> None:
-        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.checker = StopChecker(engine.tokenizer, engine.eos_ids, list(params.stop), params.max_new_tokens, False)
         self.hold = max((len(s) for s in params.stop), default=1) - 1
         self.tokens: dict[int, list[int]] = {}
         self.sent: dict[int, int] = {}
-        self.checker_stop = list(params.stop)
 
     def advance(self, index: int, event: TokenEvent) -> str:
         tokens = self.tokens.setdefault(index, [])
         tokens.append(event.token_id)
-        tokenizer = self.engine.tokenizer
-        if tokenizer is None:
+        if self.tokenizer is None:
             return ""
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
         if event.finish_reason is not None:
-            cuts = [text.find(s) for s in self.checker_stop if s in text]
-            target = text[: min(cuts)] if cuts else text
+            target = self.checker.final_text(tokens)
         else:
-            target = text.rstrip("\ufffd")
+            target = self.tokenizer.decode(tokens, skip_special_tokens=True).rstrip("\ufffd")
             target = target[: len(target) - self.hold] if self.hold else target
         sent = self.sent.get(index, 0)
         self.sent[index] = max(sent, len(target))
