@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 
@@ -11,9 +12,9 @@ def test_bias_follows_the_sign_rule_from_the_step_loads(router_factory):
     x = torch.zeros(8, 16)
     x[:6, 0] = 1.0  # 6 tokens to expert 2
     x[6:, 1] = 1.0  # 2 tokens to expert 0
-    with torch.enable_grad():
-        router(x)
-    assert router.step_load.tolist() == [2.0, 0.0, 6.0, 0.0]
+    out = router(x)
+    router.observe(torch.bincount(out.indices.view(-1), minlength=4).float())  # what the MoE block reports
+    assert router.step_load.tolist() == [2, 0, 6, 0]
     stats = router.end_step()
     # mean load 2: expert 2 overloaded (-γ), 1 and 3 idle (+γ), expert 0 exactly at the mean (0).
     torch.testing.assert_close(router.e_score_correction_bias, torch.tensor([0.0, 0.1, -0.1, 0.1]))
@@ -33,16 +34,29 @@ def test_bias_changes_the_choice_but_not_the_weights(router_factory):
     torch.testing.assert_close(after.weights, scores.gather(-1, after.indices))  # unbiased affinities
 
 
-def test_no_update_from_eval_or_no_grad_forwards(router_factory):
-    router = router_factory({"name": "sigmoid_bias", "top_k": 2})
-    router.eval()
-    router(torch.randn(5, 16))
-    router.train()
+def test_loads_come_from_training_forwards_of_real_tokens_only(registry):
+    from codemoe.core.models import build_model
+    from codemoe.core.moe import moe_metrics
+
+    spec = {
+        "name": "qwen3_moe", "vocab_size": 64, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+        "head_dim": 16, "num_experts": 4, "moe_intermediate_size": 16,
+        "router": {"name": "sigmoid_bias", "top_k": 2, "bias_rate": 0.5},
+    }
+    model = build_model(spec, registry=registry)
+    gate = model.model.layers[0].mlp.gate
+    model.eval()
+    model(torch.randint(0, 64, (2, 5)))
+    model.train()
     with torch.no_grad():
-        router(torch.randn(5, 16))
-    assert router.step_load.sum() == 0
-    router.end_step()
-    assert router.e_score_correction_bias.abs().sum() == 0
+        model(torch.randint(0, 64, (2, 5)))
+    assert gate.step_load.sum() == 0  # neither evaluation nor no-grad forwards count
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    model(torch.randint(0, 64, (2, 5)), attention_mask=mask)
+    assert gate.step_load.sum() == 8 * 2  # 8 real tokens, 2 experts each
+    metrics = moe_metrics(model)
+    assert gate.step_load.sum() == 0 and gate.e_score_correction_bias.abs().sum() > 0
+    assert metrics["moe/layer0/bias_abs_mean"] == float(gate.e_score_correction_bias.abs().mean())
 
 
 def test_group_limited_choice_and_route_scale(router_factory):
@@ -66,3 +80,13 @@ def test_bias_is_saved_and_restored_with_the_checkpoint(registry, tmp_path):
     loaded, tokenizer = load_pretrained(tmp_path, registry=registry)
     assert tokenizer is None
     torch.testing.assert_close(loaded.model.layers[1].mlp.gate.e_score_correction_bias, torch.tensor([0.3, -0.2, 0.1, 0.0]))
+
+
+def test_bias_stays_fp32_in_a_bf16_model(router_factory):
+    router = router_factory({"name": "sigmoid_bias", "top_k": 2, "bias_rate": 0.001}).to(torch.bfloat16)
+    assert router.weight.dtype == torch.bfloat16 and router.e_score_correction_bias.dtype == torch.float32
+    with torch.no_grad():
+        router.e_score_correction_bias.fill_(0.5)
+    router.observe(torch.tensor([9.0, 0, 0, 0, 0, 0, 0, 0]))
+    router.end_step()
+    assert router.e_score_correction_bias[0].item() == pytest.approx(0.499, abs=1e-6)

@@ -44,7 +44,14 @@ class SigmoidBiasRouter(Router):
         super().__init__(hidden_size, num_experts, config.top_k)
         self.config = config
         self.register_buffer("e_score_correction_bias", torch.zeros(num_experts))
-        self.register_buffer("step_load", torch.zeros(num_experts), persistent=False)
+        self.register_buffer("step_load", torch.zeros(num_experts, dtype=torch.long), persistent=False)
+
+    def _apply(self, fn, recurse: bool = True):
+        # The bias stays fp32 when the model is cast to bf16: steps of γ = 1e-3 vanish in bf16's
+        # 8-bit mantissa once the bias is away from zero.
+        super()._apply(fn, recurse)
+        self.e_score_correction_bias.data = self.e_score_correction_bias.data.float()
+        return self
 
     def route(self, x: torch.Tensor, token_ids: torch.Tensor | None = None) -> RouterOutput:
         logits = self.logits(x)  # [T, E] fp32
@@ -58,9 +65,6 @@ class SigmoidBiasRouter(Router):
         if self.config.normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True).clamp(min=1e-20)
         weights = weights * self.config.route_scale
-        if self.training and torch.is_grad_enabled():
-            with torch.no_grad():
-                self.step_load += torch.bincount(indices.reshape(-1), minlength=self.num_experts).float()
         return RouterOutput(logits=logits, probs=self.probabilities(logits), weights=weights, indices=indices)
 
     def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
@@ -75,11 +79,17 @@ class SigmoidBiasRouter(Router):
         return weights * self.config.route_scale
 
     @torch.no_grad()
+    def observe(self, counts: torch.Tensor) -> None:
+        """Add a training forward's loads (real tokens only) to this step's."""
+        self.step_load += counts.round().long()
+
+    @torch.no_grad()
     def end_step(self) -> dict[str, float]:
         """Apply the sign rule with this step's loads (summed over data-parallel ranks) and reset them."""
         load = self.step_load.clone()
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(load)
+        load = load.float()
         if self.config.bias_rate > 0 and load.sum() > 0:
             self.e_score_correction_bias += self.config.bias_rate * torch.sign(load.mean() - load)
         self.step_load.zero_()

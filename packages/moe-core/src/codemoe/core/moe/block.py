@@ -147,6 +147,8 @@ class MoEBlock(nn.Module):
         balance = balance_loss(probs, chosen, scope=scope, batch_shape=batch_shape, mask=mask)
         z = z_loss(logits if mask is None else logits[mask])
         self.last_losses = {"balance": balance, "z": z}
+        if self.training and torch.is_grad_enabled():
+            self.gate.observe(expert_counts(chosen, self.num_experts))
         kept_counts = expert_counts(kept, self.num_experts)
         real_probs = probs.detach() if mask is None else probs.detach()[mask]
         self.stats.add(real_probs, kept_counts, dropped, balance, z)

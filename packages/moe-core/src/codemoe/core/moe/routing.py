@@ -38,7 +38,7 @@ class Router(nn.Module):
     """Base class of routers: holds ``weight [E, H]`` and computes fp32 logits.
 
     Subclasses implement :meth:`route`. Routers that keep state across steps (a balancing bias)
-    override :meth:`end_step`. ``hf_config`` says which ``transformers`` config keys reproduce the
+    override :meth:`observe` and :meth:`end_step`. ``hf_config`` says which ``transformers`` config keys reproduce the
     router in a standard checkpoint, or None when no standard architecture does.
     """
 
@@ -86,6 +86,10 @@ class Router(nn.Module):
         """
         logits = self.logits(x)
         return RouterOutput(logits, self.probabilities(logits), self.replay_weights(logits, indices), indices)
+
+    def observe(self, counts: torch.Tensor) -> None:
+        """Called by the MoE block after each training forward with ``counts [E]``: how many real
+        (non-padding) tokens chose each expert. Routers that balance from loads accumulate them."""
 
     def end_step(self) -> dict[str, float]:
         """Close a training step (update state such as a balancing bias); return its statistics."""
