@@ -26,7 +26,7 @@ def codemoe_register_components(registry) -> None:
         "grouped",
         "codemoe.core.moe.experts:build_grouped_experts",
         "codemoe.core.moe.experts:GroupedExpertsConfig",
-        summary="sort by expert, grouped matmuls with a fused SwiGLU backward, unsort (fast)",
+        summary="per-expert matmuls fused with gather/scatter, hand-written backward (fast)",
     )
     registry.register(
         "experts",
@@ -40,7 +40,7 @@ def codemoe_register_components(registry) -> None:
         "local",
         "codemoe.core.moe.experts:build_local_dispatcher",
         "codemoe.core.moe.dispatch:LocalDispatcherConfig",
-        summary="sort (token, expert) assignments by expert within one process",
+        summary="group (token, expert) assignments by expert within one process",
     )
 
 

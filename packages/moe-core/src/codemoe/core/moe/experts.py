@@ -10,8 +10,8 @@ two unchanged:
 and computes the SwiGLU MLP ``down(act(gate(x)) * up(x))`` of each chosen expert, weighted by the
 router. ``loop`` is the reference (one masked pass per expert, easy to check by eye); ``grouped``
 groups the assignments by expert through a dispatcher and runs per-expert matmuls fused with
-the gather and scatter of their rows, with a hand-written backward: what training uses. Kernels for accelerators register more implementations
-under kind ``experts``; their factories are called as
+the gather and scatter of their rows, with a hand-written backward: what training uses. Kernels
+for accelerators register more implementations under kind ``experts``; their factories are called as
 ``factory(config, registry=..., num_experts=E, hidden_size=H, intermediate_size=I)``.
 """
 
@@ -200,7 +200,7 @@ class GroupedExperts(Experts):
 
 
 def build_grouped_experts(config: GroupedExpertsConfig, *, registry: Any = None, **shape: Any) -> GroupedExperts:
-    """Grouped experts: sort by expert, grouped matmuls with a fused SwiGLU backward, unsort."""
+    """Grouped experts: per-expert matmuls fused with gather/scatter, hand-written backward (fast)."""
     dispatcher = None
     if registry is not None:
         dispatcher = registry.build("dispatcher", config.dispatcher, where="experts.dispatcher")
@@ -208,5 +208,5 @@ def build_grouped_experts(config: GroupedExpertsConfig, *, registry: Any = None,
 
 
 def build_local_dispatcher(config: Any) -> LocalDispatcher:
-    """Sort (token, expert) assignments by expert within one process."""
+    """Group (token, expert) assignments by expert within one process."""
     return LocalDispatcher(config)
