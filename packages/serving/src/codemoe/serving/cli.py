@@ -16,6 +16,12 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", help="model name in the API (default: the directory name)")
     p.add_argument("--max-batch-size", type=int, default=256, help="samples decoded together")
     p.add_argument("--max-context", type=int, default=0, help="longest prompt + completion (default: the model's)")
+    p.add_argument(
+        "--prefix-cache-tokens",
+        type=int,
+        default=0,
+        help="keep finished samples' KV (this many tokens) so a prompt that extends one prefills only the rest",
+    )
     p.set_defaults(handler=_serve)
 
 

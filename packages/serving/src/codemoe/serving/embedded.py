@@ -5,6 +5,9 @@
   (:mod:`codemoe.serving.attention`).
 - Continuous batching: every step first admits waiting groups (prefill) while slots are free, then
   decodes one token for every running sample; finished samples leave the batch at once.
+- Reuse across turns (``prefix_cache_tokens`` > 0): finished samples' keys/values are kept, and a
+  prompt that starts with one (an agent's next turn) prefills only what follows
+  (:mod:`codemoe.serving.prefix_cache`).
 - Determinism: each sample draws from its own random stream (:mod:`codemoe.serving.sampling`),
   so its tokens do not depend on what else is batched with it.
 
@@ -27,6 +30,7 @@ import torch
 from codemoe.serving.api import ContextLengthError, EngineError, GenerationOutput, RequestError, Sample, SamplingParams
 from codemoe.serving.attention import shared_prefix_attention, supports_shared_prefix_attention
 from codemoe.serving.kv_cache import PrefixKVCache, StepPlan
+from codemoe.serving.prefix_cache import CachedSequence, PrefixCache
 from codemoe.serving.routing import RoutingRecorder
 from codemoe.serving.sampling import sample_key, sample_next
 from codemoe.serving.stopping import StopChecker, eos_token_ids
@@ -44,6 +48,7 @@ class EmbeddedEngineConfig:
     max_prefill_tokens: int = 8192  # padded prompt tokens per prefill forward (more prompts wait a step)
     prefix_sharing: bool = True  # prefill a prompt once for all its n samples
     shared_prefix_attention: bool = True  # decode reads each prompt once per group (AttentionInterface models)
+    prefix_cache_tokens: int = 0  # keep finished samples' KV (this many tokens) for prompts that extend them
 
 
 @dataclass
@@ -84,6 +89,8 @@ class _Group:
     finished: list[_Sequence] = field(default_factory=list)
     prompt_routing: torch.Tensor | None = None
     slot: int = -1  # prefix slot while running
+    reused: CachedSequence | None = None  # kept sequence this prompt starts with
+    reused_len: int = 0  # how many of its tokens the prefill skips
     error: BaseException | None = None  # set when a step failed while this group was in flight
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -128,6 +135,7 @@ class EmbeddedEngine:
         self._recorder = RoutingRecorder.for_model(model)
         self._shared_attention = self.config.shared_prefix_attention and supports_shared_prefix_attention(model)
         self._cache = PrefixKVCache(self.device)
+        self._kept = PrefixCache(self.config.prefix_cache_tokens) if self.config.prefix_cache_tokens > 0 else None
         self._active: list[_Sequence] = []  # running samples, in suffix slot order
         self._groups: list[_Group] = []  # running groups, in prefix slot order
         self._waiting: deque[_Group] = deque()
@@ -204,6 +212,8 @@ class EmbeddedEngine:
                     f"unexpected {sorted(unexpected)[:5]} (load a checkpoint of the same architecture)"
                 )
             self.weights_version += 1
+            if self._kept is not None:
+                self._kept.clear()  # kept keys/values belong to the old weights
 
     def health(self) -> dict[str, Any]:
         """Status, load and model facts."""
@@ -221,6 +231,8 @@ class EmbeddedEngine:
                 "tokens_generated": self.tokens_generated,
                 "kv_cache_bytes": self._cache.memory_bytes(),
                 "routing": self._recorder is not None,
+                "prefix_cache_tokens": self._kept.tokens if self._kept is not None else 0,
+                "prefix_cache_reused_tokens": self._kept.reused_tokens if self._kept is not None else 0,
             }
 
     def encode(self, prompt: str | list[int]) -> list[int]:
@@ -326,42 +338,62 @@ class EmbeddedEngine:
             if slots + group.n > self.config.max_batch_size or (admitted and padded > self.config.max_prefill_tokens):
                 break
             admitted.append(self._waiting.popleft())
+            if self._kept is not None:
+                group.reused, group.reused_len = self._kept.lookup(group.prompt)
             slots += group.n
             longest = max(longest, len(group.prompt))
         return admitted
 
     def _prefill(self, groups: list[_Group]) -> None:
-        """Compute each group's prompt once (one right-padded forward) into its prefix slot."""
-        lengths = [len(g.prompt) for g in groups]
-        longest = max(lengths)
+        """Compute each group's prompt once (one right-padded forward) into its prefix slot.
+
+        Tokens reused from the prefix cache are copied in first; only the rest is computed.
+        """
+        device = self.device
         for group in groups:
             group.slot = len(self._groups)
             self._groups.append(group)
+        offsets = [g.reused_len for g in groups]
+        fresh = [g.prompt[g.reused_len :] for g in groups]
+        longest = max(len(f) for f in fresh)
         rows = len(self._active) + sum(g.n for g in groups)
-        generation = max(g.params.max_new_tokens for g in self._groups)
-        self._cache.reserve(len(self._groups), max(len(g.prompt) for g in self._groups), rows, generation)
-        slots = torch.tensor([g.slot for g in groups], device=self.device)
-        self._cache.plan = StepPlan(decoding=False, groups=slots)
-        ids = torch.zeros(len(groups), longest, dtype=torch.long, device=self.device)
-        for row, group in enumerate(groups):
-            ids[row, : len(group.prompt)] = torch.tensor(group.prompt)
-        positions = torch.arange(longest, device=self.device)[None].expand(len(groups), -1)
-        # causal: real tokens never see the right padding, which only pads' own queries attend to
-        causal = torch.ones(longest, longest, dtype=torch.bool, device=self.device).tril()
-        mask = torch.zeros(1, 1, longest, longest, dtype=self.dtype, device=self.device)
-        mask.masked_fill_(~causal, torch.finfo(self.dtype).min)
-        last = torch.tensor(lengths, device=self.device) - 1  # [G] position of each prompt's last token
-        logits = self._forward(ids, positions, mask, keep=last)  # [G, V]
+        prompt_room = max(max(len(g.prompt) for g in self._groups), max(offsets) + longest)
+        self._cache.reserve(len(self._groups), prompt_room, rows, max(g.params.max_new_tokens for g in self._groups))
+        for group in groups:
+            if group.reused is not None:
+                self._cache.write_prefix(group.slot, group.reused.keys, group.reused.values, group.reused_len)
+        reusing = any(offsets)
+        start = torch.tensor(offsets, device=device)  # [R]
+        self._cache.plan = StepPlan(
+            decoding=False,
+            groups=torch.tensor([g.slot for g in groups], device=device),
+            offsets=start if reusing else None,
+        )
+        ids = torch.zeros(len(groups), longest, dtype=torch.long, device=device)
+        for row, tokens in enumerate(fresh):
+            ids[row, : len(tokens)] = torch.tensor(tokens)
+        positions = start[:, None] + torch.arange(longest, device=device)  # [R, S]
+        # causal over reused + new tokens: real tokens never see the right padding
+        keys = torch.arange(max(offsets) + longest, device=device) if reusing else torch.arange(longest, device=device)
+        allowed = keys[None, None, :] <= positions[:, :, None]  # [R, S, L]
+        mask = torch.zeros(len(groups), 1, longest, keys.shape[0], dtype=self.dtype, device=device)
+        mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
+        last = torch.tensor([len(f) for f in fresh], device=device) - 1  # [R] column of each prompt's last token
+        logits = self._forward(ids, positions, mask, keep=last)  # [R, V]
         routing = None
         if self._recorder is not None:
             routing = self._recorder.last.reshape(len(groups), longest, *self._recorder.last.shape[1:])
-        for row, (group, length) in enumerate(zip(groups, lengths)):
+        for row, (group, tokens) in enumerate(zip(groups, fresh)):
             first_routing = None
             if routing is not None:
-                group.prompt_routing = routing[row, :length]  # [P, layers, k]
+                parts = [routing[row, : len(tokens)]]
+                if group.reused is not None:
+                    parts.insert(0, group.reused.routing[: group.reused_len])
+                group.prompt_routing = torch.cat(parts)  # [P, layers, k]
                 first_routing = group.prompt_routing[-1:].expand(group.n, -1, -1)
+            group.reused = None  # copied into the slot; the cache may evict it
             seqs = [
-                _Sequence(group, index, member, key, length)
+                _Sequence(group, index, member, key, len(group.prompt))
                 for member, (index, key) in enumerate(zip(group.sample_indices, group.keys))
             ]
             self._active.extend(seqs)
@@ -430,6 +462,9 @@ class EmbeddedEngine:
     def _retire(self, finished: list[_Sequence]) -> None:
         """Remove finished samples (and groups), keeping the running ones in slots ``0 .. B-1`` (``0 .. G-1``)."""
         index = {id(s): i for i, s in enumerate(self._active)}
+        if self._kept is not None:
+            for seq in finished:
+                self._keep(seq, index[id(seq)])
         for row in sorted((index[id(s)] for s in finished), reverse=True):
             last = len(self._active) - 1
             if row != last:
@@ -443,6 +478,16 @@ class EmbeddedEngine:
             if len(group.finished) == group.n:
                 self._release(group)
                 group.done.set()
+
+    def _keep(self, seq: _Sequence, row: int) -> None:
+        """Put a finished sample's prompt and completion (all but its last token, never fed) in the prefix cache."""
+        prompt, generated = len(seq.group.prompt), len(seq.tokens) - 1
+        keys, values = self._cache.sequence(seq.group.slot, prompt, row, generated)
+        routing = None
+        if seq.group.prompt_routing is not None:
+            # position p's experts: the prompt's, then those that produced tokens 1 .. G-1
+            routing = torch.cat([seq.group.prompt_routing, *(r[None] for r in seq.routing[1:])])
+        self._kept.add(CachedSequence(seq.group.prompt + seq.tokens[:-1], keys, values, routing))
 
     def _release(self, group: _Group) -> None:
         """Free a finished group's prefix slot by moving the last running group into it."""

@@ -35,6 +35,7 @@ class StepPlan:
 
     decoding: bool = False
     groups: torch.Tensor | None = None  # [R] prefix slots, prefill only
+    offsets: torch.Tensor | None = None  # [R] prompt tokens already in each prefix slot (reused), prefill only
     row_group: torch.Tensor | None = None  # [B] prefix slot of each row
     row_member: torch.Tensor | None = None  # [B] index of each row within its group
     members: int = 0  # most rows any group has
@@ -87,11 +88,19 @@ class PrefixKVCache:
         """Store this forward's keys/values ``[B, H, S, D]``; return what the model's attention should read."""
         (pk, pv), (sk, sv) = self._stores(layer_idx, key_states)
         plan = self.plan
-        if not plan.decoding:  # prefill: whole prompts, attending to themselves only
+        if not plan.decoding and plan.offsets is None:  # prefill of whole prompts: they attend to themselves
             length = key_states.shape[2]
             pk[plan.groups, :, :length] = key_states
             pv[plan.groups, :, :length] = value_states
             return key_states, value_states
+        if not plan.decoding:  # prefill after reused tokens: attend to them and to the new ones
+            length = key_states.shape[2]
+            positions = plan.offsets[:, None] + torch.arange(length, device=key_states.device)  # [R, S]
+            slots = plan.groups[:, None].expand(-1, length)
+            pk[slots, :, positions] = key_states.transpose(1, 2)
+            pv[slots, :, positions] = value_states.transpose(1, 2)
+            end = int(plan.offsets.max()) + length
+            return pk[plan.groups, :, :end], pv[plan.groups, :, :end]
         batch = key_states.shape[0]
         rows = torch.arange(batch, device=key_states.device)
         sk[rows, :, plan.suffix_pos] = key_states[:, :, 0]
@@ -113,6 +122,24 @@ class PrefixKVCache:
             sk[:batch, :, :generated],
             sv[:batch, :, :generated],
         )
+
+    def write_prefix(
+        self, slot: int, keys: dict[int, torch.Tensor], values: dict[int, torch.Tensor], length: int
+    ) -> None:
+        """Put reused keys/values (layer -> ``[H, >=length, D]``) at positions ``0 .. length-1`` of a prefix slot."""
+        for layer, k in keys.items():
+            (pk, pv), _ = self._stores(layer, k[None])
+            pk[slot, :, :length] = k[:, :length]
+            pv[slot, :, :length] = values[layer][:, :length]
+
+    def sequence(self, slot: int, prompt: int, row: int, generated: int) -> tuple[dict, dict]:
+        """Copies of one sample's keys/values: its prompt then its first ``generated`` own tokens."""
+        keys, values = {}, {}
+        for layer in self.prefix:
+            (pk, pv), (sk, sv) = self.prefix[layer], self.suffix[layer]
+            keys[layer] = torch.cat([pk[slot, :, :prompt], sk[row, :, :generated]], dim=1)
+            values[layer] = torch.cat([pv[slot, :, :prompt], sv[row, :, :generated]], dim=1)
+        return keys, values
 
     def move_row(self, source: int, target: int, length: int) -> None:
         """Move a sample's generated tokens to another suffix slot (compaction after a finish)."""
