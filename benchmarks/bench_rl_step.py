@@ -3,13 +3,14 @@
 
 Both sides start from identical weights (one model, deep-copied), sample ``--group`` completions of
 ``--new-tokens`` tokens for each of ``--prompts`` prompts (synthetic-suite prompts, tokenizer trained
-locally), score them with the same in-process reward (completion length in characters, capped) and
+locally), score them with the same in-process reward (the share of spaces in the text) and
 take one optimizer step with no KL term and no reference model. codemoe samples with its embedded
 engine (prefix sharing, KV cache slots, continuous batching) and updates with one forward/backward;
-TRL samples with ``transformers``' ``generate``. The first step of each side is a warm-up and is
-not timed; the table reports the median of the timed steps.
+TRL samples with ``transformers``' ``generate``. The first ``--warmup`` steps of each side are not
+timed; the table reports the median of the timed steps (the machine may be shared: medians, not
+means).
 
-    .venv/bin/python benchmarks/bench_rl_step.py --steps 4 --json runs/bench_rl_step.json
+    .venv/bin/python benchmarks/bench_rl_step.py --steps 5 --json runs/bench_rl_step.json
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ MODEL = {
 
 
 def reward_of(text: str) -> float:
-    """The shared toy reward: longer completions score higher, up to 1."""
-    return min(len(text), 80) / 80
+    """The shared toy reward: the share of spaces in the completion (varies within every group)."""
+    return text.count(" ") / max(len(text), 1)
 
 
 def setup(prompts: int, seed: int):
@@ -55,7 +56,7 @@ def setup(prompts: int, seed: int):
     return tasks, tokenizer, model
 
 
-def run_codemoe(tasks, tokenizer, model, args) -> list[float]:
+def run_codemoe(tasks, tokenizer, model, args) -> tuple[list[float], float]:
     from codemoe.core import build_plugin_manager, build_registry
     from codemoe.rl.rollout import Score
     from codemoe.rl.trainer import RLConfig, RLTrainer
@@ -69,7 +70,7 @@ def run_codemoe(tasks, tokenizer, model, args) -> list[float]:
         return [Score(reward=reward_of(s.text)) for out in outputs for s in out.samples]
 
     config = RLConfig(
-        steps=args.steps + 1,
+        steps=args.warmup + args.steps,
         prompts_per_step=len(tasks),
         lr=1e-5,
         max_new_tokens=args.new_tokens,
@@ -77,6 +78,12 @@ def run_codemoe(tasks, tokenizer, model, args) -> list[float]:
         temperature=1.0,
     )
     times: list[float] = []
+    tokens: list[float] = []
+
+    def record(step: int, metrics: dict[str, float]) -> None:
+        times.append(metrics["step_seconds"])
+        tokens.append(metrics["tokens"])
+
     with tempfile.TemporaryDirectory() as tmp:
         trainer = RLTrainer(
             config,
@@ -87,16 +94,13 @@ def run_codemoe(tasks, tokenizer, model, args) -> list[float]:
             tasks,
             pad_id=tokenizer.pad_token_id,
             checkpoint_dir=Path(tmp),
-            on_step=lambda step, metrics: times.append(metrics["step_seconds"]),
+            on_step=record,
         )
-        trainer.config.checkpoint_every = 10**9
-        trainer._sync_engine()
-        for step in range(1, args.steps + 2):
-            trainer.train_step(step)
-    return times[1:]
+        trainer.fit()
+    return times[args.warmup :], statistics.mean(tokens)
 
 
-def run_trl(tasks, tokenizer, model, args) -> list[float]:
+def run_trl(tasks, tokenizer, model, args) -> tuple[list[float], float]:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -113,14 +117,14 @@ def run_trl(tasks, tokenizer, model, args) -> list[float]:
     def reward(completions, **kwargs):
         return [reward_of(c) for c in completions]
 
-    dataset = Dataset.from_list([{"prompt": t.prompt} for t in tasks] * (args.steps + 1))
+    dataset = Dataset.from_list([{"prompt": t.prompt} for t in tasks] * (args.warmup + args.steps))
     with tempfile.TemporaryDirectory() as tmp:
         config = GRPOConfig(
             output_dir=tmp,
             per_device_train_batch_size=len(tasks) * args.group,
             num_generations=args.group,
             max_completion_length=args.new_tokens,
-            max_steps=args.steps + 1,
+            max_steps=args.warmup + args.steps,
             learning_rate=1e-5,
             beta=0.0,
             loss_type="bnpo",
@@ -128,6 +132,10 @@ def run_trl(tasks, tokenizer, model, args) -> list[float]:
             logging_steps=1,
             report_to="none",
             use_cpu=True,
+            bf16=False,
+            # codemoe's MoE blocks keep their balance loss in the blocks, not in router logits TRL could
+            # read: TRL runs without a balance term (codemoe adds its own, at 1e-3).
+            router_aux_loss_coef=0.0,
             save_strategy="no",
             shuffle_dataset=False,
             seed=args.seed,
@@ -141,8 +149,11 @@ def run_trl(tasks, tokenizer, model, args) -> list[float]:
             callbacks=[Clock()],
         )
         trainer.train()
+        lengths = [
+            log["completions/mean_length"] for log in trainer.state.log_history if "completions/mean_length" in log
+        ]
     durations = [end - start for start, end in zip(stamps[::2], stamps[1::2])]
-    return durations[1:]
+    return durations[args.warmup :], statistics.mean(lengths) * len(tasks) * args.group
 
 
 def main() -> None:
@@ -150,7 +161,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--steps", type=int, default=4, help="timed steps per side (one more runs as warm-up)")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per side")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side before them")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
@@ -160,18 +172,22 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     tasks, tokenizer, model = setup(args.prompts, args.seed)
-    ours = statistics.median(run_codemoe(tasks, tokenizer, copy.deepcopy(model), args))
-    theirs = statistics.median(run_trl(tasks, tokenizer, copy.deepcopy(model), args))
+    our_times, our_tokens = run_codemoe(tasks, tokenizer, copy.deepcopy(model), args)
+    their_times, their_tokens = run_trl(tasks, tokenizer, copy.deepcopy(model), args)
+    ours, theirs = statistics.median(our_times), statistics.median(their_times)
     ratio = theirs / ours
     shape = f"{args.prompts} prompts x {args.group} samples x {args.new_tokens} tokens"
     print(f"GRPO step ({shape}), median of {args.steps} steps, {args.threads} threads")
-    print(f"{'':10}{'s/step':>10}")
-    print(f"{'codemoe':10}{ours:10.3f}")
-    print(f"{'TRL':10}{theirs:10.3f}")
+    print(f"{'':10}{'s/step':>10}{'tokens/step':>14}")
+    print(f"{'codemoe':10}{ours:10.3f}{our_tokens:14.0f}")
+    print(f"{'TRL':10}{theirs:10.3f}{their_tokens:14.0f}")
     print(f"ratio (TRL / codemoe): {ratio:.2f}x")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        result = {"grpo_step": {"codemoe": ours, "anchor": theirs, "ratio": ratio, "units": "s/step", "shape": shape}}
+        result = {
+            "grpo_step": {"codemoe": ours, "anchor": theirs, "ratio": ratio, "units": "s/step", "shape": shape},
+            "tokens_per_step": {"codemoe": our_tokens, "anchor": their_tokens, "units": "tokens"},
+        }
         args.json.write_text(json.dumps(result, indent=2))
 
 

@@ -112,6 +112,24 @@ def test_engine_mismatch_is_reported_and_truncated(registry, tmp_path):
     assert matched["logp_mismatch_max"] < 1e-4 and abs(matched["is_ratio_mean"] - 1) < 1e-4
 
 
+class _NoLogprobEngine(ToyEngine):
+    """An engine that returns no log-probs (some remote servers): nothing to correct, nothing reported."""
+
+    def generate(self, prompts, params):
+        outputs = super().generate(prompts, params)
+        for out in outputs:
+            for sample in out.samples:
+                sample.logprobs = []
+        return outputs
+
+
+def test_engine_without_logprobs_means_no_correction(registry, tmp_path):
+    trainer = _trainer(registry, tmp_path, steps=1)
+    trainer.engine = _NoLogprobEngine(trainer.engine.model)
+    metrics = _fit(trainer)[0]
+    assert metrics["is_ratio_mean"] == 1.0 and metrics["logp_mismatch_max"] == 0.0
+
+
 def _same_reward_per_task(tasks, outputs):
     """Every sample of a task gets the same reward: every group carries zero signal."""
     return [Score(reward=float(i % 2)) for i, out in enumerate(outputs) for _ in out.samples]

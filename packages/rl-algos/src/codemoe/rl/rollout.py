@@ -51,7 +51,7 @@ class Rollouts:
     prompt_ids: list[list[int]]  # B prompts (each repeated G times)
     completions: Tensor  # [B, T] sampled token ids, padded with pad_id
     mask: Tensor  # [B, T] float, 1.0 on sampled tokens
-    engine_logp: Tensor  # [B, T] the engine's log-probs of the sampled tokens (0 on padding)
+    engine_logp: Tensor  # [B, T] the engine's log-probs of the sampled tokens (NaN where it gave none)
     rewards: Tensor  # [B] recipe totals
     passed: Tensor  # [B] bool
     group_size: int
@@ -111,7 +111,7 @@ def build_rollouts(outputs: list[Any], scores: list[Score], horizon: int, pad_id
     b = len(rows)
     completions = torch.full((b, horizon), pad_id, dtype=torch.long)
     mask = torch.zeros(b, horizon)
-    engine_logp = torch.zeros(b, horizon)
+    engine_logp = torch.full((b, horizon), float("nan"))
     for i, (_, sample) in enumerate(rows):
         n = min(len(sample.token_ids), horizon)
         completions[i, :n] = torch.tensor(sample.token_ids[:n], dtype=torch.long)

@@ -267,6 +267,7 @@ class RLTrainer:
         )
         old = stats.logp.detach() if data.old_logp is None else data.old_logp[rows]
         engine_logp = rollouts.engine_logp[rows]
+        engine_logp = torch.where(torch.isnan(engine_logp), old, engine_logp)  # engines without log-probs
         is_weights = self.algo.is_correction(old, engine_logp)
         ref = data.ref_logp[rows] if data.ref_logp is not None else None
         terms = self.algo.loss_terms(stats.logp, old, adv.advantages[rows], mask, is_weights, ref)
