@@ -50,6 +50,9 @@ def test_unrouted_slots_do_not_count():
 def test_z_loss_known_answer():
     logits = torch.zeros(3, 4)  # logsumexp = log 4 for every token
     assert z_loss(logits).item() == pytest.approx(torch.log(torch.tensor(4.0)).item() ** 2)
+    logits[2] = 100.0  # a padded token with huge logits does not count
+    mask = torch.tensor([True, True, False])
+    assert z_loss(logits, mask).item() == pytest.approx(torch.log(torch.tensor(4.0)).item() ** 2)
 
 
 def test_balance_loss_reaches_the_router_gradient(moe_registry, tiny_spec):

@@ -121,6 +121,10 @@ def balance_loss(
     return fn(probs, indices, batch_shape, weight)
 
 
-def z_loss(logits: torch.Tensor) -> torch.Tensor:
-    """Router z-loss ``mean_t logsumexp(logits_t)²`` of ``logits [T, E]``."""
-    return torch.logsumexp(logits.float(), dim=-1).square().mean()
+def z_loss(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Router z-loss ``mean_t logsumexp(logits_t)²`` of ``logits [T, E]`` over the tokens ``mask [T]`` keeps."""
+    per_token = torch.logsumexp(logits.float(), dim=-1).square()
+    if mask is None:
+        return per_token.mean()
+    weight = mask.to(per_token.dtype)
+    return (per_token * weight).sum() / weight.sum().clamp(min=1.0)

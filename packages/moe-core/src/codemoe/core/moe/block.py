@@ -113,10 +113,10 @@ class MoEBlock(nn.Module):
         return out.reshape(hidden_states.shape)
 
     def _token_mask(self, batch_shape: tuple[int, ...]) -> torch.Tensor | None:
-        """``[T]`` bool, False for padding, from the model's attention mask; None when nothing is padding.
+        """``[T]`` bool, False for padding, from the model's attention mask (None without one).
 
         With a KV cache the mask covers past and current tokens; the current ones are its last
-        ``S`` columns.
+        ``S`` columns. No host sync: masks are applied arithmetically even when nothing is padding.
         """
         mask = self.attention_mask
         if mask is None or len(batch_shape) != 2 or mask.dim() != 2:
@@ -124,8 +124,7 @@ class MoEBlock(nn.Module):
         batch, seq = batch_shape
         if mask.shape[0] != batch or mask.shape[1] < seq:
             return None
-        current = mask[:, -seq:].reshape(-1).bool()
-        return None if bool(current.all()) else current
+        return mask[:, -seq:].reshape(-1).bool()
 
     def _record(
         self,
@@ -145,13 +144,12 @@ class MoEBlock(nn.Module):
             chosen = chosen.masked_fill(~mask.unsqueeze(-1), UNROUTED)
         scope = self.options.balance_scope
         balance = balance_loss(probs, chosen, scope=scope, batch_shape=batch_shape, mask=mask)
-        z = z_loss(logits if mask is None else logits[mask])
+        z = z_loss(logits, mask)
         self.last_losses = {"balance": balance, "z": z}
         if self.training and torch.is_grad_enabled():
             self.gate.observe(expert_counts(chosen, self.num_experts))
         kept_counts = expert_counts(kept, self.num_experts)
-        real_probs = probs.detach() if mask is None else probs.detach()[mask]
-        self.stats.add(real_probs, kept_counts, dropped, balance, z)
+        self.stats.add(probs.detach(), kept_counts, dropped, balance, z, mask)
 
     def extra_repr(self) -> str:
         return f"layer={self.layer}, options={self.options}"

@@ -91,17 +91,25 @@ class RoutingStats:
         dropped: torch.Tensor | int,
         balance: torch.Tensor | None,
         z: torch.Tensor | None,
+        mask: torch.Tensor | None = None,
     ) -> None:
-        """Accumulate one forward: ``probs [T, E]``, ``counts [E]`` assignments kept, ``dropped`` count."""
+        """Accumulate one forward: ``probs [T, E]``, ``counts [E]`` assignments kept, ``dropped``
+        count, ``mask [T]`` False for padding (which counts nowhere)."""
         if self._sums is None:
             self._sums = self._zeros(probs.device)
         sums = self._sums
         sums["counts"] += counts.double()
-        sums["tokens"] += probs.shape[0]
         sums["assigned"] += counts.sum().double() + dropped
         sums["dropped"] += dropped
-        entropy = -(probs * probs.clamp(min=1e-20).log()).sum(-1).sum()
-        sums["entropy"] += entropy.double() / math.log(self.num_experts) if self.num_experts > 1 else 0.0
+        entropy = -(probs * probs.clamp(min=1e-20).log()).sum(-1)  # [T]
+        if mask is None:
+            sums["tokens"] += probs.shape[0]
+        else:
+            weight = mask.to(entropy.dtype)
+            sums["tokens"] += weight.sum().double()
+            entropy = entropy * weight
+        if self.num_experts > 1:
+            sums["entropy"] += entropy.sum().double() / math.log(self.num_experts)
         if balance is not None:
             sums["balance"] += balance.detach().double()
         if z is not None:
