@@ -1,7 +1,7 @@
 import pytest
 import torch
 from codemoe.core.moe import MoEBlock, MoEOptions
-from codemoe.core.moe.experts import GroupedExperts, LoopExperts
+from codemoe.core.moe.experts import GroupedExperts, LoopExperts, TorchGroupedMMExperts
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
@@ -28,7 +28,7 @@ def _codemoe_block(moe_registry, experts_cls, hf: Qwen3MoeSparseMoeBlock, **opti
     return block
 
 
-@pytest.mark.parametrize("experts_cls", [GroupedExperts, LoopExperts])
+@pytest.mark.parametrize("experts_cls", [GroupedExperts, TorchGroupedMMExperts, LoopExperts])
 @pytest.mark.parametrize("implementation", ["eager", "grouped_mm"])
 def test_same_outputs_and_gradients_as_transformers_block(moe_registry, experts_cls, implementation):
     hf = _hf_block(implementation)

@@ -1,13 +1,18 @@
 import pytest
 import torch
-from codemoe.core.moe import UNROUTED, GroupedExperts, LocalDispatcher, LoopExperts
+from codemoe.core.moe import UNROUTED, GroupedExperts, LocalDispatcher, LoopExperts, TorchGroupedMMExperts
 
 E, H, INTER = 6, 16, 8
 
 
-def _pair():
+@pytest.fixture(params=[GroupedExperts, TorchGroupedMMExperts], ids=["grouped", "grouped_mm"])
+def fast(request):
+    return request.param
+
+
+def _pair(fast_cls):
     torch.manual_seed(0)
-    loop, grouped = LoopExperts(E, H, INTER), GroupedExperts(E, H, INTER)
+    loop, grouped = LoopExperts(E, H, INTER), fast_cls(E, H, INTER)
     with torch.no_grad():
         loop.gate_up_proj.normal_(0, 0.3)
         loop.down_proj.normal_(0, 0.3)
@@ -15,8 +20,8 @@ def _pair():
     return loop, grouped
 
 
-def _check_equal(indices: torch.Tensor) -> None:
-    loop, grouped = _pair()
+def _check_equal(indices: torch.Tensor, fast_cls) -> None:
+    loop, grouped = _pair(fast_cls)
     x = torch.randn(indices.shape[0], H, requires_grad=True)
     weights = torch.rand(indices.shape, requires_grad=True)
     outputs, grads = [], []
@@ -32,21 +37,21 @@ def _check_equal(indices: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_grouped_equals_loop_for_random_loads_with_empty_experts(seed):
+def test_grouped_equals_loop_for_random_loads_with_empty_experts(seed, fast):
     g = torch.Generator().manual_seed(seed)
     tokens = 40
     # Only experts 0, 2, 3 receive tokens: 1, 4 and 5 stay empty; loads are skewed.
     pool = torch.tensor([0, 0, 0, 2, 3])
     first = pool[torch.randint(0, len(pool), (tokens,), generator=g)]
     second = torch.where(first == 0, torch.tensor(2), torch.tensor(0))
-    _check_equal(torch.stack([first, second], dim=-1))
+    _check_equal(torch.stack([first, second], dim=-1), fast)
 
 
-def test_grouped_equals_loop_with_unrouted_slots_and_all_tokens_on_one_expert():
+def test_grouped_equals_loop_with_unrouted_slots_and_all_tokens_on_one_expert(fast):
     indices = torch.full((12, 2), UNROUTED)
     indices[:, 0] = 4
     indices[::3, 1] = 1
-    _check_equal(indices)
+    _check_equal(indices, fast)
 
 
 def test_dispatch_groups_assignments_by_expert_without_copying_tokens():

@@ -30,6 +30,13 @@ def codemoe_register_components(registry) -> None:
     )
     registry.register(
         "experts",
+        "grouped_mm",
+        "codemoe.core.moe.experts:build_torch_grouped_mm_experts",
+        "codemoe.core.moe.experts:GroupedExpertsConfig",
+        summary="torch.nn.functional.grouped_mm, one kernel per projection (for GPUs)",
+    )
+    registry.register(
+        "experts",
         "loop",
         "codemoe.core.moe.experts:build_loop_experts",
         "codemoe.core.moe.experts:LoopExpertsConfig",

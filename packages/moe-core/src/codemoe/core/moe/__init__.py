@@ -15,7 +15,7 @@ from codemoe.core.moe.capacity import DROP_POLICIES, apply_capacity, capacity
 from codemoe.core.moe.capture import RoutingRecord, capture_routing, replay_routing
 from codemoe.core.moe.collapse import CollapseConfig, CollapseDetector, CollapseWarning, RouterCollapse
 from codemoe.core.moe.dispatch import Dispatched, LocalDispatcher
-from codemoe.core.moe.experts import Experts, GroupedExperts, LoopExperts
+from codemoe.core.moe.experts import Experts, GroupedExperts, LoopExperts, TorchGroupedMMExperts
 from codemoe.core.moe.freezing import PHASES, parameter_groups, set_trainable
 from codemoe.core.moe.metrics import LayerStats, RoutingStats
 from codemoe.core.moe.readout import aux_losses, moe_blocks, moe_metrics, read_layer_stats
@@ -43,6 +43,7 @@ __all__ = [
     "RoutingRecord",
     "RoutingStats",
     "SharedExpert",
+    "TorchGroupedMMExperts",
     "apply_capacity",
     "aux_losses",
     "balance_loss",
