@@ -26,11 +26,11 @@ from typing import Any, NoReturn
 
 from codemoe.sandbox.api import ExecutionRequest, Limits
 
-__all__ = ["CHANNEL_FD", "RUNNERS", "apply_limits", "run_in_child", "sandbox_env"]
+__all__ = ["CHANNEL_FD", "RUNNERS", "apply_limits", "run_in_child", "sandbox_env", "stdio_objects"]
 
 CHANNEL_FD = 3
 EXIT_SETUP_FAILED = 120  # the child could not be set up; the channel says why
-_RETIRED: list[object] = []  # replaced stdio objects, kept alive so they never close a descriptor
+_RETIRED: list[object] = []  # the interpreter's own stdio objects, kept alive so they never close 0..2
 
 
 def _send(message: dict[str, Any], _write: Callable[[int, bytes], int] = os.write) -> None:
@@ -77,8 +77,24 @@ def _write_files(request: ExecutionRequest, work: str) -> None:
     for path, content in request.files.items():
         target = os.path.join(work, path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, "wb") as f:
-            f.write(content.encode() if isinstance(content, str) else content)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        data = memoryview(content.encode() if isinstance(content, str) else content)
+        while data:
+            data = data[os.write(fd, data):]
+        os.close(fd)
+
+
+def stdio_objects() -> None:
+    """Called once in the worker: ``sys.stdin/stdout/stderr`` on descriptors 0..2 that never close
+    them and never buffer, so a child only has to ``dup2`` its own pipes there (no new objects).
+    """
+    _RETIRED.extend((sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__))
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True
+    )
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
 
 
 def _stdio(request: ExecutionRequest, out_fd: int, err_fd: int, channel_fd: int) -> None:
@@ -90,14 +106,6 @@ def _stdio(request: ExecutionRequest, out_fd: int, err_fd: int, channel_fd: int)
     moved = [os.dup(fd) for fd in (stdin_fd, out_fd, err_fd, channel_fd)]  # above 0..3 first
     for target, fd in enumerate(moved):
         os.dup2(fd, target)
-    # the old stream objects own the old descriptors 0..2: freeing them would close the new ones
-    _RETIRED.extend((sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__))
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", write_through=True)
-    sys.stderr = io.TextIOWrapper(
-        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", write_through=True
-    )
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
 
 
 def _exit(code: int) -> NoReturn:

@@ -35,7 +35,7 @@ from codemoe.sandbox.isolation import (
     probe,
     release_worker,
 )
-from codemoe.sandbox.runners import run_in_child
+from codemoe.sandbox.runners import run_in_child, stdio_objects
 from codemoe.sandbox.verdict import Observation, decide
 
 __all__ = ["execute", "main"]
@@ -350,6 +350,11 @@ def main() -> int:
     """Serve executions over stdin/stdout until stdin closes."""
     sys.dont_write_bytecode = True
     control_in, control_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)  # the control pipes live on control_in/out only; 0 and 1 are the children's
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    stdio_objects()
     plan = probe()
     pytest_zygote = _start_pytest_zygote(plan)
     for name in PRELOAD:
