@@ -29,7 +29,8 @@ from typing import Any
 import torch
 from codemoe.serving.api import ContextLengthError, EngineError, GenerationOutput, RequestError, Sample, SamplingParams
 from codemoe.serving.attention import shared_prefix_attention, supports_shared_prefix_attention
-from codemoe.serving.kv_cache import PrefixKVCache, StepPlan
+from codemoe.serving.batches import decode_batch, prefill_batch
+from codemoe.serving.kv_cache import PrefixKVCache
 from codemoe.serving.prefix_cache import CachedSequence, PrefixCache
 from codemoe.serving.routing import RoutingRecorder
 from codemoe.serving.sampling import sample_key, sample_next
@@ -349,103 +350,81 @@ class EmbeddedEngine:
 
         Tokens reused from the prefix cache are copied in first; only the rest is computed.
         """
-        device = self.device
         for group in groups:
             group.slot = len(self._groups)
             self._groups.append(group)
-        offsets = [g.reused_len for g in groups]
         fresh = [g.prompt[g.reused_len :] for g in groups]
-        longest = max(len(f) for f in fresh)
-        rows = len(self._active) + sum(g.n for g in groups)
-        prompt_room = max(max(len(g.prompt) for g in self._groups), max(offsets) + longest)
-        self._cache.reserve(len(self._groups), prompt_room, rows, max(g.params.max_new_tokens for g in self._groups))
+        offsets = [g.reused_len for g in groups]
+        room = max(max(len(g.prompt) for g in self._groups), max(offsets) + max(len(f) for f in fresh))
+        samples = len(self._active) + sum(g.n for g in groups)
+        self._cache.reserve(len(self._groups), room, samples, max(g.params.max_new_tokens for g in self._groups))
         for group in groups:
             if group.reused is not None:
                 self._cache.write_prefix(group.slot, group.reused.keys, group.reused.values, group.reused_len)
-        reusing = any(offsets)
-        start = torch.tensor(offsets, device=device)  # [R]
-        self._cache.plan = StepPlan(
-            decoding=False,
-            groups=torch.tensor([g.slot for g in groups], device=device),
-            offsets=start if reusing else None,
-        )
-        ids = torch.zeros(len(groups), longest, dtype=torch.long, device=device)
-        for row, tokens in enumerate(fresh):
-            ids[row, : len(tokens)] = torch.tensor(tokens)
-        positions = start[:, None] + torch.arange(longest, device=device)  # [R, S]
-        # causal over reused + new tokens: real tokens never see the right padding
-        keys = torch.arange(max(offsets) + longest, device=device) if reusing else torch.arange(longest, device=device)
-        allowed = keys[None, None, :] <= positions[:, :, None]  # [R, S, L]
-        mask = torch.zeros(len(groups), 1, longest, keys.shape[0], dtype=self.dtype, device=device)
-        mask.masked_fill_(~allowed[:, None], torch.finfo(self.dtype).min)
-        last = torch.tensor([len(f) for f in fresh], device=device) - 1  # [R] column of each prompt's last token
-        logits = self._forward(ids, positions, mask, keep=last)  # [R, V]
+        batch = prefill_batch(fresh, offsets, [g.slot for g in groups], self.device, self.dtype)
+        self._cache.plan = batch.plan
+        logits = self._forward(batch.ids, batch.positions, batch.mask, keep=batch.last)  # [R, V]
         routing = None
-        if self._recorder is not None:
-            routing = self._recorder.last.reshape(len(groups), longest, *self._recorder.last.shape[1:])
+        if self._recorder is not None:  # [R, S, layers, k]
+            routing = self._recorder.last.reshape(*batch.ids.shape, *self._recorder.last.shape[1:])
         for row, (group, tokens) in enumerate(zip(groups, fresh)):
-            first_routing = None
-            if routing is not None:
-                parts = [routing[row, : len(tokens)]]
-                if group.reused is not None:
-                    parts.insert(0, group.reused.routing[: group.reused_len])
-                group.prompt_routing = torch.cat(parts)  # [P, layers, k]
-                first_routing = group.prompt_routing[-1:].expand(group.n, -1, -1)
-            group.reused = None  # copied into the slot; the cache may evict it
-            seqs = [
-                _Sequence(group, index, member, key, len(group.prompt))
-                for member, (index, key) in enumerate(zip(group.sample_indices, group.keys))
-            ]
-            self._active.extend(seqs)
-            self._sample_and_accept(seqs, logits[row : row + 1].expand(group.n, -1), first_routing)
+            self._start(group, logits[row], None if routing is None else routing[row, : len(tokens)])
+
+    def _start(self, group: _Group, logits: torch.Tensor, routing: torch.Tensor | None) -> None:
+        """Put a prefilled group's samples in the batch and draw their first tokens from ``logits [V]``."""
+        first_routing = None
+        if routing is not None:
+            reused = [] if group.reused is None else [group.reused.routing[: group.reused_len]]
+            group.prompt_routing = torch.cat([*reused, routing])  # [P, layers, k]
+            first_routing = group.prompt_routing[-1:].expand(group.n, -1, -1)
+        group.reused = None  # copied into the slot; the prefix cache may evict it now
+        seqs = [
+            _Sequence(group, index, member, key, len(group.prompt))
+            for member, (index, key) in enumerate(zip(group.sample_indices, group.keys))
+        ]
+        self._active.extend(seqs)
+        self._sample_and_accept(seqs, logits[None].expand(group.n, -1), first_routing)
 
     def _decode(self) -> None:
         """One token for every running sample: attend to its group's prompt and its own tokens."""
-        seqs, device, low = self._active, self.device, torch.finfo(self.dtype).min
-        positions = torch.tensor([s.length for s in seqs], device=device)  # [B] absolute positions (RoPE)
-        suffix_pos = torch.tensor([s.length - len(s.group.prompt) for s in seqs], device=device)
-        prompt_len = torch.tensor([len(g.prompt) for g in self._groups], device=device)  # [G]
-        generated = int(suffix_pos.max()) + 1
-        prefix_mask = torch.zeros(len(self._groups), 1, 1, int(prompt_len.max()), dtype=self.dtype, device=device)
-        prefix_mask.masked_fill_(
-            ~(torch.arange(prefix_mask.shape[-1], device=device) < prompt_len[:, None])[:, None, None], low
-        )
-        suffix_mask = torch.zeros(len(seqs), 1, 1, generated, dtype=self.dtype, device=device)
-        suffix_mask.masked_fill_(~(torch.arange(generated, device=device) <= suffix_pos[:, None])[:, None, None], low)
-        plan = StepPlan(
-            decoding=True,
-            row_group=torch.tensor([s.group.slot for s in seqs], device=device),
-            row_member=torch.tensor([s.member for s in seqs], device=device),
-            members=max(g.n for g in self._groups),
-            suffix_pos=suffix_pos,
-            prefix_mask=prefix_mask,
-            suffix_mask=suffix_mask,
+        seqs = list(self._active)
+        batch = decode_batch(
+            [s.tokens[-1] for s in seqs],
+            [s.length for s in seqs],
+            [len(s.group.prompt) for s in seqs],
+            [s.group.slot for s in seqs],
+            [s.member for s in seqs],
+            [len(g.prompt) for g in self._groups],
             gather=not self._shared_attention,
+            device=self.device,
+            dtype=self.dtype,
         )
-        self._cache.plan = plan
-        # the model's own attention (gather mode) reads prompt + own tokens as one sequence
-        mask = None if self._shared_attention else torch.cat([prefix_mask[plan.row_group], suffix_mask], dim=-1)
-        ids = torch.tensor([s.tokens[-1] for s in seqs], device=device)[:, None]
-        logits = self._forward(ids, positions[:, None], mask)
+        self._cache.plan = batch.plan
+        logits = self._forward(batch.ids, batch.positions, batch.mask)
         for s in seqs:
             s.length += 1
         routing = self._recorder.last if self._recorder is not None else None  # [B, layers, k]
-        self._sample_and_accept(list(seqs), logits, routing)
+        self._sample_and_accept(seqs, logits, routing)
 
-    def _sample_and_accept(self, seqs: list[_Sequence], logits: torch.Tensor, routing: torch.Tensor | None) -> None:
-        device = self.device
+    def _draw(self, seqs: list[_Sequence], logits: torch.Tensor) -> tuple[list[int], list[float]]:
+        """Next token and its log-prob for each sample, from its own random stream."""
         params = [s.group.params for s in seqs]
         tokens, logprobs = sample_next(
             logits,
-            temperature=torch.tensor([p.temperature for p in params], device=device),
-            top_p=torch.tensor([p.top_p for p in params], device=device),
-            top_k=torch.tensor([p.top_k for p in params], device=device),
-            keys=torch.tensor([s.key for s in seqs], device=device),
-            steps=torch.tensor([len(s.tokens) for s in seqs], device=device),
+            temperature=torch.tensor([p.temperature for p in params], device=self.device),
+            top_p=torch.tensor([p.top_p for p in params], device=self.device),
+            top_k=torch.tensor([p.top_k for p in params], device=self.device),
+            keys=torch.tensor([s.key for s in seqs], device=self.device),
+            steps=torch.tensor([len(s.tokens) for s in seqs], device=self.device),
         )
+        return tokens.tolist(), logprobs.tolist()
+
+    def _sample_and_accept(self, seqs: list[_Sequence], logits: torch.Tensor, routing: torch.Tensor | None) -> None:
+        """Draw each sample's next token, record it, and retire the samples that finished."""
+        tokens, logprobs = self._draw(seqs, logits)
         rows = routing.unbind(0) if routing is not None else [None] * len(seqs)
         finished = []
-        for seq, token, logprob, row in zip(seqs, tokens.tolist(), logprobs.tolist(), rows):
+        for seq, token, logprob, row in zip(seqs, tokens, logprobs, rows):
             seq.tokens.append(token)
             seq.logprobs.append(logprob)
             if row is not None:

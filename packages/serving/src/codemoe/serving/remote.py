@@ -197,33 +197,39 @@ class SGLangEngine(_RemoteEngine):
         return int(getattr(getattr(self.model, "config", None), "num_experts_per_tok", 0) or 0)
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        """Each prompt as ``n`` copies in one batch, each copy with its own seed."""
         params.validate()
         texts = all(isinstance(p, str) for p in prompts)
-        batch = [p for p in prompts for _ in range(params.n)]
-        sampling = []
-        for i in range(len(prompts)):
-            for j in range(params.n):
-                sp: dict[str, Any] = {
-                    "max_new_tokens": params.max_new_tokens,
-                    "temperature": params.temperature,
-                    "top_p": params.top_p,
-                    "top_k": params.top_k or -1,
-                    "stop": list(params.stop),
-                    "ignore_eos": params.ignore_eos,
-                }
-                if params.seed is not None:  # one non-negative 63-bit seed per sample
-                    sp["sampling_seed"] = sample_key(params.seed, i, j) & ((1 << 63) - 1)
-                sampling.append(sp)
-        payload: dict[str, Any] = {"text" if texts else "input_ids": batch, "sampling_params": sampling}
-        payload["return_logprob"] = True
+        payload: dict[str, Any] = {
+            "text" if texts else "input_ids": [p for p in prompts for _ in range(params.n)],
+            "sampling_params": [_sglang_params(params, i, j) for i in range(len(prompts)) for j in range(params.n)],
+            "return_logprob": True,
+        }
         if self.return_routing:  # only then: servers that predate routed experts reject the field
             payload["return_routed_experts"] = True
         results = self._request("POST", "/generate", payload)
-        outputs = []
-        for i, prompt in enumerate(prompts):
-            rows = results[i * params.n : (i + 1) * params.n]
-            outputs.append(GenerationOutput(self._prompt_ids(prompt), [_sglang_sample(r, self._top_k()) for r in rows]))
-        return outputs
+        return [
+            GenerationOutput(
+                self._prompt_ids(prompt),
+                [_sglang_sample(r, self._top_k()) for r in results[i * params.n : (i + 1) * params.n]],
+            )
+            for i, prompt in enumerate(prompts)
+        ]
+
+
+def _sglang_params(params: SamplingParams, prompt: int, sample: int) -> dict[str, Any]:
+    """SGLang's ``sampling_params`` for sample ``sample`` of prompt ``prompt``."""
+    out: dict[str, Any] = {
+        "max_new_tokens": params.max_new_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k or -1,
+        "stop": list(params.stop),
+        "ignore_eos": params.ignore_eos,
+    }
+    if params.seed is not None:  # one non-negative 63-bit seed per sample
+        out["sampling_seed"] = sample_key(params.seed, prompt, sample) & ((1 << 63) - 1)
+    return out
 
 
 def _sglang_sample(result: dict[str, Any], top_k: int) -> Sample:
