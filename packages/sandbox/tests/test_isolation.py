@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -240,3 +242,56 @@ def test_missing_command_and_crash_statuses(executor, python_request):
     assert crash.status == "killed" and crash.signal == 11
     failing = executor.run(python_request("raise SystemExit(3)"))
     assert failing.status == "failed" and failing.exit_code == 3
+
+
+def test_network_flag_gives_the_host_interfaces_and_default_only_loopback(executor, python_request):
+    source = "import socket\nprint(sorted(name for _, name in socket.if_nameindex()))\n"
+    isolated = executor.run(python_request(source))
+    host_network = executor.run(python_request(source, network=True))
+    host = sorted(name for _, name in socket.if_nameindex())
+    assert ast.literal_eval(isolated.stdout) == ["lo"]
+    assert ast.literal_eval(host_network.stdout) == host
+
+
+FALLBACK = """
+import json, os, sys
+from codemoe.sandbox import worker
+from codemoe.sandbox.api import ExecutionRequest, Limits, function_task_request
+from codemoe.sandbox.isolation import IsolationPlan, prepare_worker, release_worker
+
+plan = IsolationPlan()  # what a machine without any namespace gets
+state = prepare_worker(plan)
+requests = [
+    function_task_request("def f():\\n    return 1\\n", "def check(c):\\n    assert c() == 1\\n", "f"),
+    function_task_request("def f():\\n    return 2\\n", "def check(c):\\n    assert c() == 1\\n", "f"),
+    ExecutionRequest(command=["python", "-c", "while True: pass"], limits=Limits(timeout_s=1.0)),
+    ExecutionRequest(command=["sh", "-c", "sleep 1000.25 & echo started"]),
+]
+results = [worker.execute(r, plan, state).to_dict() for r in requests]
+release_worker(state)
+print(json.dumps({"results": results, "root_left": os.path.exists(state.fallback_root)}))
+"""
+
+
+def test_without_namespaces_limits_and_verdicts_still_hold():
+    done = subprocess.run([sys.executable, "-c", FALLBACK], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    statuses = [r["status"] for r in answer["results"]]
+    assert statuses == ["passed", "failed", "timeout", "passed"]
+    assert answer["results"][3]["stdout"] == "started\n"
+    assert not answer["root_left"]
+    # the background sleep shared the execution's process group, which was killed at the end
+    assert not any("sleep 1000.25" in line for line in _all_command_lines())
+
+
+def _all_command_lines() -> list[str]:
+    lines = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    lines.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                continue
+    return lines
