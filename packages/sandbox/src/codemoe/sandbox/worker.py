@@ -2,11 +2,12 @@
 
 ``python -m codemoe.sandbox.worker`` probes the protections once, forks a second fork server that
 imports pytest and warms it up with one empty session (``pytest`` runs go there, so everything
-else forks from a leaner process), says it is ready, then serves one execution at a time: it reads a request from its
-standard input, clones an isolated child for it (:mod:`codemoe.sandbox.isolation`,
-:mod:`codemoe.sandbox.runners`), supervises it (deadline, output caps, result channel), and writes
-the :class:`ExecutionResult` to its standard output. Messages on both pipes are framed by
-:mod:`codemoe.sandbox.wire`. The worker itself never runs untrusted code.
+else forks from a leaner process), says it is ready, then serves one execution at a time: it
+reads a request from its standard input, clones an isolated child for it
+(:mod:`codemoe.sandbox.isolation`, :mod:`codemoe.sandbox.runners`), supervises it (deadline,
+output caps, result channel), and writes the :class:`ExecutionResult` to its standard output.
+Messages on both pipes are framed by :mod:`codemoe.sandbox.wire`. The worker itself never runs
+untrusted code.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import json
 import os
 import select
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +45,13 @@ __all__ = ["execute", "main"]
 
 _CHANNEL_CAP = 8 << 20  # bytes of result-channel messages kept
 _DRAIN_S = 0.5  # after the child is gone, how long to wait for the last output
+
+# Modules programs commonly import, loaded once here instead of in every execution.
+PRELOAD = (
+    "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "fractions", "functools",
+    "hashlib", "heapq", "itertools", "json", "math", "operator", "random", "re", "statistics", "string",
+    "typing",
+)
 
 
 @dataclass
@@ -114,7 +124,7 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
     return _result(request, out, err, channel, status, usage, duration, wall_timeout, output_limit)
 
 
-def _nproc_base(plan: IsolationPlan) -> Any:
+def _nproc_base(plan: IsolationPlan) -> Callable[[], int]:
     """RLIMIT_NPROC counts every process of the real user: add the ones it already has."""
     def count() -> int:
         if plan.drop_uid:
@@ -185,8 +195,7 @@ def _drain(poller: select.epoll, streams: dict[int, _Stream]) -> None:
 
 
 def _messages(raw: bytes) -> list[dict[str, Any]]:
-    import json
-
+    """The result channel's JSON lines; anything else on it is ignored."""
     messages = []
     for line in raw.splitlines():
         try:
@@ -266,14 +275,6 @@ def _warm_up() -> None:
         sys.modules.pop("test_warm", None)
 
 
-# Modules programs commonly import, loaded once here instead of in every execution.
-PRELOAD = (
-    "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "fractions", "functools",
-    "hashlib", "heapq", "itertools", "json", "math", "operator", "random", "re", "statistics", "string",
-    "typing",
-)
-
-
 def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: WorkerState,
            pytest_zygote: _Zygote | None) -> int:
     """Answer requests until ``control_in`` closes; pytest requests go to ``pytest_zygote``."""
@@ -321,7 +322,7 @@ class _Zygote:
 
 
 def _start_pytest_zygote(plan: IsolationPlan) -> _Zygote:
-    """Fork a second fork server with pytest loaded and warmed up; returns its (request, answer) fds.
+    """Fork a second fork server with pytest loaded and warmed up, and wait until it is ready.
 
     Runs of the ``pytest`` runner go there; everything else is served by this lean process, whose
     smaller memory makes each fork cheaper.
