@@ -63,3 +63,12 @@ def test_dispatch_groups_assignments_by_expert_without_copying_tokens():
     assert d.counts == [3, 2, 2, 0]
     assert d.rows.tolist() == [0, 1, 3, 2, 3, 0, 2]
     torch.testing.assert_close(d.weights, torch.tensor([0.5, 1.0, 0.4, 0.75, 0.6, 0.5, 0.25]))
+
+
+def test_inference_on_a_few_rows_gathers_weights_and_equals_loop():
+    loop, grouped = _pair(GroupedExperts)
+    x = torch.randn(5, H)
+    indices = torch.tensor([[0, 3], [3, UNROUTED], [5, 0], [0, 3], [2, 5]])
+    weights = torch.rand(5, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(grouped(x, indices, weights), loop(x, indices, weights), rtol=1e-5, atol=1e-6)

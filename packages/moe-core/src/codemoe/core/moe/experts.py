@@ -166,6 +166,21 @@ class _GroupedSwiGLU(torch.autograd.Function):
         return grad_x, None, grad_w, grad_gate_up, grad_down, None
 
 
+# Rows x expert weights (elements) below which inference gathers each row's expert weights instead
+# of looping over experts: decoding a few tokens of a small model is all per-expert overhead.
+_GATHER_LIMIT = 1 << 22
+
+
+def _gathered_swiglu(x, rows, w, gate_up, down, counts: list[int]) -> torch.Tensor:
+    """Inference on a handful of rows: each row's expert weights gathered, batched matmuls, no loop."""
+    experts = torch.repeat_interleave(torch.arange(len(counts), device=x.device), torch.tensor(counts, device=x.device))
+    h = torch.bmm(gate_up[experts], x.index_select(0, rows).unsqueeze(-1)).squeeze(-1)  # [S, 2I]
+    gate, up = h.chunk(2, dim=-1)
+    a = F.silu(gate) * up * w.unsqueeze(-1)  # [S, I]
+    y = torch.bmm(down[experts], a.unsqueeze(-1)).squeeze(-1)  # [S, H]
+    return torch.zeros_like(x).index_add(0, rows, y)
+
+
 def _zeros_for_unused(weight: torch.Tensor, counts: list[int]) -> torch.Tensor:
     """An uninitialised gradient for ``weight [E, ...]`` with zeros only for the experts without rows."""
     grad = torch.empty_like(weight)
@@ -194,16 +209,14 @@ class GroupedExperts(Experts):
 
     def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         # x: [T, H]; indices, weights: [T, k]
-        dispatched = self.dispatcher.dispatch(x, indices, weights, self.num_experts)
-        out = _GroupedSwiGLU.apply(
-            dispatched.tokens,
-            dispatched.rows,
-            dispatched.weights.to(x.dtype),
-            self.gate_up_proj,
-            self.down_proj,
-            dispatched.counts,
-        )
-        return self.dispatcher.combine(out, dispatched, x.shape[0])
+        d = self.dispatcher.dispatch(x, indices, weights, self.num_experts)
+        args = (d.tokens, d.rows, d.weights.to(x.dtype), self.gate_up_proj, self.down_proj, d.counts)
+        per_row_weights = self.gate_up_proj[0].numel() + self.down_proj[0].numel()
+        if not torch.is_grad_enabled() and d.rows.numel() * per_row_weights <= _GATHER_LIMIT:
+            out = _gathered_swiglu(*args)
+        else:
+            out = _GroupedSwiGLU.apply(*args)
+        return self.dispatcher.combine(out, d, x.shape[0])
 
 
 class TorchGroupedMMExperts(GroupedExperts):
