@@ -238,18 +238,20 @@ def run_in_child(
     *,
     enter: Callable[[], None],
     work: str,
+    tmp: str,
     fds: tuple[int, int, int],
     nproc_base: Callable[[], int],
 ) -> NoReturn:
     """The whole life of the sandboxed child: wire stdio, isolate (``enter``), close every other
-    descriptor, lay out the files, set the environment and limits, run the runner. Never returns.
+    descriptor, lay out the files in ``work``, set the environment (``TMPDIR`` is ``tmp``) and the
+    limits, run the runner. Never returns.
     """
     try:
         _stdio(request, *fds)
         enter()
         os.closerange(CHANNEL_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         _write_files(request, work)
-        env = sandbox_env(request, work, os.path.dirname(work) if work.startswith("/tmp/") else work)
+        env = sandbox_env(request, work, tmp)
         os.environ.clear()
         os.environ.update(env)
         time.tzset()

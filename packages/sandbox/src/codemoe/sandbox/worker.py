@@ -103,6 +103,7 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
             request,
             enter=lambda: enter(plan, state, work, network=limits.network),
             work=work,
+            tmp="/tmp" if plan.mount_ns else work,  # a private tmpfs, or the work dir itself
             fds=(out_w, err_w, chan_w),
             nproc_base=_nproc_base(plan),
         )
