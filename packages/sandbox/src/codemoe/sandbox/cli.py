@@ -88,10 +88,11 @@ def _read_files(path: Path) -> dict[str, str | bytes]:
         return {path.name: path.read_bytes()}
     if not path.is_dir():
         raise SystemExit(f"error: {path} is neither a file nor a directory")
+    skipped = {"__pycache__", ".git", ".venv", ".pytest_cache"}
     return {
         str(p.relative_to(path)): p.read_bytes()
         for p in sorted(path.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts
+        if p.is_file() and not skipped & set(p.relative_to(path).parts)
     }
 
 
@@ -134,8 +135,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m codemoe.sandbox``: the ``codemoe sandbox`` command without codemoe-core."""
-    parser = argparse.ArgumentParser(prog="python -m codemoe.sandbox")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    add_sandbox_command(sub)
-    args = parser.parse_args(["sandbox", *(sys.argv[1:] if argv is None else argv)])
+    parser = argparse.ArgumentParser(prog="python -m codemoe.sandbox",
+                                     description="Isolated execution of untrusted code (codemoe sandbox).")
+    sub = parser.add_subparsers(dest="sandbox_command", metavar="SUBCOMMAND", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     return int(args.handler(args) or 0)
