@@ -2,7 +2,7 @@ import json
 
 import pytest
 import torch
-from codemoe.core.models import build_model, from_transformers, load_pretrained, save_pretrained
+from codemoe.core.models import build_model, from_transformers, is_standard, load_pretrained, save_pretrained
 from codemoe.core.moe import MoEBlock
 from codemoe.core.tokenizer import train_tokenizer
 from transformers import AutoModelForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
@@ -80,3 +80,19 @@ def test_plain_transformers_model_converts_to_codemoe_blocks_with_the_same_outpu
         assert isinstance(converted.model.layers[1].mlp, MoEBlock)
         assert converted.model.layers[1].mlp.gate.config.normalize is False
         torch.testing.assert_close(converted(ids).logits, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("changes", "standard"),
+    [
+        ({}, True),
+        ({"router": {"name": "softmax_topk", "top_k": 2, "order": "topk_softmax"}}, True),
+        ({"router": {"name": "sigmoid_bias", "top_k": 2}}, False),
+        ({"shared_expert_intermediate_size": 8}, False),
+        ({"capacity_factor": 1.0}, False),
+    ],
+)
+def test_is_standard_says_when_plain_transformers_computes_the_same_model(moe_registry, tiny_spec, changes, standard):
+    with torch.device("meta"):
+        model = build_model({**tiny_spec, **changes}, registry=moe_registry)
+    assert is_standard(model) is standard

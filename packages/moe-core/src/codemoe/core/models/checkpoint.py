@@ -17,7 +17,23 @@ from typing import Any
 import torch
 from codemoe.core.models.qwen3_moe import CODEMOE_KEY
 
-__all__ = ["fuse_experts", "load_pretrained", "save_pretrained"]
+__all__ = ["fuse_experts", "is_standard", "load_pretrained", "save_pretrained"]
+
+
+def is_standard(model: Any) -> bool:
+    """Whether plain ``transformers`` (and so SGLang or vLLM) computes exactly what ``model`` does.
+
+    True when every MoE block routes like the architecture's own router (``softmax_topk``, whose
+    routing the config records) with no shared expert and no capacity limit. Other checkpoints
+    still load in plain ``transformers``, but route differently there: load them with
+    :func:`load_pretrained`.
+    """
+    from codemoe.core.moe import moe_blocks
+
+    blocks = list(moe_blocks(model))
+    return all(
+        b.gate.hf_config() is not None and b.shared_expert is None and b.options.capacity_factor <= 0 for b in blocks
+    )
 
 
 def save_pretrained(model: Any, tokenizer: Any, out_dir: str | Path) -> Path:
