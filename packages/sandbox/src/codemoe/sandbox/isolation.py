@@ -47,6 +47,7 @@ __all__ = [
 WORK_DIR = "/tmp/work"  # where the request's files are laid out, inside the private /tmp
 BASE_UID = 1_000_000  # executions run as BASE_UID + the worker's PID when the worker is root
 HIDDEN_DIRS = ("/root", "/home")  # home directories: where host secrets usually live
+PRIVATE_TMP = "/tmp"  # replaced by a fresh tmpfs for every execution
 _PSEUDO_FS = ("/proc", "/sys", "/dev")  # mounts that need not (and sometimes cannot) be remounted
 _TMPFS_FLAGS = linux.MS_NOSUID | linux.MS_NODEV
 _HIGH_FD = 64
@@ -76,7 +77,7 @@ class IsolationPlan:
     ipc_ns: bool = False  # each execution has its own System V IPC
     hide_processes: bool = False  # /proc shows an execution only its own processes (hidepid=2)
     drop_uid: bool = False  # root: executions run as BASE_UID + worker PID
-    keep_paths: list[str] = field(default_factory=list)  # interpreter paths re-exposed under HIDDEN_DIRS
+    keep_paths: list[str] = field(default_factory=list)  # interpreter paths re-exposed under hidden dirs
     protections: list[Protection] = field(default_factory=list)
 
     def clone_flags(self) -> int:
@@ -92,6 +93,7 @@ class WorkerState:
     host_net: int | None = None  # fd of the host network namespace, for limits.network=True
     fallback_root: str = ""  # without a mount namespace: where work dirs are made
     uid: int | None = None  # user id of the executions; None keeps the worker's
+    tmp_keep: dict[str, tuple[int, int]] = field(default_factory=dict)  # path -> (fd, flags) under /tmp
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,6 +120,7 @@ def prepare_worker(plan: IsolationPlan) -> WorkerState:
         linux.loopback_up()
         linux.sethostname("sandbox")
     if plan.mount_ns:
+        state.tmp_keep = _hold_tmp_paths(plan)
         _read_only_filesystem(plan)
     else:
         state.fallback_root = tempfile.mkdtemp(prefix="codemoe-sandbox-")
@@ -166,13 +169,32 @@ def _remount_read_only(target: str, flags: int) -> None:
         raise
 
 
+def _hold_tmp_paths(plan: IsolationPlan) -> dict[str, tuple[int, int]]:
+    """Descriptors of interpreter paths under /tmp (a virtualenv made there), bound back into
+    every execution's fresh /tmp by :func:`prepare_execution`.
+    """
+    points = linux.mount_points()
+    held = {}
+    for path in plan.keep_paths:
+        if _is_under(path, PRIVATE_TMP):
+            opened = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            held[path] = (fcntl.fcntl(opened, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD), _flags_at(path, points))
+            os.close(opened)
+    return held
+
+
+def _bind_back(path: str, fd: int, flags: int) -> None:
+    """Bind what ``fd`` refers to at ``path``, read-only."""
+    os.makedirs(path, exist_ok=True)
+    linux.mount(f"/proc/self/fd/{fd}", path, None, linux.MS_BIND | linux.MS_REC)
+    _remount_read_only(path, flags)
+
+
 def _hide(hidden: str, keep: dict[str, int], points: list[tuple[str, int]]) -> None:
     """An empty read-only tmpfs over ``hidden``, with the ``keep`` paths bound back read-only."""
     linux.mount("tmpfs", hidden, "tmpfs", _TMPFS_FLAGS, "size=1m,mode=0755")
     for path, fd in sorted(keep.items()):
-        os.makedirs(path, exist_ok=True)
-        linux.mount(f"/proc/self/fd/{fd}", path, None, linux.MS_BIND | linux.MS_REC)
-        _remount_read_only(path, _flags_at(path, points))
+        _bind_back(path, fd, _flags_at(path, points))
     _remount_read_only(hidden, _TMPFS_FLAGS)
 
 
@@ -190,13 +212,13 @@ def _is_under(path: str, parent: str) -> bool:
 
 
 def interpreter_paths() -> list[str]:
-    """Directories the sandboxed interpreter must still read when home dirs are hidden."""
+    """Directories the sandboxed interpreter must still read where home dirs and /tmp are replaced."""
     candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)}
     candidates.update(sysconfig.get_paths().values())
     candidates.update(p for p in sys.path if p)
     real = {os.path.realpath(p) for p in candidates if os.path.isdir(p)}
     real.add(os.path.dirname(os.path.realpath(sys.executable)))
-    keep = [p for p in real if any(_is_under(p, h) for h in HIDDEN_DIRS)]
+    keep = [p for p in real if any(_is_under(p, h) for h in (*HIDDEN_DIRS, PRIVATE_TMP))]
     return sorted(p for p in keep if not any(q != p and _is_under(p, q) for q in keep))
 
 
@@ -209,7 +231,9 @@ def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int) -> 
     """In the worker, before the clone: a fresh private /tmp and /dev/shm; returns the work dir."""
     uid = state.uid
     if plan.mount_ns:
-        linux.mount("tmpfs", "/tmp", "tmpfs", _TMPFS_FLAGS, f"size={disk_mb}m,mode=1777")
+        linux.mount("tmpfs", PRIVATE_TMP, "tmpfs", _TMPFS_FLAGS, f"size={disk_mb}m,mode=1777")
+        for path, (fd, flags) in state.tmp_keep.items():
+            _bind_back(path, fd, flags)
         if os.path.isdir("/dev/shm"):
             linux.mount("tmpfs", "/dev/shm", "tmpfs", _TMPFS_FLAGS, f"size={disk_mb}m,mode=1777")
         work = WORK_DIR
@@ -225,7 +249,7 @@ def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int) -> 
 def finish_execution(plan: IsolationPlan, work: str) -> None:
     """In the worker, after every process of the execution is gone: drop its files."""
     if plan.mount_ns:
-        linux.umount("/tmp")
+        linux.umount(PRIVATE_TMP)
         if os.path.isdir("/dev/shm"):
             linux.umount("/dev/shm")
     else:
