@@ -27,11 +27,11 @@ Three ways to run
     run. Only after ``checks.py`` has run to its end without an exception does the runner write the
     request's **nonce** to the result channel. The nonce is sent to the worker over its control
     channel; it is never written into the files, the environment or argv, so code under test cannot
-    print it.
-    ``passed`` requires the nonce to arrive and the process to exit cleanly; an early ``exit(0)``,
-    ``os._exit(0)`` or a printed ``PASSED`` leaves the nonce unwritten and the result is ``failed``.
-    An exception in ``program.py`` or ``checks.py`` is ``failed`` (``reason`` names it), except
-    that a ``SyntaxError`` is ``error`` with a reason starting ``"compile:"``.
+    print it. ``passed`` requires the nonce to arrive and the process to exit cleanly; an early
+    ``exit(0)``, ``os._exit(0)`` or a printed ``PASSED`` leaves the nonce unwritten and the result
+    is ``failed``. An exception in ``program.py`` or ``checks.py`` is ``failed`` (``reason`` names
+    it), except that a ``SyntaxError`` is ``error`` with a reason starting ``"compile:"``.
+    ``tests`` is ``{"checks.py": "passed"}`` or ``{"checks.py": "failed"}``.
     :func:`function_task_request` builds such a request from (program, tests, entry point) and draws
     a fresh nonce; an executor draws one itself when ``nonce`` is empty.
 
