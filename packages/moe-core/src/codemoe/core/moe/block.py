@@ -83,16 +83,7 @@ class MoEBlock(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch_shape = hidden_states.shape[:-1]
         x = hidden_states.reshape(-1, hidden_states.shape[-1])  # [T, H]
-        token_ids = None if self.token_ids is None else self.token_ids.reshape(-1)
-        if self.replay is not None:
-            if self.replay.shape[0] != x.shape[0]:
-                raise ValueError(
-                    f"routing replay for MoE layer {self.layer} has {self.replay.shape[0]} token rows, "
-                    f"the forward has {x.shape[0]} (batch x sequence)"
-                )
-            routed = self.gate.replay(x, self.replay.to(x.device))
-        else:
-            routed = self.gate(x, token_ids)
+        routed = self._route(x)
         indices, weights = routed.indices, routed.weights
         if self.capture is not None:
             self.capture.append(indices.detach().clone())
@@ -105,12 +96,26 @@ class MoEBlock(nn.Module):
             indices, weights, dropped = apply_capacity(indices, weights, self.num_experts, cap, self.options.drop_policy)
         out = self.experts(x, indices, weights.to(x.dtype))
         if self.shared_expert is not None:
-            shared = self.shared_expert(x)
-            if self.shared_expert_gate is not None:
-                shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
-            out = out + shared
+            out = out + self._shared(x)
         self._record(routed, indices, dropped, tuple(batch_shape), mask)
         return out.reshape(hidden_states.shape)
+
+    def _route(self, x: torch.Tensor) -> RouterOutput:
+        """The router's choice for ``x [T, H]``, or the replayed experts inside ``replay_routing``."""
+        if self.replay is None:
+            return self.gate(x, None if self.token_ids is None else self.token_ids.reshape(-1))
+        if self.replay.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"routing replay for MoE layer {self.layer} has {self.replay.shape[0]} token rows, "
+                f"the forward has {x.shape[0]} (batch x sequence)"
+            )
+        return self.gate.replay(x, self.replay.to(x.device))
+
+    def _shared(self, x: torch.Tensor) -> torch.Tensor:
+        shared = self.shared_expert(x)
+        if self.shared_expert_gate is not None:
+            shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
+        return shared
 
     def _token_mask(self, batch_shape: tuple[int, ...]) -> torch.Tensor | None:
         """``[T]`` bool, False for padding, from the model's attention mask (None without one).
@@ -143,6 +148,8 @@ class MoEBlock(nn.Module):
         if mask is not None:
             chosen = chosen.masked_fill(~mask.unsqueeze(-1), UNROUTED)
         scope = self.options.balance_scope
+        if scope == "global" and not torch.is_grad_enabled():
+            scope = "micro_batch"  # no collective outside training: ranks may not be in lockstep (generation)
         balance = balance_loss(probs, chosen, scope=scope, batch_shape=batch_shape, mask=mask)
         z = z_loss(logits, mask)
         self.last_losses = {"balance": balance, "z": z}
