@@ -294,3 +294,24 @@ def _all_command_lines() -> list[str]:
             except OSError:
                 continue
     return lines
+
+
+def test_nothing_carries_over_between_executions_of_one_worker(python_request):
+    leave = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.shmget(0x5EED, 4096, 0o1000 | 0o600) >= 0)\n"  # IPC_CREAT: a System V segment
+        "open('/dev/shm/left-behind', 'w').write('x')\n"
+        "open('/tmp/left-behind', 'w').write('x')\n"
+        "open('left-behind', 'w').write('x')\n"
+    )
+    look = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.shmget(0x5EED, 0, 0) >= 0)\n"
+        "print([p for p in ('/dev/shm/left-behind', '/tmp/left-behind', 'left-behind') if os.path.exists(p)])\n"
+    )
+    with LocalExecutor(workers=1) as ex:
+        first, second = ex.run(python_request(leave)), ex.run(python_request(look))
+    assert first.stdout == "True\n", first.stderr
+    assert second.stdout == "False\n[]\n", second.stderr
