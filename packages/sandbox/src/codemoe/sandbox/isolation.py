@@ -333,7 +333,9 @@ def probe() -> IsolationPlan:
         error_user = _try_in_child(linux.CLONE_NEWUSER, plan, "")
         plan.user_ns = not error_user
         found.append(Protection("user namespace", plan.user_ns, "maps the worker's user to root inside"
-                                if plan.user_ns else f"unavailable ({error_user})"))
+                                if plan.user_ns else f"unavailable ({error_user}); run the workers as root, "
+                                "or allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0; "
+                                "on Ubuntu 24.04 also kernel.apparmor_restrict_unprivileged_userns=0)"))
     if root or plan.user_ns:
         base = linux.CLONE_NEWUSER if plan.user_ns else 0
         error_pid = _try_in_child(base | linux.CLONE_NEWPID, plan, "")
