@@ -65,7 +65,9 @@ def _hf_block(case: Case, implementation: str):
 def _codemoe_block(case: Case, registry):
     from codemoe.core.moe import GroupedExperts, MoEBlock
 
-    router = registry.build("router", {"name": "softmax_topk", "top_k": case.top_k}, hidden_size=case.hidden, num_experts=case.experts)
+    router = registry.build(
+        "router", {"name": "softmax_topk", "top_k": case.top_k}, hidden_size=case.hidden, num_experts=case.experts
+    )
     return MoEBlock(router, GroupedExperts(case.experts, case.hidden, case.inter))
 
 

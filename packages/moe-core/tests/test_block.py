@@ -9,7 +9,9 @@ H, INTER, E, K = 32, 16, 8, 2
 
 
 def _hf_block(implementation: str) -> Qwen3MoeSparseMoeBlock:
-    config = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=INTER, num_experts=E, num_experts_per_tok=K, norm_topk_prob=True)
+    config = Qwen3MoeConfig(
+        hidden_size=H, moe_intermediate_size=INTER, num_experts=E, num_experts_per_tok=K, norm_topk_prob=True
+    )
     config._experts_implementation = implementation
     torch.manual_seed(0)
     block = Qwen3MoeSparseMoeBlock(config)

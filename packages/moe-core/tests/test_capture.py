@@ -64,5 +64,8 @@ def test_replay_with_the_wrong_token_count_names_the_layer(moe_registry, tiny_sp
     from codemoe.core.moe import replay_routing
 
     model = build_model(tiny_spec, registry=moe_registry)
-    with replay_routing(model, {1: torch.zeros(3, 2, dtype=torch.long)}), pytest.raises(ValueError, match="layer 1 has 3"):
+    with (
+        replay_routing(model, {1: torch.zeros(3, 2, dtype=torch.long)}),
+        pytest.raises(ValueError, match="layer 1 has 3"),
+    ):
         model(torch.randint(0, 64, (1, 4)))

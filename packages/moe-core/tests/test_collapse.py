@@ -30,7 +30,9 @@ def test_detector_trips_on_a_collapsed_router_with_layer_numbers_and_remedy(moe_
     _route(model, lambda t: 5)
     stats = read_layer_stats(model)
     assert stats[0].tokens_per_expert[5] == 128 and stats[0].dead_experts == E - 1
-    with pytest.warns(CollapseWarning, match=r"layer [01]: busiest expert has 8\.00x.*Remedy: raise the balance loss weight"):
+    with pytest.warns(
+        CollapseWarning, match=r"layer [01]: busiest expert has 8\.00x.*Remedy: raise the balance loss weight"
+    ):
         found = CollapseDetector(CollapseConfig()).warn(stats)
     assert [f.layer for f in found] == [0, 1]
     assert "88% of the experts received no token" in found[0].message()

@@ -45,7 +45,10 @@ def test_checkpoint_loads_in_plain_transformers_with_identical_logits(moe_regist
     ids = torch.randint(0, len(tokenizer), (2, 10))
     with torch.no_grad():
         torch.testing.assert_close(plain(ids).logits, model(ids).logits, rtol=1e-5, atol=1e-5)
-        assert torch.equal(plain.generate(ids, max_new_tokens=4, do_sample=False), model.generate(ids, max_new_tokens=4, do_sample=False))
+        assert torch.equal(
+            plain.generate(ids, max_new_tokens=4, do_sample=False),
+            model.generate(ids, max_new_tokens=4, do_sample=False),
+        )
 
 
 def test_load_pretrained_restores_model_and_tokenizer_exactly(moe_registry, tiny_spec, tokenizer, tmp_path):
@@ -67,8 +70,16 @@ def test_load_pretrained_restores_model_and_tokenizer_exactly(moe_registry, tiny
 
 def test_plain_transformers_model_converts_to_codemoe_blocks_with_the_same_outputs(moe_registry):
     config = Qwen3MoeConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=16,
         norm_topk_prob=False,
     )
     torch.manual_seed(0)

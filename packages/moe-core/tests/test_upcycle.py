@@ -8,8 +8,13 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 @pytest.fixture
 def dense():
     config = Qwen3Config(
-        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16,
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
     )
     torch.manual_seed(0)
     return Qwen3ForCausalLM(config).eval()

@@ -23,8 +23,16 @@ def test_round_trip_gives_identical_logits(registry, tmp_path, name):
     from codemoe.core.models import build_model, load_pretrained, save_pretrained
 
     spec = {
-        "name": "qwen3_moe", "vocab_size": 64, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
-        "head_dim": 16, "num_experts": 4, "moe_intermediate_size": 16, "router": {"name": name, **SPECS[name]},
+        "name": "qwen3_moe",
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "num_layers": 2,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 16,
+        "num_experts": 4,
+        "moe_intermediate_size": 16,
+        "router": {"name": name, **SPECS[name]},
     }
     torch.manual_seed(0)
     model = build_model(spec, registry=registry).eval()

@@ -14,9 +14,9 @@ def test_experts_come_only_from_the_best_groups(router_factory):
 
 
 def test_top2_sum_group_score_and_validation(registry, router_factory):
-    out = router_factory({"name": "group_limited", "top_k": 2, "num_groups": 2, "topk_groups": 1, "group_score": "top2_sum"})(
-        torch.randn(10, 16)
-    )
+    out = router_factory(
+        {"name": "group_limited", "top_k": 2, "num_groups": 2, "topk_groups": 1, "group_score": "top2_sum"}
+    )(torch.randn(10, 16))
     assert ((out.indices // 4)[:, 0] == (out.indices // 4)[:, 1]).all()
     with pytest.raises(ValueError, match="exceeds the experts"):
         registry.build("router", {"name": "group_limited", "top_k": 3, "num_groups": 4}, hidden_size=4, num_experts=4)

@@ -20,8 +20,16 @@ def test_hash_routed_model_generates_with_ids_from_the_forward(registry):
     from codemoe.core.moe import capture_routing
 
     spec = {
-        "name": "qwen3_moe", "vocab_size": 64, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
-        "head_dim": 16, "num_experts": 4, "moe_intermediate_size": 16, "router": {"name": "hash", "top_k": 1},
+        "name": "qwen3_moe",
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "num_layers": 1,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 16,
+        "num_experts": 4,
+        "moe_intermediate_size": 16,
+        "router": {"name": "hash", "top_k": 1},
     }
     model = build_model(spec, registry=registry).eval()
     ids = torch.tensor([[7, 8, 7]])

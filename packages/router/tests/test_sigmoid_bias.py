@@ -18,7 +18,11 @@ def test_bias_follows_the_sign_rule_from_the_step_loads(router_factory):
     stats = router.end_step()
     # mean load 2: expert 2 overloaded (-γ), 1 and 3 idle (+γ), expert 0 exactly at the mean (0).
     torch.testing.assert_close(router.e_score_correction_bias, torch.tensor([0.0, 0.1, -0.1, 0.1]))
-    assert stats == {"bias_abs_mean": 0.07500000298023224, "bias_min": -0.10000000149011612, "bias_max": 0.10000000149011612}
+    assert stats == {
+        "bias_abs_mean": 0.07500000298023224,
+        "bias_min": -0.10000000149011612,
+        "bias_max": 0.10000000149011612,
+    }
     assert router.step_load.sum() == 0
 
 
@@ -39,8 +43,15 @@ def test_loads_come_from_training_forwards_of_real_tokens_only(registry):
     from codemoe.core.moe import moe_metrics
 
     spec = {
-        "name": "qwen3_moe", "vocab_size": 64, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
-        "head_dim": 16, "num_experts": 4, "moe_intermediate_size": 16,
+        "name": "qwen3_moe",
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "num_layers": 1,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 16,
+        "num_experts": 4,
+        "moe_intermediate_size": 16,
         "router": {"name": "sigmoid_bias", "top_k": 2, "bias_rate": 0.5},
     }
     model = build_model(spec, registry=registry)
@@ -70,8 +81,16 @@ def test_bias_is_saved_and_restored_with_the_checkpoint(registry, tmp_path):
     from codemoe.core.models import build_model, load_pretrained, save_pretrained
 
     spec = {
-        "name": "qwen3_moe", "vocab_size": 64, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
-        "head_dim": 16, "num_experts": 4, "moe_intermediate_size": 16, "router": {"name": "sigmoid_bias", "top_k": 2},
+        "name": "qwen3_moe",
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "num_layers": 2,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 16,
+        "num_experts": 4,
+        "moe_intermediate_size": 16,
+        "router": {"name": "sigmoid_bias", "top_k": 2},
     }
     model = build_model(spec, registry=registry)
     with torch.no_grad():
@@ -79,7 +98,9 @@ def test_bias_is_saved_and_restored_with_the_checkpoint(registry, tmp_path):
     save_pretrained(model, None, tmp_path)
     loaded, tokenizer = load_pretrained(tmp_path, registry=registry)
     assert tokenizer is None
-    torch.testing.assert_close(loaded.model.layers[1].mlp.gate.e_score_correction_bias, torch.tensor([0.3, -0.2, 0.1, 0.0]))
+    torch.testing.assert_close(
+        loaded.model.layers[1].mlp.gate.e_score_correction_bias, torch.tensor([0.3, -0.2, 0.1, 0.0])
+    )
 
 
 def test_bias_stays_fp32_in_a_bf16_model(router_factory):

@@ -24,7 +24,9 @@ class SoftmaxTopKConfig:
     """Options of the softmax top-k router."""
 
     top_k: int = 2  # experts per token
-    order: str = "softmax_topk"  # 'softmax_topk': softmax over all, then top-k; 'topk_softmax': top-k logits, then softmax
+    order: str = (
+        "softmax_topk"  # 'softmax_topk': softmax over all, then top-k; 'topk_softmax': top-k logits, then softmax
+    )
     normalize: bool = True  # softmax_topk only: renormalise the kept probabilities to sum to one
 
 

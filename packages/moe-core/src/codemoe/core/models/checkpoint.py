@@ -102,7 +102,9 @@ def load_pretrained(path: str | Path, *, registry: Any = None) -> tuple[Any, Any
         missing, unexpected = model.load_state_dict(state, strict=False)
         missing = [k for k in missing if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
         if missing or unexpected:
-            raise ValueError(f"checkpoint {folder} does not match its model spec: missing {missing}, unexpected {unexpected}")
+            raise ValueError(
+                f"checkpoint {folder} does not match its model spec: missing {missing}, unexpected {unexpected}"
+            )
     else:
         from codemoe.core.models.convert import from_transformers
 

@@ -37,7 +37,9 @@ class UpcycleConfig:
 def _moe_spec(dense_config: Any, config: UpcycleConfig) -> dict[str, Any]:
     rope = dense_config.rope_parameters or {}
     if dense_config.intermediate_size % config.granularity:
-        raise ValueError(f"intermediate_size {dense_config.intermediate_size} is not divisible by granularity {config.granularity}")
+        raise ValueError(
+            f"intermediate_size {dense_config.intermediate_size} is not divisible by granularity {config.granularity}"
+        )
     if config.num_experts % config.granularity:
         raise ValueError(f"num_experts {config.num_experts} is not a multiple of granularity {config.granularity}")
     return {

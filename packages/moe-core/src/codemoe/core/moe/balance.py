@@ -65,11 +65,15 @@ def _mean_probs(probs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return total / weight.sum(-1, keepdim=True).clamp(min=1.0)
 
 
-def _micro_batch(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...], weight: torch.Tensor) -> torch.Tensor:
+def _micro_batch(
+    probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...], weight: torch.Tensor
+) -> torch.Tensor:
     return _loss(expert_counts(indices, probs.shape[-1]), _mean_probs(probs, weight))
 
 
-def _sequence(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...], weight: torch.Tensor) -> torch.Tensor:
+def _sequence(
+    probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...], weight: torch.Tensor
+) -> torch.Tensor:
     batch = batch_shape[0] if len(batch_shape) > 1 else 1
     num_experts = probs.shape[-1]
     counts = expert_counts(indices, num_experts, groups=batch)
@@ -81,7 +85,9 @@ def _sequence(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int
     return (per_sequence * present).sum() / present.sum().clamp(min=1.0)
 
 
-def _global(probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...], weight: torch.Tensor) -> torch.Tensor:
+def _global(
+    probs: torch.Tensor, indices: torch.Tensor, batch_shape: tuple[int, ...], weight: torch.Tensor
+) -> torch.Tensor:
     counts = expert_counts(indices, probs.shape[-1])
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(counts)

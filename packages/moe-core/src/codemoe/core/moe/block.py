@@ -93,7 +93,9 @@ class MoEBlock(nn.Module):
         dropped: torch.Tensor | int = 0
         if self.options.capacity_factor > 0:
             cap = capacity(x.shape[0], indices.shape[-1], self.num_experts, self.options.capacity_factor)
-            indices, weights, dropped = apply_capacity(indices, weights, self.num_experts, cap, self.options.drop_policy)
+            indices, weights, dropped = apply_capacity(
+                indices, weights, self.num_experts, cap, self.options.drop_policy
+            )
         out = self.experts(x, indices, weights.to(x.dtype))
         if self.shared_expert is not None:
             out = out + self._shared(x)

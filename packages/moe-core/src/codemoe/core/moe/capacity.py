@@ -29,7 +29,9 @@ def _priority_by_weight(indices: torch.Tensor, weights: torch.Tensor) -> torch.T
 def _priority_by_position(indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Earlier tokens are kept first, first choices before second ones (GShard / Switch)."""
     t, k = indices.shape
-    slot_major = torch.arange(k, device=indices.device).unsqueeze(0) * t + torch.arange(t, device=indices.device).unsqueeze(1)
+    slot_major = torch.arange(k, device=indices.device).unsqueeze(0) * t + torch.arange(
+        t, device=indices.device
+    ).unsqueeze(1)
     return -slot_major.float()
 
 

@@ -160,7 +160,9 @@ class _GroupedSwiGLU(torch.autograd.Function):
             grad_a = grad_aw.mul_(w[seg].unsqueeze(-1))
             grad_h = torch.empty_like(h[seg])
             torch.mul(grad_a, act[seg], out=grad_h[:, inter:])
-            torch.ops.aten.silu_backward.grad_input(grad_a.mul_(h[seg, inter:]), h[seg, :inter], grad_input=grad_h[:, :inter])
+            torch.ops.aten.silu_backward.grad_input(
+                grad_a.mul_(h[seg, inter:]), h[seg, :inter], grad_input=grad_h[:, :inter]
+            )
             grad_x.index_add_(0, src, grad_h @ gate_up[e])
             torch.mm(grad_h.t(), x.index_select(0, src), out=grad_gate_up[e])
         return grad_x, None, grad_w, grad_gate_up, grad_down, None
