@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 
 import pytest
 from codemoe.sandbox import ExecutionRequest, Limits, LocalExecutor
@@ -15,27 +16,27 @@ def executor():
         yield ex
 
 
-def _python_request(source: str, **limits) -> ExecutionRequest:
-    """``python main.py`` in the sandbox, with tight limits unless given."""
+def _python_request(source: str, *, name: str = "main.py", **limits) -> ExecutionRequest:
+    """``python NAME`` in the sandbox, with tight limits unless given."""
     defaults = {"timeout_s": 5.0, "cpu_s": 5.0, "memory_mb": 512}
     return ExecutionRequest(
-        files={"main.py": source}, command=["python", "main.py"], limits=Limits(**{**defaults, **limits})
+        files={name: source}, command=["python", name], limits=Limits(**{**defaults, **limits})
     )
 
 
-def _processes_of(uid: int) -> list[str]:
-    """Command lines of the live processes that run as ``uid``."""
+def _processes_with(marker: str) -> list[str]:
+    """Command lines of the live processes that contain ``marker``."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
-                continue
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                found.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+                line = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
+        if marker in line:
+            found.append(line)
     return found
 
 
@@ -46,6 +47,12 @@ def python_request():
 
 
 @pytest.fixture
-def processes_of():
-    """List the command lines of the live processes of a user id."""
-    return _processes_of
+def processes_with():
+    """List the command lines of live processes containing a marker (a unique file name)."""
+    return _processes_with
+
+
+@pytest.fixture
+def marker():
+    """A string no other process on the machine has in its command line."""
+    return uuid.uuid4().hex[:12]

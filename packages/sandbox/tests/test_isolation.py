@@ -16,19 +16,16 @@ from codemoe.sandbox import ExecutionRequest, Limits, LocalExecutor
 from codemoe.sandbox.isolation import interpreter_paths
 
 
-def _uid(result) -> int:
-    return int(result.stdout.split()[0])
-
-
 @pytest.mark.slow
-def test_infinite_loop_times_out_on_time_and_leaves_no_process(executor, python_request, processes_of):
-    request = python_request("import os\nprint(os.getuid(), flush=True)\nwhile True:\n    pass\n", timeout_s=1.0)
+def test_infinite_loop_times_out_on_time_and_leaves_no_process(executor, python_request, processes_with, marker):
+    name = f"spin_{marker}.py"
+    request = python_request("while True:\n    pass\n", name=name, timeout_s=1.0)
     started = time.monotonic()
     result = executor.run(request)
     elapsed = time.monotonic() - started
     assert result.status == "timeout"
     assert result.duration_s < 1.5 and elapsed < 1.5
-    assert processes_of(_uid(result)) == []
+    assert processes_with(name) == []
 
 
 @pytest.mark.parametrize(
@@ -55,10 +52,11 @@ def test_8_gib_allocation_is_a_memory_error_and_siblings_pass(executor, python_r
 
 
 @pytest.mark.slow
-def test_fork_bomb_is_contained_and_the_host_stays_usable(executor, python_request, processes_of):
+def test_fork_bomb_is_contained_and_the_host_stays_usable(executor, python_request, processes_with, marker):
+    name = f"bomb_{marker}.py"
     bomb = python_request(
-        "import os\nprint(os.getuid(), flush=True)\n"
-        "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+        name=name,
         timeout_s=2.0,
         max_processes=32,
     )
@@ -73,21 +71,22 @@ def test_fork_bomb_is_contained_and_the_host_stays_usable(executor, python_reque
     result = box["result"]
     assert host.stdout.strip() == "host ok" and host_s < 10
     assert result.status == "timeout" and result.duration_s < 3.5  # killing 32 processes takes a moment
-    assert processes_of(_uid(result)) == []
+    assert processes_with(name) == []
     after = executor.run(python_request("print('after')"))
     assert after.status == "passed" and after.stdout == "after\n"
 
 
-def test_grandchild_sleep_is_killed_when_the_program_ends(executor, python_request, processes_of):
+def test_grandchild_sleep_is_killed_when_the_program_ends(executor, python_request, processes_with, marker):
+    seconds = f"1000.{int(marker, 16) % 10**9}"  # a sleep no other process has
     source = (
         "import os, subprocess\n"
-        "subprocess.Popen(['sleep', '1000'], start_new_session=True)\n"
-        "if os.fork() == 0:\n    os.setsid()\n    os.execvp('sleep', ['sleep', '1001'])\n"
-        "print(os.getuid())\n"
+        f"subprocess.Popen(['sleep', '{seconds}'], start_new_session=True)\n"
+        f"if os.fork() == 0:\n    os.setsid()\n    os.execvp('sleep', ['sleep', '{seconds}'])\n"
+        "print('started')\n"
     )
     result = executor.run(python_request(source))
-    assert result.status == "passed"
-    assert processes_of(_uid(result)) == []
+    assert result.status == "passed" and result.stdout == "started\n"
+    assert processes_with(f"sleep {seconds}") == []
 
 
 def test_100_mb_file_is_a_file_size_error(executor, python_request):
@@ -272,7 +271,7 @@ print(json.dumps({"results": results, "root_left": os.path.exists(state.fallback
 """
 
 
-def test_without_namespaces_limits_and_verdicts_still_hold():
+def test_without_namespaces_limits_and_verdicts_still_hold(processes_with):
     done = subprocess.run([sys.executable, "-c", FALLBACK], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
@@ -281,19 +280,8 @@ def test_without_namespaces_limits_and_verdicts_still_hold():
     assert answer["results"][3]["stdout"] == "started\n"
     assert not answer["root_left"]
     # the background sleep shared the execution's process group, which was killed at the end
-    assert not any("sleep 1000.25" in line for line in _all_command_lines())
+    assert processes_with("sleep 1000.25") == []
 
-
-def _all_command_lines() -> list[str]:
-    lines = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    lines.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
-            except OSError:
-                continue
-    return lines
 
 
 def test_nothing_carries_over_between_executions_of_one_worker(python_request):
