@@ -29,6 +29,13 @@ def test_init_writes_a_checkpoint_plain_transformers_loads(tmp_path, capsys):
     assert model.config.vocab_size == len(tokenizer) and tokenizer.eos_token == "<|eos|>"
 
 
+@pytest.mark.slow
+def test_init_refuses_a_preset_larger_than_memory(tmp_path, capsys):
+    assert main(["model", "init", "moe_1t", "--out", str(tmp_path / "big")]) == 2
+    assert "more than half of this machine's" in capsys.readouterr().err
+    assert not (tmp_path / "big").exists()
+
+
 def test_unknown_preset_is_a_clean_error(capsys):
     assert main(["model", "summary", "tinyy"]) == 2
     assert "did you mean" in capsys.readouterr().err.lower()

@@ -59,6 +59,25 @@ def default_tokenizer_texts() -> list[str]:
     return [p.read_text(encoding="utf-8") for p in sorted(root.rglob("*.py"))]
 
 
+def _check_fits(spec: dict, registry) -> None:
+    """Refuse to initialise a preset whose weights would not fit in half of this machine's memory."""
+    import os
+
+    import torch
+    from codemoe.core.errors import CodemoeError
+    from codemoe.core.models.accounting import count_parameters
+
+    total = count_parameters(spec, registry=registry).total
+    need = total * torch.empty(0, dtype=getattr(torch, spec.get("dtype", "float32"))).element_size()
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > memory // 2:
+        raise CodemoeError(
+            f"model preset has {_human(total)} parameters ({need / 2**30:.0f} GiB of weights), more than half of "
+            f"this machine's {memory / 2**30:.0f} GiB: initialise it where it fits, or inspect it with "
+            "'codemoe model summary'"
+        )
+
+
 def _cmd_init(args: argparse.Namespace) -> int:
     import torch
     from codemoe.core.models.build import build_model, default_registry, resolve_spec
@@ -66,10 +85,12 @@ def _cmd_init(args: argparse.Namespace) -> int:
     from codemoe.core.tokenizer import train_tokenizer
 
     spec = resolve_spec(args.preset)
+    registry = default_registry()
+    _check_fits(spec, registry)
     texts = [Path(p).read_text(encoding="utf-8") for p in args.texts] if args.texts else default_tokenizer_texts()
     tokenizer = train_tokenizer(texts, vocab_size=int(spec.get("vocab_size", 1024)))
     torch.manual_seed(args.seed)
-    model = build_model(spec, vocab_size=len(tokenizer), registry=default_registry())
+    model = build_model(spec, vocab_size=len(tokenizer), registry=registry)
     out = save_pretrained(model, tokenizer, args.out)
     print(f"wrote {out} ({sum(p.numel() for p in model.parameters()):,} parameters, vocabulary {len(tokenizer)})")
     return 0
