@@ -80,9 +80,19 @@ class IsolationPlan:
     keep_paths: list[str] = field(default_factory=list)  # interpreter paths re-exposed under hidden dirs
     protections: list[Protection] = field(default_factory=list)
 
-    def clone_flags(self) -> int:
-        """Namespace flags of each execution's ``clone``."""
-        return (linux.CLONE_NEWPID if self.pid_ns else 0) | (linux.CLONE_NEWIPC if self.ipc_ns else 0)
+    def clone_flags(self, network: bool) -> int:
+        """Namespace flags of each execution's ``clone``.
+
+        Without root the worker cannot re-enter the host's network namespace, so it stays there
+        and each execution that must not have the network gets a namespace of its own instead.
+        """
+        flags = (linux.CLONE_NEWPID if self.pid_ns else 0) | (linux.CLONE_NEWIPC if self.ipc_ns else 0)
+        return flags | (linux.CLONE_NEWNET if self.net_per_execution and not network else 0)
+
+    @property
+    def net_per_execution(self) -> bool:
+        """True when network isolation is made per execution (user-namespace mode)."""
+        return self.net_ns and self.user_ns
 
 
 
@@ -109,15 +119,17 @@ def prepare_worker(plan: IsolationPlan) -> WorkerState:
         # well above 0..3, which each execution's stdio and result channel take over
         state.host_net = fcntl.fcntl(opened, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD)
         os.close(opened)
+    worker_net = plan.net_ns and not plan.net_per_execution
     flags = (linux.CLONE_NEWUSER if plan.user_ns else 0) | (linux.CLONE_NEWNS if plan.mount_ns else 0)
-    flags |= (linux.CLONE_NEWNET | linux.CLONE_NEWUTS) if plan.net_ns else 0
+    flags |= (linux.CLONE_NEWUTS if plan.net_ns else 0) | (linux.CLONE_NEWNET if worker_net else 0)
     outer_uid, outer_gid = os.getuid(), os.getgid()
     if flags:
         linux.unshare(flags)
     if plan.user_ns:
         _map_user(outer_uid, outer_gid)
-    if plan.net_ns:
+    if worker_net:
         linux.loopback_up()
+    if plan.net_ns:
         linux.sethostname("sandbox")
     if plan.mount_ns:
         state.tmp_keep = _hold_tmp_paths(plan)
@@ -257,10 +269,10 @@ def finish_execution(plan: IsolationPlan, work: str) -> None:
 
 
 def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) -> None:
-    """In the cloned child, before any untrusted code: own session, user id, no privileges."""
-    if network:
-        if state.host_net is None:
-            raise OSError(errno.EPERM, "limits.network=True needs a worker started as root")
+    """In the cloned child, before any untrusted code: network, own session, user id, no privileges."""
+    if plan.net_per_execution and not network:
+        linux.loopback_up()  # the clone made a fresh network namespace
+    elif network and state.host_net is not None:
         linux.setns(state.host_net, linux.CLONE_NEWNET)
     if state.host_net is not None:
         os.close(state.host_net)

@@ -96,7 +96,7 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
     for fd in streams:
         poller.register(fd, select.EPOLLIN)
     start = time.monotonic()
-    flags = plan.clone_flags()
+    flags = plan.clone_flags(limits.network)
     pid = linux.clone(flags) if flags else os.fork()
     if pid == 0:
         run_in_child(
