@@ -45,6 +45,7 @@ def test_models_and_health(client, server):
     status, health = get(server, "/health")
     assert status == 200 and health["status"] == "ok" and health["routing"] is True
     assert get(server, "/get_model_info")[1]["is_generation"] is True
+    assert get(server, "/health_generate") == (200, {"status": "ok"})
 
 
 def test_completion_equals_the_engine_with_logprobs(client, reference):
