@@ -162,58 +162,12 @@ def run_asserts(request: ExecutionRequest, env: dict[str, str]) -> NoReturn:
     _exit(0)
 
 
-class _PytestReporter:
-    """pytest plugin: per-test outcomes, sent with the nonce when the session finishes."""
-
-    def __init__(self, nonce: str) -> None:
-        self.nonce = nonce
-        self.tests: dict[str, str] = {}
-        self.collect_errors: list[str] = []
-        self.memory = False
-        self._send = _send
-
-    def pytest_collectreport(self, report: Any) -> None:
-        if report.failed:
-            self.tests[report.nodeid or "<collection>"] = "error"
-            self.collect_errors.append(_crash_line(report))
-
-    def pytest_runtest_logreport(self, report: Any) -> None:
-        if report.failed and _crash_line(report).startswith("MemoryError"):
-            self.memory = True
-        if report.when == "call":
-            outcome = report.outcome
-            if hasattr(report, "wasxfail"):
-                outcome = "skipped" if report.skipped else "passed"
-            self.tests[report.nodeid] = outcome
-        elif report.failed:
-            self.tests[report.nodeid] = "error"
-        elif report.skipped:
-            self.tests[report.nodeid] = "skipped"
-
-    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
-        self._send({
-            "kind": "pytest",
-            "nonce": self.nonce,
-            "tests": self.tests,
-            "exitstatus": int(exitstatus),
-            "collect_errors": self.collect_errors[:20],
-            "memory": self.memory,
-        })
-
-
-def _crash_line(report: Any) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    if crash is not None:
-        return str(crash.message).splitlines()[0] if crash.message else ""
-    text = str(report.longrepr or "").strip().splitlines()
-    return text[-1] if text else ""
-
-
 def run_pytest(request: ExecutionRequest, env: dict[str, str]) -> NoReturn:
     """pytest on the work dir (plus the request's arguments), outcomes reported with the nonce."""
     import pytest
+    from codemoe.sandbox.pytest_report import Reporter
 
-    reporter = _PytestReporter(request.nonce)
+    reporter = Reporter(request.nonce, send=_send)
     args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *(request.command or [])]
     try:
         code = pytest.main(args, plugins=[reporter])

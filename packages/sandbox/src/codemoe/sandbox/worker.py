@@ -255,6 +255,7 @@ def _result(
 
 def _warm_up() -> None:
     """Run one empty pytest session here so its lazily imported modules are loaded for every fork."""
+    import codemoe.sandbox.pytest_report  # noqa: F401  (the runner's plugin, loaded once here)
     import pytest
 
     with tempfile.TemporaryDirectory(prefix="codemoe-warm-") as folder:
