@@ -1,5 +1,6 @@
 """codemoe-sandbox installs into an empty virtualenv without torch or any other codemoe package."""
 
+import json
 import subprocess
 import venv
 from pathlib import Path
@@ -27,3 +28,15 @@ def test_sandbox_installs_alone_without_torch(tmp_path: Path):
     out = subprocess.run([python, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["None", "None"]
+
+    # and it runs untrusted code from that environment: a pytest file in the sandbox, as JSON
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_add.py").write_text("def test_add():\n    assert 1 + 1 == 2\n\ndef test_bad():\n    assert 1 == 2\n")
+    run = subprocess.run(
+        [python, "-m", "codemoe.sandbox", "run", str(project), "--runner", "pytest", "--timeout", "60"],
+        capture_output=True, text=True,
+    )
+    result = json.loads(run.stdout)
+    assert result["status"] == "failed", run.stderr
+    assert sorted(result["tests"].values()) == ["failed", "passed"]

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from codemoe.core import Hooks, build_plugin_manager, build_registry, compose, plugin_infos, run_pipeline
 
 DISTRIBUTIONS = {
