@@ -49,6 +49,13 @@ def codemoe_register_components(registry) -> None:
         "codemoe.core.moe.dispatch:LocalDispatcherConfig",
         summary="group (token, expert) assignments by expert within one process",
     )
+    registry.register(
+        "dispatcher",
+        "all_to_all",
+        "codemoe.core.moe.expert_parallel:build_all_to_all_dispatcher",
+        "codemoe.core.moe.expert_parallel:AllToAllDispatcherConfig",
+        summary="expert parallelism: rows exchanged by all-to-all with the ranks holding their experts",
+    )
 
 
 @hookimpl

@@ -15,6 +15,7 @@ from codemoe.core.moe.capacity import DROP_POLICIES, apply_capacity, capacity
 from codemoe.core.moe.capture import RoutingRecord, capture_routing, replay_routing
 from codemoe.core.moe.collapse import CollapseConfig, CollapseDetector, CollapseWarning, RouterCollapse
 from codemoe.core.moe.dispatch import Dispatched, LocalDispatcher
+from codemoe.core.moe.expert_parallel import AllToAllDispatcher
 from codemoe.core.moe.experts import Experts, GroupedExperts, LoopExperts, TorchGroupedMMExperts
 from codemoe.core.moe.freezing import PHASES, parameter_groups, set_trainable
 from codemoe.core.moe.metrics import LayerStats, RoutingStats
@@ -26,6 +27,7 @@ __all__ = [
     "DROP_POLICIES",
     "PHASES",
     "UNROUTED",
+    "AllToAllDispatcher",
     "CollapseConfig",
     "CollapseDetector",
     "CollapseWarning",

@@ -12,6 +12,7 @@ change.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -26,6 +27,7 @@ class Dispatched:
     rows: torch.Tensor  # [S] int64 row of ``tokens`` for each assignment, grouped by expert
     counts: list[int]  # [E] assignments per expert (a host list: per-expert matmuls slice by it)
     weights: torch.Tensor  # [S] combine weight of each assignment
+    context: Any = None  # what the dispatcher's combine needs to send outputs back
 
 
 @dataclass

@@ -1,0 +1,116 @@
+"""Expert parallelism: experts sharded over ranks, tokens exchanged with all-to-all.
+
+With ``W`` ranks in the expert-parallel group and ``E = W · E_local`` experts, rank ``r`` holds
+experts ``[r · E_local, (r + 1) · E_local)`` (its experts module has ``E_local`` experts). Each
+rank routes its own tokens, sends every (token, expert) row to the rank holding that expert,
+runs its local experts on what it receives, and sends the outputs back, where they are summed
+per token. Both exchanges are differentiable: gradients travel the reverse way. Communication is
+the scaling bottleneck of MoE training, so the dispatcher counts what it sends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from codemoe.core.moe.dispatch import Dispatched
+
+__all__ = ["AllToAllDispatcher", "AllToAllDispatcherConfig"]
+
+
+class _AllToAll(torch.autograd.Function):
+    """``all_to_all_single`` with row splits; backward sends the gradients back the same way."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, send: list[int], recv: list[int], group: Any) -> torch.Tensor:
+        ctx.send, ctx.recv, ctx.group = send, recv, group
+        out = x.new_empty(sum(recv), *x.shape[1:])
+        dist.all_to_all_single(out, x.contiguous(), recv, send, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        back = grad.new_empty(sum(ctx.send), *grad.shape[1:])
+        dist.all_to_all_single(back, grad.contiguous(), ctx.send, ctx.recv, group=ctx.group)
+        return back, None, None, None
+
+
+@dataclass
+class AllToAllDispatcherConfig:
+    """Expert parallelism over the default process group (every rank holds an equal share of experts)."""
+
+
+@dataclass
+class _Context:
+    source: torch.Tensor  # [S_sent] token each sent row came from
+    send: list[int]  # rows sent to each rank
+    recv: list[int]  # rows received from each rank
+    order: torch.Tensor  # [N_recv] received rows in local-expert order
+
+
+class AllToAllDispatcher:
+    """Send rows to the ranks that hold their experts; bring the outputs back."""
+
+    def __init__(self, config: AllToAllDispatcherConfig | None = None, group: Any = None) -> None:
+        self.config = config or AllToAllDispatcherConfig()
+        self.group = group
+        self.sent_rows = 0
+        self.sent_bytes = 0
+
+    def communication(self) -> dict[str, int]:
+        """Rows and bytes this rank sent (dispatch and combine) since the last call; resets them."""
+        out = {"rows": self.sent_rows, "bytes": self.sent_bytes}
+        self.sent_rows = self.sent_bytes = 0
+        return out
+
+    def _count(self, rows: torch.Tensor, split: list[int], rank: int) -> None:
+        """Add the rows that leave this rank (its own slice stays local) to the tallies."""
+        remote = sum(split) - split[rank]
+        self.sent_rows += remote
+        self.sent_bytes += remote * math.prod(rows.shape[1:]) * rows.element_size()
+
+    def dispatch(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, num_experts: int) -> Dispatched:
+        """Exchange the rows of ``x [T, H]`` by expert ``indices [T, k]``; ``num_experts`` is E_local."""
+        world, rank = dist.get_world_size(self.group), dist.get_rank(self.group)
+        total = num_experts * world
+        k = indices.shape[-1]
+        flat = indices.reshape(-1)
+        keys = torch.where(flat < 0, torch.full_like(flat, total), flat)
+        order = torch.argsort(keys, stable=True)
+        per_expert = torch.bincount(keys, minlength=total + 1)[:total]  # [E] rows this rank sends per expert
+        order = order[: int(per_expert.sum())]
+        incoming = torch.empty_like(per_expert)
+        dist.all_to_all_single(incoming, per_expert, group=self.group)  # [W · E_local]: per source, per local expert
+        send = per_expert.view(world, num_experts).sum(1).tolist()
+        recv = incoming.view(world, num_experts).sum(1).tolist()
+        source = order // k
+        rows = _AllToAll.apply(x.index_select(0, source), send, recv, self.group)
+        row_weights = _AllToAll.apply(weights.reshape(-1).index_select(0, order), send, recv, self.group)
+        self._count(rows, send, rank)
+        # Received rows come grouped by source rank, then local expert: regroup by local expert.
+        local_expert = torch.repeat_interleave(
+            torch.arange(num_experts, device=x.device).repeat(world), incoming.to(x.device)
+        )
+        regroup = torch.argsort(local_expert, stable=True)
+        return Dispatched(
+            tokens=rows,
+            rows=regroup,
+            counts=incoming.view(world, num_experts).sum(0).tolist(),
+            weights=row_weights.index_select(0, regroup),
+            context=_Context(source=source, send=send, recv=recv, order=regroup),
+        )
+
+    def combine(self, out: torch.Tensor, dispatched: Dispatched, num_tokens: int) -> torch.Tensor:
+        """Send the experts' outputs ``[N_recv, H]`` back and sum them per token: ``[T, H]``."""
+        ctx: _Context = dispatched.context
+        back = _AllToAll.apply(out, ctx.recv, ctx.send, self.group)  # [S_sent, H] in send order
+        self._count(out, ctx.recv, dist.get_rank(self.group))
+        return back.new_zeros(num_tokens, back.shape[-1]).index_add(0, ctx.source, back)
+
+
+def build_all_to_all_dispatcher(config: AllToAllDispatcherConfig) -> AllToAllDispatcher:
+    """Expert parallelism: all-to-all exchange of rows with the ranks that hold their experts."""
+    return AllToAllDispatcher(config)
