@@ -264,3 +264,18 @@ def test_a_failing_step_ends_every_request_in_flight(codemoe_model, tokenizer, m
     monkeypatch.undo()
     assert engine.health()["running"] == 0
     assert len(engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=3))[0].samples) == 1  # serves again
+
+
+def test_cancel_ends_running_and_waiting_prompts(codemoe_model, tokenizer):
+    engine = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(max_batch_size=2))
+    params = SamplingParams(n=2, max_new_tokens=50, ignore_eos=True)
+    ids = engine.encode(PROMPTS[0])
+    running, waiting = engine.submit(ids, params), engine.submit(ids, params, prompt_index=1)
+    engine.step()  # prefill draws the first token, then one decode: 2 tokens
+    engine.step()  # 3 tokens; the second prompt still waits for slots
+    engine.cancel(running + waiting)
+    first, second = engine.collect(ids, running), engine.collect(ids, waiting)
+    assert [s.finish_reason for s in first.samples] == ["abort", "abort"]
+    assert [len(s.token_ids) for s in first.samples] == [3, 3]
+    assert [s.token_ids for s in second.samples] == [[], []]
+    assert engine.health()["running"] == 0 and engine.health()["waiting"] == 0

@@ -211,3 +211,21 @@ def test_streaming_with_a_stop_string_never_sends_the_stop_string(client):
     streamed = "".join(c.choices[0].text for c in client.completions.create(stream=True, stop=[stop], **kwargs))
     assert whole.finish_reason == "stop" and whole.text == free[: free.find(stop)]
     assert streamed == whole.text
+
+
+def test_a_client_that_leaves_mid_stream_stops_its_generation(server):
+    import socket
+    import time
+
+    body = json.dumps({"model": "tiny-moe", "prompt": "x", "max_tokens": 200, "stream": True, "ignore_eos": True})
+    host, port = server.httpd.server_address[:2]
+    with socket.create_connection((host, port), timeout=30) as sock:
+        request = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+        sock.sendall(request.encode())
+        received = b""
+        while b"data: " not in received:  # generation is running
+            received += sock.recv(4096)
+    deadline = time.monotonic() + 30
+    while get(server, "/health")[1]["running"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert get(server, "/health")[1]["running"] == 0

@@ -80,7 +80,7 @@ class Sample:
     token_ids: list[int]
     text: str
     logprobs: list[float]
-    finish_reason: str  # "stop" (end-of-sequence token or stop string) or "length"
+    finish_reason: str  # "stop" (end-of-sequence token or stop string), "length", or "abort" (cancelled)
     routing: Any = None
 
 

@@ -62,7 +62,7 @@ class TokenEvent:
     finish_reason: str | None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Sequence:
     """One sample in flight; it occupies suffix slot ``engine._active.index(self)``."""
 
@@ -77,7 +77,7 @@ class _Sequence:
     finish_reason: str | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Group:
     """One prompt with the samples it still owes."""
 
@@ -196,6 +196,21 @@ class EmbeddedEngine:
         for group in parts:
             self.wait(group)
         return self._output(prompt_ids, parts)
+
+    def cancel(self, parts: list[_Group]) -> None:
+        """Stop a submitted prompt (a client went away): its samples end with finish_reason ``"abort"``."""
+        with self._lock:
+            for group in parts:
+                if any(g is group for g in self._waiting):
+                    self._waiting = deque(g for g in self._waiting if g is not group)
+                    for member, (index, key) in enumerate(zip(group.sample_indices, group.keys)):
+                        group.finished.append(_Sequence(group, index, member, key, 0, finish_reason="abort"))
+                    group.done.set()
+                running = [s for s in self._active if s.group is group]
+                for seq in running:
+                    seq.finish_reason = "abort"
+                if running:
+                    self._retire(running)
 
     def update_weights(self, state_dict: dict[str, Any] | None = None, path: str | None = None) -> None:
         """Load new weights, between two steps; requests in flight continue with them."""

@@ -157,19 +157,26 @@ class ServingApp:
     def _stream(self, prepared: _Prepared) -> Iterator[tuple[int, TokenEvent]]:
         """(prompt index, token event) as the engine produces them, until every sample ends."""
         events: queue.Queue[tuple[int, TokenEvent]] = queue.Queue()
-        for i, ids in enumerate(prepared.prompts):
-            self.engine.submit(
+        parts = [
+            group
+            for i, ids in enumerate(prepared.prompts)
+            for group in self.engine.submit(
                 ids, prepared.params, seed=prepared.seed, prompt_index=i, on_token=lambda e, i=i: events.put((i, e))
             )
+        ]
         remaining = len(prepared.prompts) * prepared.params.n
-        while remaining:
-            try:
-                item = events.get(timeout=0.01)
-            except queue.Empty:
-                self.engine.step()
-                continue
-            remaining -= item[1].finish_reason is not None
-            yield item
+        try:
+            while remaining:
+                try:
+                    item = events.get(timeout=0.01)
+                except queue.Empty:
+                    self.engine.step()
+                    continue
+                remaining -= item[1].finish_reason is not None
+                yield item
+        finally:
+            if remaining:  # the client went away mid-stream: stop generating for it
+                self.engine.cancel(parts)
 
     def _token_text(self, token: int) -> str:
         return self.engine.tokenizer.decode([token]) if self.engine.tokenizer is not None else ""

@@ -77,9 +77,16 @@ class _Handler(BaseHTTPRequestHandler):
             for event in events:
                 self._chunk(f"data: {event}\n\n".encode())
             self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
         except HttpError as exc:
             self._chunk(f"data: {json.dumps(exc.body())}\n\n".encode())
-        self._chunk(b"")
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client left; closing the events cancels its generation
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
