@@ -2,9 +2,12 @@
 executions enter them.
 
 The work is split by cost. Once per worker (:func:`prepare_worker`): a private mount namespace in
-which the whole file system is read-only, ``/root`` and ``/home`` are hidden except the
-interpreter's own paths, and ``/proc`` only shows a user's own processes; a network namespace with
-loopback only; a fixed host name. Per execution (:func:`prepare_execution`, :func:`enter`): a
+which the whole file system is read-only, every directory outside the system ones
+(``SYSTEM_ROOTS``: ``/usr``, ``/etc``, ``/lib*``, ...) is hidden under an empty tmpfs, and so are
+the caller's working directory, the codemoe checkout and the deployment's ``hide_paths`` wherever
+they are; only the interpreter's own paths (and the deployment's ``expose_paths``) are bound back,
+read-only; ``/proc`` only shows a user's own processes; a network namespace with loopback only; a
+fixed host name. Per execution (:func:`prepare_execution`, :func:`enter`): a
 fresh tmpfs on ``/tmp`` (holding the work dir) and ``/dev/shm``; a ``clone`` into new PID and IPC
 namespaces, so the execution is PID 1 of its namespace and every descendant dies with it; and,
 when the worker is root, a user id of its own (``BASE_UID`` + worker PID), so the process limit
@@ -33,11 +36,15 @@ from codemoe.sandbox import linux
 
 __all__ = [
     "BASE_UID",
+    "SYSTEM_ROOTS",
     "WORK_DIR",
     "IsolationPlan",
     "Protection",
+    "checkout_root",
+    "default_hidden_paths",
     "enter",
     "finish_execution",
+    "interpreter_paths",
     "prepare_execution",
     "prepare_worker",
     "probe",
@@ -46,8 +53,16 @@ __all__ = [
 
 WORK_DIR = "/tmp/work"  # where the request's files are laid out, inside the private /tmp
 BASE_UID = 1_000_000  # executions run as BASE_UID + the worker's PID when the worker is root
-HIDDEN_DIRS = ("/root", "/home")  # home directories: where host secrets usually live
+HIDDEN_DIRS = ("/root", "/home")  # home directories: hidden even when hiding the rest fails
 PRIVATE_TMP = "/tmp"  # replaced by a fresh tmpfs for every execution
+# What an execution may see of the host (read-only): programs, libraries, configuration, pseudo file
+# systems, and /nix, whose store holds the libraries of interpreters built there. Every other
+# top-level directory (/work, /opt, /var, /run, /srv, /mnt, ...) is hidden.
+SYSTEM_ROOTS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc", "/nix",
+                "/proc", "/sys", "/dev", PRIVATE_TMP)
+# /etc entries that may link into a hidden directory (/run, /var) and that programs read
+_ETC_LINKS = ("/etc/resolv.conf", "/etc/hosts", "/etc/localtime", "/etc/mtab")
+_HIDDEN_MODE = 0o711  # hidden dirs and the folders leading to bound-back paths: enter, not list
 _PSEUDO_FS = ("/proc", "/sys", "/dev")  # mounts that need not (and sometimes cannot) be remounted
 _TMPFS_FLAGS = linux.MS_NOSUID | linux.MS_NODEV
 _HIGH_FD = 64
@@ -73,11 +88,14 @@ class IsolationPlan:
     user_ns: bool = False  # not root: a user namespace maps the worker's user to root inside
     pid_ns: bool = False  # each execution is PID 1 of its own PID namespace
     net_ns: bool = False  # the worker's network namespace has loopback only
-    mount_ns: bool = False  # read-only file system, private tmpfs /tmp, hidden home dirs
+    mount_ns: bool = False  # read-only file system, private tmpfs /tmp, hidden host directories
+    hide_all: bool = False  # everything outside SYSTEM_ROOTS hidden (else only HIDDEN_DIRS + hidden_paths)
     ipc_ns: bool = False  # each execution has its own System V IPC
     hide_processes: bool = False  # /proc shows an execution only its own processes (hidepid=2)
     drop_uid: bool = False  # root: executions run as BASE_UID + worker PID
-    keep_paths: list[str] = field(default_factory=list)  # interpreter paths re-exposed under hidden dirs
+    hidden_paths: list[str] = field(default_factory=list)  # also hidden: caller's cwd, checkout, hide_paths
+    keep_paths: list[str] = field(default_factory=list)  # interpreter and exposed paths, bound back read-only
+    refused: list[str] = field(default_factory=list)  # asked-for hidden paths that cannot be hidden, and why
     protections: list[Protection] = field(default_factory=list)
 
     def clone_flags(self, network: bool) -> int:
@@ -154,19 +172,75 @@ def _map_user(outer_uid: int, outer_gid: int) -> None:
 
 
 def _read_only_filesystem(plan: IsolationPlan) -> None:
-    """Everything read-only, home dirs hidden, a /proc that hides other users' processes."""
+    """Everything read-only, host directories hidden, a /proc that hides other users' processes."""
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)  # nothing propagates to the host
     points = linux.mount_points()
-    keep = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in plan.keep_paths}
+    keep = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in plan.keep_paths if os.path.isdir(path)}
     for target, flags in points:
         _remount_read_only(target, flags)
     if plan.hide_processes:
         linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "hidepid=2")
-    for hidden in HIDDEN_DIRS:
-        if os.path.isdir(hidden):
-            _hide(hidden, {p: fd for p, fd in keep.items() if _is_under(p, hidden)}, points)
-    for fd in keep.values():
-        os.close(fd)
+    try:
+        _hide_and_keep(hidden_roots(plan), keep, points)
+    finally:
+        for fd in keep.values():
+            os.close(fd)
+
+
+def hidden_roots(plan: IsolationPlan) -> list[str]:
+    """The directories covered by an empty tmpfs in the worker's mount namespace."""
+    roots = {*HIDDEN_DIRS, *plan.hidden_paths}
+    if plan.hide_all:
+        for entry in os.scandir("/"):
+            if entry.is_dir(follow_symlinks=False) and entry.path not in SYSTEM_ROOTS:
+                roots.add(entry.path)
+    return sorted(p for p in roots if os.path.isdir(p))
+
+
+def _hide_and_keep(hidden: list[str], keep: dict[str, int], points: list[tuple[str, int]]) -> None:
+    """An empty tmpfs over every ``hidden`` dir, then each ``keep`` path under one bound back.
+
+    Parents go first, and at one path a bind goes before a tmpfs: so a hidden path under a kept
+    one (a ``hide_paths`` entry inside a virtualenv) is hidden again, and a kept path under a
+    hidden one (the virtualenv inside the hidden checkout) is bound back, at any depth. A step that
+    would change nothing (hiding what is hidden already, binding what is visible) is skipped.
+    """
+    steps = sorted([(p, False) for p in keep] + [(p, True) for p in hidden],
+                   key=lambda step: (Path(step[0]).parts, step[1]))
+    done: list[tuple[str, bool]] = []
+    covered = []
+    for path, hide in steps:
+        if _hidden_now(path, done) == hide or (hide and not os.path.isdir(path)):
+            continue
+        if hide:
+            linux.mount("tmpfs", path, "tmpfs", _TMPFS_FLAGS, f"size=1m,mode={_HIDDEN_MODE:o}")
+            covered.append(path)
+        else:
+            _make_dirs(path)
+            _bind_back(path, keep[path], _flags_at(path, points))
+        done.append((path, hide))
+    for path in covered:
+        _remount_read_only(path, _TMPFS_FLAGS)
+
+
+def _hidden_now(path: str, done: list[tuple[str, bool]]) -> bool:
+    """Whether ``path`` is under a tmpfs after the steps ``done``: the deepest one above it decides."""
+    best, hidden = "", False
+    for step_path, hide in done:
+        if _is_under(path, step_path) and len(step_path) >= len(best):
+            best, hidden = step_path, hide
+    return hidden
+
+
+def _make_dirs(path: str) -> None:
+    """Create ``path`` and the folders leading to it (in a tmpfs), each enterable but not listable."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        os.mkdir(folder, _HIDDEN_MODE)
+        os.chmod(folder, _HIDDEN_MODE)
 
 
 def _remount_read_only(target: str, flags: int) -> None:
@@ -187,8 +261,9 @@ def _hold_tmp_paths(plan: IsolationPlan) -> dict[str, tuple[int, int]]:
     """
     points = linux.mount_points()
     held = {}
-    for path in plan.keep_paths:
-        if _is_under(path, PRIVATE_TMP):
+    under_tmp = [p for p in plan.keep_paths if _is_under(p, PRIVATE_TMP)]
+    for path in under_tmp:
+        if not any(q != path and _is_under(path, q) for q in under_tmp):
             opened = os.open(path, os.O_PATH | os.O_CLOEXEC)
             held[path] = (fcntl.fcntl(opened, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD), _flags_at(path, points))
             os.close(opened)
@@ -196,18 +271,9 @@ def _hold_tmp_paths(plan: IsolationPlan) -> dict[str, tuple[int, int]]:
 
 
 def _bind_back(path: str, fd: int, flags: int) -> None:
-    """Bind what ``fd`` refers to at ``path``, read-only."""
-    os.makedirs(path, exist_ok=True)
+    """Bind what ``fd`` refers to at ``path`` (an existing folder), read-only."""
     linux.mount(f"/proc/self/fd/{fd}", path, None, linux.MS_BIND | linux.MS_REC)
     _remount_read_only(path, flags)
-
-
-def _hide(hidden: str, keep: dict[str, int], points: list[tuple[str, int]]) -> None:
-    """An empty read-only tmpfs over ``hidden``, with the ``keep`` paths bound back read-only."""
-    linux.mount("tmpfs", hidden, "tmpfs", _TMPFS_FLAGS, "size=1m,mode=0755")
-    for path, fd in sorted(keep.items()):
-        _bind_back(path, fd, _flags_at(path, points))
-    _remount_read_only(hidden, _TMPFS_FLAGS)
 
 
 def _flags_at(path: str, points: list[tuple[str, int]]) -> int:
@@ -224,14 +290,45 @@ def _is_under(path: str, parent: str) -> bool:
 
 
 def interpreter_paths() -> list[str]:
-    """Directories the sandboxed interpreter must still read where home dirs and /tmp are replaced."""
+    """Directories the sandboxed interpreter must still read: its prefixes, its standard library
+    and site-packages, every ``sys.path`` entry (editable installs' source folders among them), and
+    the folders of the ``/etc`` links programs follow (DNS, time zone).
+    """
     candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)}
     candidates.update(sysconfig.get_paths().values())
     candidates.update(p for p in sys.path if p)
+    candidates.update(os.path.dirname(os.path.realpath(p)) for p in _ETC_LINKS if os.path.islink(p))
     real = {os.path.realpath(p) for p in candidates if os.path.isdir(p)}
     real.add(os.path.dirname(os.path.realpath(sys.executable)))
-    keep = [p for p in real if any(_is_under(p, h) for h in (*HIDDEN_DIRS, PRIVATE_TMP))]
-    return sorted(p for p in keep if not any(q != p and _is_under(p, q) for q in keep))
+    return sorted(p for p in real if p != "/")
+
+
+def checkout_root() -> str | None:
+    """The codemoe checkout this package runs from (the folder holding ``registry/``), if any."""
+    for folder in Path(__file__).resolve().parents:
+        if (folder / "registry").is_dir() and (folder / "packages").is_dir():
+            return str(folder)
+    return None
+
+
+def default_hidden_paths(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """What every worker hides besides the non-system directories: the caller's working directory,
+    the codemoe checkout (its registry holds hidden tests) and the deployment's ``extra`` paths.
+    """
+    paths = [os.getcwd(), checkout_root(), *extra]
+    return sorted({os.path.realpath(p) for p in paths if p})
+
+
+def _hideable(path: str) -> str:
+    """Why ``path`` cannot be hidden ("" when it can): hiding it would hide what programs need."""
+    if not os.path.isdir(path):
+        return "not a directory"
+    for system in SYSTEM_ROOTS:
+        if _is_under(system, path):
+            return f"it holds {system}"
+        if system in (*_PSEUDO_FS, PRIVATE_TMP) and _is_under(path, system):
+            return f"{system} is {'private to each execution' if system == PRIVATE_TMP else 'not storage'}"
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,6 +342,7 @@ def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int) -> 
     if plan.mount_ns:
         linux.mount("tmpfs", PRIVATE_TMP, "tmpfs", _TMPFS_FLAGS, f"size={disk_mb}m,mode=1777")
         for path, (fd, flags) in state.tmp_keep.items():
+            os.makedirs(path, exist_ok=True)
             _bind_back(path, fd, flags)
         if os.path.isdir("/dev/shm"):
             linux.mount("tmpfs", "/dev/shm", "tmpfs", _TMPFS_FLAGS, f"size={disk_mb}m,mode=1777")
@@ -327,6 +425,7 @@ def _probe_step(step: str, plan: IsolationPlan, outer_uid: int, outer_gid: int) 
     elif step == "mount":
         _read_only_filesystem(plan)
         linux.mount("tmpfs", "/tmp", "tmpfs", _TMPFS_FLAGS, "size=1m,mode=1777")
+        _interpreter_starts()
     elif step == "uid":
         _read_only_filesystem(plan)
         os.setresgid(BASE_UID, BASE_UID, BASE_UID)
@@ -334,13 +433,32 @@ def _probe_step(step: str, plan: IsolationPlan, outer_uid: int, outer_gid: int) 
         os.listdir(os.path.dirname(os.path.realpath(sys.executable)))
 
 
-def probe() -> IsolationPlan:
-    """Find out which protections work here; the result is every execution's plan."""
+def _interpreter_starts() -> None:
+    """Start a fresh interpreter with its site-packages, as ``python main.py`` would; raise if it fails."""
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-c", "import site, encodings"],
+                         {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    _, status = os.waitpid(pid, 0)
+    if status:
+        raise OSError(f"the interpreter does not start with these directories hidden (status {status})")
+
+
+def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str, ...] = ()) -> IsolationPlan:
+    """Find out which protections work here; the result is every execution's plan.
+
+    ``hide``: directories to hide besides everything outside ``SYSTEM_ROOTS`` (see
+    :func:`default_hidden_paths`); ``expose``: directories executions may still read.
+    """
     plan = IsolationPlan()
+    for path in sorted({os.path.realpath(p) for p in hide}):
+        why = _hideable(path)
+        if why:
+            plan.refused.append(f"{path} ({why})")
+        else:
+            plan.hidden_paths.append(path)
     found: list[Protection] = []
     root = os.geteuid() == 0
     unavailable = "needs root or an unprivileged user namespace"
-    error_pid = error_net = error_mount = error_ipc = error_proc = error_uid = unavailable
+    error_pid = error_net = error_mount = error_ipc = error_proc = error_uid = error_hide_all = unavailable
     if not root:
         error_user = _try_in_child(linux.CLONE_NEWUSER, plan, "")
         plan.user_ns = not error_user
@@ -354,8 +472,12 @@ def probe() -> IsolationPlan:
         error_net = _try_in_child(base | linux.CLONE_NEWNET | linux.CLONE_NEWUTS, plan, "net")
         error_ipc = _try_in_child(base | linux.CLONE_NEWIPC, plan, "")
         plan.pid_ns, plan.net_ns, plan.ipc_ns = not error_pid, not error_net, not error_ipc
-        plan.keep_paths = interpreter_paths()
+        plan.keep_paths = sorted({*interpreter_paths(), *(os.path.realpath(p) for p in expose)})
+        plan.hide_all = True
         error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount")
+        if error_mount:  # e.g. the interpreter needs a hidden directory: hide only the named ones
+            plan.hide_all, error_hide_all = False, error_mount
+            error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount")
         plan.mount_ns = not error_mount
         error_proc = error_uid = "needs a mount namespace"
     if plan.mount_ns:
@@ -373,9 +495,10 @@ def probe() -> IsolationPlan:
         Protection("network namespace", plan.net_ns, "no network but loopback" if plan.net_ns else
                    f"unavailable ({error_net}); THE HOST NETWORK IS REACHABLE"),
         Protection("mount namespace", plan.mount_ns, "file system read-only except a private tmpfs /tmp "
-                   f"holding the work dir; {', '.join(HIDDEN_DIRS)} hidden" if plan.mount_ns else
+                   "holding the work dir" if plan.mount_ns else
                    f"unavailable ({error_mount}); the program sees and may write the host file system as "
                    "far as its user may"),
+        _hiding_protection(plan, error_mount, error_hide_all),
         Protection("private /proc", plan.hide_processes, "/proc (hidepid=2) shows an execution only its own "
                    "processes" if plan.hide_processes else f"unavailable ({error_proc}); other processes' "
                    "command lines are visible"),
@@ -387,6 +510,22 @@ def probe() -> IsolationPlan:
     found += _limits_protections(plan, root)
     plan.protections = found
     return plan
+
+
+def _hiding_protection(plan: IsolationPlan, error_mount: str, error_hide_all: str) -> Protection:
+    """Which host directories executions cannot see."""
+    if not plan.mount_ns:
+        return Protection("hidden host files", False, f"unavailable ({error_mount}); programs can read every "
+                          "file their user may, hidden tests and the caller's checkout included")
+    named = ", ".join([*HIDDEN_DIRS, *plan.hidden_paths])
+    refused = f"; not hidden: {', '.join(plan.refused)}" if plan.refused else ""
+    if plan.hide_all:
+        detail = (f"everything outside {', '.join(SYSTEM_ROOTS)} hidden, and {named}; "
+                  f"{len(plan.keep_paths)} interpreter paths bound back read-only{refused}")
+    else:
+        detail = (f"only {named} hidden: hiding everything outside the system directories failed "
+                  f"({error_hide_all}){refused}")
+    return Protection("hidden host files", plan.hide_all, detail)
 
 
 def _limits_protections(plan: IsolationPlan, root: bool) -> list[Protection]:

@@ -2,13 +2,17 @@
 
 Each worker is a fresh ``python -m codemoe.sandbox.worker`` process (never a fork of the caller,
 so a large trainer process does not make the workers large), started with a scrubbed environment.
-A request goes to an idle worker, which clones an isolated child for it; ``run_batch`` keeps every
+Each worker hides every host directory
+an execution has no business seeing (:mod:`codemoe.sandbox.isolation`): what is outside the system
+directories, the caller's working directory, the codemoe checkout and ``hide_paths``. A request
+goes to an idle worker, which clones an isolated child for it; ``run_batch`` keeps every
 worker busy. A worker that dies is replaced and its request answered with status ``error``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import queue
 import subprocess
@@ -22,6 +26,7 @@ from typing import Any
 from codemoe.sandbox import wire
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, new_nonce
 from codemoe.sandbox.errors import SandboxError
+from codemoe.sandbox.isolation import default_hidden_paths
 
 __all__ = ["LocalExecutor", "LocalExecutorConfig", "build_local_executor", "default_workers"]
 
@@ -32,11 +37,19 @@ class LocalExecutorConfig:
 
     workers: int = 0  # warm workers, i.e. executions at once; 0 means one per CPU
     start_timeout_s: float = 60.0  # how long a worker may take to start and warm up
+    # directories executions must not see, besides everything outside the system directories
+    # (/usr, /etc, /lib*, ...), the caller's working directory and the codemoe checkout, which are
+    # always hidden; for data directories under a system directory, e.g. /usr/local/share/data
+    hide_paths: list[str] = dataclasses.field(default_factory=list)
+    # directories executions may still read (read-only) although they would be hidden, e.g. a
+    # shared library folder under /opt that programs load
+    expose_paths: list[str] = dataclasses.field(default_factory=list)
 
 
 def build_local_executor(config: LocalExecutorConfig) -> LocalExecutor:
     """Factory of the ``local`` executor."""
-    return LocalExecutor(workers=config.workers, start_timeout_s=config.start_timeout_s)
+    return LocalExecutor(workers=config.workers, start_timeout_s=config.start_timeout_s,
+                         hide_paths=config.hide_paths, expose_paths=config.expose_paths)
 
 
 def default_workers() -> int:
@@ -64,9 +77,9 @@ def _worker_env() -> dict[str, str]:
 class _Worker:
     """One worker process and its pipes; used by one thread at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, paths: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-s", "-m", "codemoe.sandbox.worker"],
+            [sys.executable, "-s", "-m", "codemoe.sandbox.worker", paths],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=_worker_env(),
@@ -126,14 +139,23 @@ class LocalExecutor:
     'passed'
     """
 
-    def __init__(self, workers: int = 0, *, start_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        workers: int = 0,
+        *,
+        start_timeout_s: float = 60.0,
+        hide_paths: list[str] | tuple[str, ...] = (),
+        expose_paths: list[str] | tuple[str, ...] = (),
+    ) -> None:
         self.size = workers or default_workers()
         self.start_timeout_s = start_timeout_s
+        # fixed now: the caller's working directory when the executor is made is the one hidden
+        self._paths = json.dumps({"hide": default_hidden_paths(hide_paths), "expose": list(expose_paths)})
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
-        started = [_Worker() for _ in range(self.size)]
+        started = [_Worker(self._paths) for _ in range(self.size)]
         try:
             for worker in started:
                 worker.wait_ready(start_timeout_s)
@@ -177,7 +199,7 @@ class LocalExecutor:
 
     def _replace(self, worker: _Worker) -> _Worker:
         worker.stop()
-        fresh = _Worker()
+        fresh = _Worker(self._paths)
         fresh.wait_ready(self.start_timeout_s)
         with self._lock:
             self._all[self._all.index(worker)] = fresh

@@ -1,6 +1,6 @@
 """The warm worker: fork servers with the interpreter, common modules and pytest loaded.
 
-``python -m codemoe.sandbox.worker`` probes the protections once, forks a second fork server that
+``python -m codemoe.sandbox.worker [PATHS_JSON]`` probes the protections once, forks a second fork server that
 imports pytest and warms it up with one empty session (``pytest`` runs go there, so everything
 else forks from a leaner process), says it is ready, then serves one execution at a time: it
 reads a request from its standard input, clones an isolated child for it
@@ -349,8 +349,14 @@ def _start_pytest_zygote(plan: IsolationPlan) -> _Zygote:
     return _Zygote(pid, to_child, from_child)
 
 
-def main() -> int:
-    """Serve executions over stdin/stdout until stdin closes."""
+def main(argv: list[str] | None = None) -> int:
+    """Serve executions over stdin/stdout until stdin closes.
+
+    ``argv``: one optional JSON object ``{"hide": [...], "expose": [...]}``, the directories to hide
+    besides the non-system ones and those executions may still read (see :func:`probe`).
+    """
+    args = sys.argv[1:] if argv is None else argv
+    paths = json.loads(args[0]) if args else {}
     sys.dont_write_bytecode = True
     control_in, control_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -358,7 +364,7 @@ def main() -> int:
     os.dup2(devnull, 1)
     os.close(devnull)
     stdio_objects()
-    plan = probe()
+    plan = probe(hide=paths.get("hide", ()), expose=paths.get("expose", ()))
     pytest_zygote = _start_pytest_zygote(plan)
     for name in PRELOAD:
         importlib.import_module(name)
