@@ -206,16 +206,18 @@ class ServingApp:
         if req.stream:
             return 200, self._stream_completions(prepared, head, req)
         outputs = self._run(prepared)
-        choices = [
-            {
-                "index": i * params.n + j,
-                "text": sample.text,
-                "finish_reason": sample.finish_reason,
-                "logprobs": self._completion_logprobs(sample, req) if req.logprobs is not None else None,
-            }
-            for i, out in enumerate(outputs)
-            for j, sample in enumerate(out.samples)
-        ]
+        choices = []
+        for i, out in enumerate(outputs):
+            for j, sample in enumerate(out.samples):
+                choice = {
+                    "index": i * params.n + j,
+                    "text": sample.text,
+                    "finish_reason": sample.finish_reason,
+                    "logprobs": self._completion_logprobs(sample, req) if req.logprobs is not None else None,
+                }
+                if req.return_token_ids:
+                    choice.update(prompt_token_ids=out.prompt_token_ids, token_ids=sample.token_ids)
+                choices.append(choice)
         return 200, {**head, "choices": choices, "usage": self._usage(outputs)}
 
     def _completion_logprobs(self, sample: Sample, req: CompletionRequest) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class CompletionRequest(_Sampling):
     logprobs: int | None = Field(None, ge=0, le=1)  # only the sampled token's log-prob is served
     echo: Literal[False] = False
     return_tokens_as_token_ids: bool = False  # extension: tokens as "token_id:<id>" in logprobs
+    return_token_ids: bool = False  # extension: prompt_token_ids and token_ids on each choice
 
 
 class ChatMessage(_Request):

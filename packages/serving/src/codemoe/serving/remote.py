@@ -1,7 +1,7 @@
 """Remote engines: drive an HTTP server (``codemoe serve``, SGLang, any OpenAI-compatible one).
 
-- ``openai``: ``/v1/completions`` with ``logprobs`` and ``return_tokens_as_token_ids`` (served by
-  codemoe and vLLM); weights through ``/update_weights_from_disk`` where the server has it.
+- ``openai``: ``/v1/completions`` with ``logprobs``, ``return_tokens_as_token_ids`` and
+  ``return_token_ids`` (extensions served by codemoe and vLLM); weights through ``/update_weights_from_disk`` where the server has it.
 - ``sglang``: SGLang's native ``/generate`` with ``return_logprob`` (and ``return_routed_experts``),
   weights pushed with ``/update_weights_from_disk``. Samples of one prompt go as ``n`` copies in one
   batch, each with its own seed, so SGLang's radix cache shares the prompt.
@@ -156,24 +156,25 @@ class OpenAIEngine(_RemoteEngine):
             "seed": params.seed if params.seed is not None else secrets.randbits(63),
             "logprobs": 1,
             "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
         }
         if params.top_k:
             payload["top_k"] = params.top_k
         if params.ignore_eos:
             payload["ignore_eos"] = True
         choices = sorted(self._request("POST", "/v1/completions", payload)["choices"], key=lambda c: c["index"])
-        return [
-            GenerationOutput(
-                self._prompt_ids(prompt), [_openai_sample(c) for c in choices[i * params.n : (i + 1) * params.n]]
-            )
-            for i, prompt in enumerate(prompts)
-        ]
+        outputs = []
+        for i, prompt in enumerate(prompts):
+            mine = choices[i * params.n : (i + 1) * params.n]
+            prompt_ids = mine[0].get("prompt_token_ids") or self._prompt_ids(prompt)
+            outputs.append(GenerationOutput(list(prompt_ids), [_openai_sample(c) for c in mine]))
+        return outputs
 
 
 def _openai_sample(choice: dict[str, Any]) -> Sample:
     logprobs = choice.get("logprobs") or {}
     tokens = logprobs.get("tokens") or []
-    ids = [int(t.removeprefix("token_id:")) for t in tokens if t.startswith("token_id:")]
+    ids = choice.get("token_ids") or [int(t.removeprefix("token_id:")) for t in tokens if t.startswith("token_id:")]
     return Sample(
         token_ids=ids,
         text=choice["text"],
