@@ -49,6 +49,7 @@ __all__ = [
     "prepare_worker",
     "probe",
     "release_worker",
+    "why_not_hideable",
 ]
 
 WORK_DIR = "/tmp/work"  # where the request's files are laid out, inside the private /tmp
@@ -319,7 +320,7 @@ def default_hidden_paths(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
     return sorted({os.path.realpath(p) for p in paths if p})
 
 
-def _hideable(path: str) -> str:
+def why_not_hideable(path: str) -> str:
     """Why ``path`` cannot be hidden ("" when it can): hiding it would hide what programs need."""
     if not os.path.isdir(path):
         return "not a directory"
@@ -450,7 +451,7 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
     """
     plan = IsolationPlan()
     for path in sorted({os.path.realpath(p) for p in hide}):
-        why = _hideable(path)
+        why = why_not_hideable(path)
         if why:
             plan.refused.append(f"{path} ({why})")
         else:
@@ -521,7 +522,7 @@ def _hiding_protection(plan: IsolationPlan, error_mount: str, error_hide_all: st
     refused = f"; not hidden: {', '.join(plan.refused)}" if plan.refused else ""
     if plan.hide_all:
         detail = (f"everything outside {', '.join(SYSTEM_ROOTS)} hidden, and {named}; "
-                  f"{len(plan.keep_paths)} interpreter paths bound back read-only{refused}")
+                  f"the interpreter's own paths (and expose_paths) bound back read-only{refused}")
     else:
         detail = (f"only {named} hidden: hiding everything outside the system directories failed "
                   f"({error_hide_all}){refused}")
