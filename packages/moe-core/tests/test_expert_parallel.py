@@ -43,7 +43,29 @@ own = idx[rank]
 sent = int(((own >= 0) & (own // local != rank)).sum())  # my rows to the other rank's experts
 returned = sum(int(((idx[q] >= 0) & (idx[q] // local == rank)).sum()) for q in range(world) if q != rank)
 err = lambda a, b: float((a - b).detach().abs().max())
+# a whole model whose experts are sharded: each rank holds half of every layer's experts
+from codemoe.core.models import build_model
+spec = {
+    "name": "qwen3_moe", "vocab_size": 64, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
+    "head_dim": 16, "num_experts": 4, "moe_intermediate_size": 16, "router": {"name": "softmax_topk", "top_k": 2},
+    "experts": {"name": "grouped", "dispatcher": {"name": "all_to_all"}},
+}
+torch.manual_seed(1)
+model = build_model(spec)
+ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(rank))
+loss = model(ids, labels=ids).loss
+loss.backward()
+torch.manual_seed(1)
+single = build_model({**spec, "experts": {"name": "grouped"}})  # the same weights, every expert here
+model_vs_single = abs(float(loss) - float(single(ids, labels=ids).loss))
+model_experts = model.model.layers[0].mlp.experts.gate_up_proj.shape[0]
+model_grad = float(model.model.layers[1].mlp.experts.down_proj.grad.abs().sum())
+
 print(json.dumps({
+    "model_experts": model_experts,
+    "model_loss": float(loss),
+    "model_vs_single": model_vs_single,
+    "model_grad": model_grad,
     "out": err(out, ref_out[rank]),
     "grad_x": err(x.grad, ref_x.grad[rank]),
     "grad_w": err(w.grad, ref_w.grad[rank]),
@@ -80,3 +102,5 @@ def test_two_ranks_match_one_process_holding_every_expert():
         rows = result["sent"] + result["returned"]
         assert result["communication"] == {"rows": rows, "bytes": rows * 8 * 4}  # H = 8 fp32 values a row
         assert result["sent"] > 0
+        assert result["model_experts"] == 2 and result["model_grad"] > 0
+        assert result["model_vs_single"] < 1e-5, result

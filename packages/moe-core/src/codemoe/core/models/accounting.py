@@ -49,7 +49,7 @@ def count_parameters(model_or_spec: Any, *, registry: Any = None, vocab_size: in
     for block in moe_blocks(model):
         n = sum(p.numel() for p in block.experts.parameters())
         expert += n
-        active_expert += n * block.gate.top_k // block.num_experts
+        active_expert += n * block.gate.top_k // block.experts.num_experts
         router += sum(p.numel() for p in block.gate.parameters())
     input_embedding = model.get_input_embeddings().weight.numel()
     output = model.get_output_embeddings()

@@ -29,12 +29,16 @@ def make_block(config: Any, registry: Any, layer: int) -> MoEBlock:
 
 
 @torch.no_grad()
-def _copy_matching(src: nn.Module, dst: nn.Module) -> None:
-    """Copy every parameter of ``src`` into the same-named parameter of ``dst``."""
+def _copy_matching(src: nn.Module, dst: MoEBlock) -> None:
+    """Copy every parameter of ``src`` into the same-named parameter of ``dst``.
+
+    Expert weights are sliced to the experts ``dst`` holds (all of them unless expert-parallel).
+    """
     target = dict(dst.named_parameters())
+    held = slice(dst.experts.expert_offset, dst.experts.expert_offset + dst.experts.num_experts)
     for name, param in src.named_parameters():
         if name in target:
-            target[name].copy_(param)
+            target[name].copy_(param[held] if name.startswith("experts.") else param)
 
 
 def replace_moe_blocks(model: nn.Module, config: Any, registry: Any) -> nn.Module:

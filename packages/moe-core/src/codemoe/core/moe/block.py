@@ -69,7 +69,7 @@ class MoEBlock(nn.Module):
         else:
             self.shared_expert = None
             self.shared_expert_gate = None
-        self.stats = RoutingStats(experts.num_experts)
+        self.stats = RoutingStats(router.num_experts)
         self.last_losses: dict[str, torch.Tensor] = {}
         self.capture: list[torch.Tensor] | None = None  # set by capture_routing
         self.replay: torch.Tensor | None = None  # [T, k] experts to use instead of choosing (replay_routing)
@@ -78,7 +78,8 @@ class MoEBlock(nn.Module):
 
     @property
     def num_experts(self) -> int:
-        return self.experts.num_experts
+        """All routed experts of the layer (with expert parallelism, this process holds a share)."""
+        return self.gate.num_experts
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch_shape = hidden_states.shape[:-1]

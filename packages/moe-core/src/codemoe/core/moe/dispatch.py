@@ -41,6 +41,14 @@ class LocalDispatcher:
     def __init__(self, config: LocalDispatcherConfig | None = None) -> None:
         self.config = config or LocalDispatcherConfig()
 
+    def local_experts(self, num_experts: int) -> int:
+        """Experts this process holds out of ``num_experts``: all of them."""
+        return num_experts
+
+    def expert_offset(self, held: int) -> int:
+        """Global id of the first expert this process holds."""
+        return 0
+
     def dispatch(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, num_experts: int) -> Dispatched:
         """Group the assignments ``indices [T, k]`` (negative: unrouted) of tokens ``x [T, H]`` by expert."""
         k = indices.shape[-1]

@@ -60,6 +60,19 @@ class AllToAllDispatcher:
         self.sent_rows = 0
         self.sent_bytes = 0
 
+    def local_experts(self, num_experts: int) -> int:
+        """Experts this rank holds: ``num_experts / world`` (all of them without a process group)."""
+        if not (dist.is_available() and dist.is_initialized()):
+            return num_experts  # a single process (accounting on the meta device, conversion)
+        world = dist.get_world_size(self.group)
+        if num_experts % world:
+            raise ValueError(f"{num_experts} experts cannot be split evenly over {world} expert-parallel ranks")
+        return num_experts // world
+
+    def expert_offset(self, held: int) -> int:
+        """Global id of this rank's first expert."""
+        return dist.get_rank(self.group) * held if dist.is_available() and dist.is_initialized() else 0
+
     def communication(self) -> dict[str, int]:
         """Rows and bytes this rank sent (dispatch and combine) since the last call; resets them."""
         out = {"rows": self.sent_rows, "bytes": self.sent_bytes}

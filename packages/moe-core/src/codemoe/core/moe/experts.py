@@ -44,6 +44,7 @@ class Experts(nn.Module):
         self.hidden_dim = hidden_size
         self.intermediate_dim = intermediate_size
         self.hidden_act = hidden_act
+        self.expert_offset = 0  # global id of this module's first expert (expert parallelism holds a share)
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
         self.down_proj = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
 
@@ -240,22 +241,27 @@ class TorchGroupedMMExperts(GroupedExperts):
         return self.dispatcher.combine(out, d, x.shape[0])
 
 
+def _with_dispatcher(cls: type, config: GroupedExpertsConfig, registry: Any, shape: dict[str, Any]) -> Any:
+    """Build ``cls`` with its dispatcher, holding the experts the dispatcher assigns to this process."""
+    if registry is None:
+        return cls(**shape)
+    dispatcher = registry.build("dispatcher", config.dispatcher, where="experts.dispatcher")
+    held = dispatcher.local_experts(shape["num_experts"])
+    experts = cls(**{**shape, "num_experts": held}, dispatcher=dispatcher)
+    experts.expert_offset = dispatcher.expert_offset(held)
+    return experts
+
+
 def build_grouped_experts(config: GroupedExpertsConfig, *, registry: Any = None, **shape: Any) -> GroupedExperts:
     """Grouped experts: per-expert matmuls fused with gather/scatter, hand-written backward (fast)."""
-    dispatcher = None
-    if registry is not None:
-        dispatcher = registry.build("dispatcher", config.dispatcher, where="experts.dispatcher")
-    return GroupedExperts(**shape, dispatcher=dispatcher)
+    return _with_dispatcher(GroupedExperts, config, registry, shape)
 
 
 def build_torch_grouped_mm_experts(
     config: GroupedExpertsConfig, *, registry: Any = None, **shape: Any
 ) -> TorchGroupedMMExperts:
     """Experts through torch.nn.functional.grouped_mm (one kernel per projection; for GPUs)."""
-    dispatcher = None
-    if registry is not None:
-        dispatcher = registry.build("dispatcher", config.dispatcher, where="experts.dispatcher")
-    return TorchGroupedMMExperts(**shape, dispatcher=dispatcher)
+    return _with_dispatcher(TorchGroupedMMExperts, config, registry, shape)
 
 
 def build_local_dispatcher(config: Any) -> LocalDispatcher:
