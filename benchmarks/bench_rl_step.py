@@ -7,20 +7,22 @@ locally), score them with the same in-process reward (the share of spaces in the
 take one optimizer step with no KL term and no reference model. codemoe samples with its embedded
 engine (prefix sharing, KV cache slots, continuous batching) and updates with one forward/backward;
 TRL samples with ``transformers``' ``generate``. The first ``--warmup`` steps of each side are not
-timed; the table reports the median of the timed steps (the machine may be shared: medians, not
-means).
+timed; the sides alternate for ``--rounds`` rounds so both see the same (possibly shared) machine,
+and the table reports the median over every timed step.
 
-    .venv/bin/python benchmarks/bench_rl_step.py --steps 5 --json runs/bench_rl_step.json
+    .venv/bin/python benchmarks/bench_rl_step.py --json runs/bench_rl_step.json
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 MODEL = {
@@ -43,20 +45,35 @@ def reward_of(text: str) -> float:
     return text.count(" ") / max(len(text), 1)
 
 
-def setup(prompts: int, seed: int):
+@dataclass(frozen=True)
+class Prompt:
+    """A task prompt as both trainers see it."""
+
+    prompt: str
+
+
+def setup(prompts: int, context: int, seed: int):
+    """Tasks, tokenizer and model; ``context`` > 0 puts about that many tokens of other functions
+    (repository context, as an agent's prompt carries) before every task prompt."""
     import torch
     from codemoe.core.models import build_model
     from codemoe.core.tokenizer import train_tokenizer
     from codemoe.evals.synthetic import SyntheticSuite
 
     torch.manual_seed(seed)
-    tasks = SyntheticSuite().tasks("train")[:prompts]
-    tokenizer = train_tokenizer([t.prompt + t.reference_solution for t in SyntheticSuite().tasks("train")], 512)
+    train = SyntheticSuite().tasks("train")
+    tokenizer = train_tokenizer([t.prompt + t.reference_solution for t in train], 512)
+    header = ""
+    for task in train[prompts:]:
+        if len(tokenizer.encode(header)) >= context:
+            break
+        header += task.prompt + task.reference_solution + "\n\n"
+    tasks = [Prompt(header + t.prompt) for t in train[:prompts]]
     model = build_model(MODEL, vocab_size=len(tokenizer))
     return tasks, tokenizer, model
 
 
-def run_codemoe(tasks, tokenizer, model, args) -> tuple[list[float], float]:
+def run_codemoe(tasks, tokenizer, model, args) -> tuple[list[float], list[float], float]:
     from codemoe.core import build_plugin_manager, build_registry
     from codemoe.rl.rollout import Score
     from codemoe.rl.trainer import RLConfig, RLTrainer
@@ -78,10 +95,12 @@ def run_codemoe(tasks, tokenizer, model, args) -> tuple[list[float], float]:
         temperature=1.0,
     )
     times: list[float] = []
+    cpu: list[float] = [time.process_time()]
     tokens: list[float] = []
 
     def record(step: int, metrics: dict[str, float]) -> None:
         times.append(metrics["step_seconds"])
+        cpu.append(time.process_time())
         tokens.append(metrics["tokens"])
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,22 +116,23 @@ def run_codemoe(tasks, tokenizer, model, args) -> tuple[list[float], float]:
             on_step=record,
         )
         trainer.fit()
-    return times[args.warmup :], statistics.mean(tokens)
+    cpu_times = [b - a for a, b in itertools.pairwise(cpu)]
+    return times[args.warmup :], cpu_times[args.warmup :], statistics.mean(tokens)
 
 
-def run_trl(tasks, tokenizer, model, args) -> tuple[list[float], float]:
+def run_trl(tasks, tokenizer, model, args) -> tuple[list[float], list[float], float]:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    stamps: list[float] = []
+    stamps: list[tuple[float, float]] = []
 
     class Clock(TrainerCallback):
         def on_step_begin(self, *a, **k):
-            stamps.append(time.perf_counter())
+            stamps.append((time.perf_counter(), time.process_time()))
 
         def on_step_end(self, *a, **k):
-            stamps.append(time.perf_counter())
+            stamps.append((time.perf_counter(), time.process_time()))
 
     def reward(completions, **kwargs):
         return [reward_of(c) for c in completions]
@@ -152,8 +172,9 @@ def run_trl(tasks, tokenizer, model, args) -> tuple[list[float], float]:
         lengths = [
             log["completions/mean_length"] for log in trainer.state.log_history if "completions/mean_length" in log
         ]
-    durations = [end - start for start, end in zip(stamps[::2], stamps[1::2])]
-    return durations[args.warmup :], statistics.mean(lengths) * len(tasks) * args.group
+    wall = [end[0] - start[0] for start, end in zip(stamps[::2], stamps[1::2])]
+    cpu = [end[1] - start[1] for start, end in zip(stamps[::2], stamps[1::2])]
+    return wall[args.warmup :], cpu[args.warmup :], statistics.mean(lengths) * len(tasks) * args.group
 
 
 def main() -> None:
@@ -161,9 +182,11 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per side")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side before them")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--context", type=int, default=0, help="tokens of repository context before each prompt")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per side and round")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per side and round before them")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of codemoe then TRL")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: no spin-waiting on a shared machine)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -171,22 +194,46 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    tasks, tokenizer, model = setup(args.prompts, args.seed)
-    our_times, our_tokens = run_codemoe(tasks, tokenizer, copy.deepcopy(model), args)
-    their_times, their_tokens = run_trl(tasks, tokenizer, copy.deepcopy(model), args)
-    ours, theirs = statistics.median(our_times), statistics.median(their_times)
-    ratio = theirs / ours
-    shape = f"{args.prompts} prompts x {args.group} samples x {args.new_tokens} tokens"
-    print(f"GRPO step ({shape}), median of {args.steps} steps, {args.threads} threads")
-    print(f"{'':10}{'s/step':>10}{'tokens/step':>14}")
-    print(f"{'codemoe':10}{ours:10.3f}{our_tokens:14.0f}")
-    print(f"{'TRL':10}{theirs:10.3f}{their_tokens:14.0f}")
-    print(f"ratio (TRL / codemoe): {ratio:.2f}x")
+    tasks, tokenizer, model = setup(args.prompts, args.context, args.seed)
+    prompt_tokens = statistics.mean(len(tokenizer.encode(t.prompt)) for t in tasks)
+    sides = {"codemoe": run_codemoe, "TRL": run_trl}
+    wall: dict[str, list[float]] = {name: [] for name in sides}
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+    tokens: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(args.rounds):  # alternating rounds: both sides see the same (shared) machine
+        for name, run in sides.items():
+            w, c, t = run(tasks, tokenizer, copy.deepcopy(model), args)
+            wall[name] += w
+            cpu[name] += c
+            tokens[name].append(t)
+    med = {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in sides}
+    ratio, cpu_ratio = med["TRL"][0] / med["codemoe"][0], med["TRL"][1] / med["codemoe"][1]
+    shape = (
+        f"{args.prompts} prompts of ~{prompt_tokens:.0f} tokens x {args.group} samples x {args.new_tokens} new tokens"
+    )
+    timed = args.rounds * args.steps
+    print(f"GRPO step ({shape}), median of {timed} steps in {args.rounds} alternating rounds, {args.threads} threads")
+    print(f"{'':10}{'s/step':>10}{'CPU s/step':>12}{'tokens/step':>14}")
+    for name in sides:
+        print(f"{name:10}{med[name][0]:10.3f}{med[name][1]:12.3f}{statistics.mean(tokens[name]):14.0f}")
+    print(f"ratio (TRL / codemoe): {ratio:.2f}x wall, {cpu_ratio:.2f}x CPU")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         result = {
-            "grpo_step": {"codemoe": ours, "anchor": theirs, "ratio": ratio, "units": "s/step", "shape": shape},
-            "tokens_per_step": {"codemoe": our_tokens, "anchor": their_tokens, "units": "tokens"},
+            "grpo_step_wall": {
+                "codemoe": med["codemoe"][0],
+                "anchor": med["TRL"][0],
+                "ratio": ratio,
+                "units": "s/step",
+                "shape": shape,
+            },
+            "grpo_step_cpu": {
+                "codemoe": med["codemoe"][1],
+                "anchor": med["TRL"][1],
+                "ratio": cpu_ratio,
+                "units": "CPU s/step",
+                "shape": shape,
+            },
         }
         args.json.write_text(json.dumps(result, indent=2))
 

@@ -8,6 +8,7 @@ the engine contract's convention, so trainer and engine log-probs are comparable
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,10 @@ import torch
 from torch import Tensor
 
 __all__ = ["TokenStats", "pack", "token_stats"]
+
+
+def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
 
 
 def pack(prompt_ids: list[list[int]], completions: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
@@ -54,9 +59,17 @@ def token_stats(
     """Run ``model`` on prompt+completion rows and read the completion tokens' log-probs."""
     input_ids, positions = pack(prompt_ids, completions, pad_id)
     device = next(model.parameters()).device
-    outputs = model(input_ids=input_ids.to(device), output_hidden_states=hidden)
+    kwargs: dict[str, Any] = {"output_hidden_states": hidden}
+    first = int(positions.min())
+    if _accepts_logits_to_keep(model):
+        # The head runs only on the span that holds completion positions, not on every prompt token.
+        kwargs["logits_to_keep"] = torch.arange(first, int(positions.max()) + 1, device=device)
+    else:
+        first = 0
+    outputs = model(input_ids=input_ids.to(device), **kwargs)
     index = positions.to(device)
-    logits = outputs.logits.gather(1, index.unsqueeze(-1).expand(-1, -1, outputs.logits.shape[-1]))
+    span = (index - first).unsqueeze(-1).expand(-1, -1, outputs.logits.shape[-1])
+    logits = outputs.logits.gather(1, span)
     logits = logits.float() / (temperature if temperature > 0 else 1.0)  # [B, T, V]
     logprobs = torch.log_softmax(logits, dim=-1)
     logp = logprobs.gather(-1, completions.to(device).unsqueeze(-1)).squeeze(-1)
