@@ -423,10 +423,11 @@ def _probe_step(step: str, plan: IsolationPlan, outer_uid: int, outer_gid: int) 
     if step == "net":
         linux.loopback_up()
         linux.sethostname("sandbox")
-    elif step == "mount":
+    elif step in ("mount", "mount+python"):
         _read_only_filesystem(plan)
         linux.mount("tmpfs", "/tmp", "tmpfs", _TMPFS_FLAGS, "size=1m,mode=1777")
-        _interpreter_starts()
+        if step == "mount+python":
+            _interpreter_starts()
     elif step == "uid":
         _read_only_filesystem(plan)
         os.setresgid(BASE_UID, BASE_UID, BASE_UID)
@@ -475,10 +476,10 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
         plan.pid_ns, plan.net_ns, plan.ipc_ns = not error_pid, not error_net, not error_ipc
         plan.keep_paths = sorted({*interpreter_paths(), *(os.path.realpath(p) for p in expose)})
         plan.hide_all = True
-        error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount")
+        error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount+python")
         if error_mount:  # e.g. the interpreter needs a hidden directory: hide only the named ones
             plan.hide_all, error_hide_all = False, error_mount
-            error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount")
+            error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount+python")
         plan.mount_ns = not error_mount
         error_proc = error_uid = "needs a mount namespace"
     if plan.mount_ns:
