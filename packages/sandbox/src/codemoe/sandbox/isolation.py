@@ -316,7 +316,11 @@ def default_hidden_paths(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
     """What every worker hides besides the non-system directories: the caller's working directory,
     the codemoe checkout (its registry holds hidden tests) and the deployment's ``extra`` paths.
     """
-    paths = [os.getcwd(), checkout_root(), *extra]
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:  # the working directory was removed: nothing left there to hide
+        cwd = None
+    paths = [cwd, checkout_root(), *extra]
     return sorted({os.path.realpath(p) for p in paths if p})
 
 
