@@ -48,3 +48,10 @@ def test_1t_preset_is_about_a_trillion_with_about_100b_active_without_allocating
     assert 0.08e12 < counts.active < 0.12e12
     assert grown_mib < 2000  # 1T fp32 parameters would be 4 TB
     assert torch.empty(0).device.type == "cpu"
+
+
+def test_20b_preset_is_the_seed_starting_point(moe_registry):
+    counts = count_parameters("moe_20b", registry=moe_registry)
+    assert 19e9 < counts.total < 22e9
+    assert 2.5e9 < counts.active < 3.5e9
+    assert counts.flops_per_token == 2 * (counts.active - counts.embedding // 2)  # untied: head computes
