@@ -98,20 +98,23 @@ def test_expose_paths_and_hide_paths_layer_and_the_callers_cwd_wins(host_dir, mo
     files = [str(host_dir / sub / "file.txt") for sub in ("shared", "secret", "cwd")]
     with LocalExecutor(workers=1) as plain:
         before = _peek(plain, *files)
-    with LocalExecutor(workers=1, expose_paths=[str(host_dir)], hide_paths=[str(host_dir / "secret")]) as ex:
-        after = _peek(ex, *files, str(host_dir))
+    (host_dir / "shared" / "key.txt").write_text("a key\n")
+    hidden = [str(host_dir / "secret"), str(host_dir / "shared" / "key.txt")]
+    with LocalExecutor(workers=1, expose_paths=[str(host_dir)], hide_paths=hidden) as ex:
+        after = _peek(ex, *files, str(host_dir), hidden[1])
     # /var is hidden by default; exposing the folder shows it, except the hidden part and the cwd
     assert [before[f] for f in files] == ["FileNotFoundError"] * 3
     assert after[files[0]] == "read shared content "
     assert after[files[1]] == "FileNotFoundError" and after[files[2]] == "FileNotFoundError"
+    assert after[hidden[1]] == "read "  # a hidden file reads empty
     listed = after[str(host_dir)]
     assert listed.startswith("listed ") and ast.literal_eval(listed[len("listed "):]) == ["cwd", "secret", "shared"]
 
 
 def test_paths_that_hold_system_directories_are_refused_not_hidden():
-    plan = probe(hide=["/", "/usr", "/tmp"])
+    plan = probe(hide=["/", "/usr", "/tmp", "/no/such/dir"])
     assert plan.hidden_paths == []
-    assert [r.split(" ")[0] for r in plan.refused] == ["/", "/tmp", "/usr"]
+    assert [r.split(" ")[0] for r in plan.refused] == ["/", "/no/such/dir", "/tmp", "/usr"]
     hiding = next(p for p in plan.protections if p.name == "hidden host files")
     assert hiding.active and "not hidden: /" in hiding.detail
 

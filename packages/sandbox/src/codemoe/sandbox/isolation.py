@@ -189,17 +189,20 @@ def _read_only_filesystem(plan: IsolationPlan) -> None:
 
 
 def hidden_roots(plan: IsolationPlan) -> list[str]:
-    """The directories covered by an empty tmpfs in the worker's mount namespace."""
+    """What the worker's mount namespace hides: directories (under an empty tmpfs) and files
+    (under an empty, read-only ``/dev/null``), top-level ones included (``/container.json``).
+    """
     roots = {*HIDDEN_DIRS, *plan.hidden_paths}
     if plan.hide_all:
         for entry in os.scandir("/"):
-            if entry.is_dir(follow_symlinks=False) and entry.path not in SYSTEM_ROOTS:
+            if not entry.is_symlink() and entry.path not in SYSTEM_ROOTS:
                 roots.add(entry.path)
-    return sorted(p for p in roots if os.path.isdir(p))
+    return sorted(p for p in roots if os.path.isdir(p) or os.path.isfile(p))
 
 
 def _hide_and_keep(hidden: list[str], keep: dict[str, int], points: list[tuple[str, int]]) -> None:
-    """An empty tmpfs over every ``hidden`` dir, then each ``keep`` path under one bound back.
+    """An empty tmpfs over every ``hidden`` dir (``/dev/null`` over a file), then each ``keep``
+    path under one bound back.
 
     Parents go first, and at one path a bind goes before a tmpfs: so a hidden path under a kept
     one (a ``hide_paths`` entry inside a virtualenv) is hidden again, and a kept path under a
@@ -211,9 +214,12 @@ def _hide_and_keep(hidden: list[str], keep: dict[str, int], points: list[tuple[s
     done: list[tuple[str, bool]] = []
     covered = []
     for path, hide in steps:
-        if _hidden_now(path, done) == hide or (hide and not os.path.isdir(path)):
+        if _hidden_now(path, done) == hide or (hide and not os.path.exists(path)):
             continue
-        if hide:
+        if hide and not os.path.isdir(path):
+            linux.mount("/dev/null", path, None, linux.MS_BIND)
+            _remount_read_only(path, _flags_at("/dev/null", points))
+        elif hide:
             linux.mount("tmpfs", path, "tmpfs", _TMPFS_FLAGS, f"size=1m,mode={_HIDDEN_MODE:o}")
             covered.append(path)
         else:
@@ -326,8 +332,8 @@ def default_hidden_paths(extra: list[str] | tuple[str, ...] = ()) -> list[str]:
 
 def why_not_hideable(path: str) -> str:
     """Why ``path`` cannot be hidden ("" when it can): hiding it would hide what programs need."""
-    if not os.path.isdir(path):
-        return "not a directory"
+    if not (os.path.isdir(path) or os.path.isfile(path)):
+        return "not a directory or file"
     for system in SYSTEM_ROOTS:
         if _is_under(system, path):
             return f"it holds {system}"

@@ -37,9 +37,9 @@ class LocalExecutorConfig:
 
     workers: int = 0  # warm workers, i.e. executions at once; 0 means one per CPU
     start_timeout_s: float = 60.0  # how long a worker may take to start and warm up
-    # directories executions must not see, besides everything outside the system directories
-    # (/usr, /etc, /lib*, ...), the caller's working directory and the codemoe checkout, which are
-    # always hidden; for data directories under a system directory, e.g. /usr/local/share/data
+    # directories (or files) executions must not see, besides everything outside the system
+    # directories (/usr, /etc, /lib*, ...), the caller's working directory and the codemoe checkout,
+    # which are always hidden; for data under a system directory, e.g. /usr/local/share/data
     hide_paths: list[str] = dataclasses.field(default_factory=list)
     # directories executions may still read (read-only) although they would be hidden, e.g. a
     # shared library folder under /opt that programs load
