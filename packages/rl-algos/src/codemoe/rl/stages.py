@@ -147,7 +147,7 @@ class RLStage:
                 pad_id=tokenizer.pad_token_id,
                 checkpoint_dir=ctx.stage_dir(stage) / "checkpoints",
                 env=env,
-                on_step=_reporter(ctx, stage, advance),
+                on_step=_reporter(ctx, stage, advance) if env.is_main else None,  # one rank writes the log
                 on_rollouts=lambda step, batch: ctx.hooks.after_rollout_batch(
                     ctx=ctx, stage=stage, step=step, batch=batch
                 ),
