@@ -10,30 +10,30 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
+from codemoe.core.models import build_model
 from codemoe.rl.rollout import Score
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 VOCAB = 16
 
 
-def tiny_policy(seed: int = 0) -> Qwen3MoeForCausalLM:
-    """A 2-layer, 4-expert top-2 MoE causal LM over a 16-token vocabulary."""
+def tiny_policy(seed: int = 0) -> torch.nn.Module:
+    """A codemoe MoE causal LM: 2 layers, 4 experts top-2, over a 16-token vocabulary."""
     torch.manual_seed(seed)
-    config = Qwen3MoeConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        moe_intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    return Qwen3MoeForCausalLM(config).eval()
+    spec = {
+        "name": "qwen3_moe",
+        "vocab_size": VOCAB,
+        "hidden_size": 32,
+        "num_layers": 2,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 16,
+        "num_experts": 4,
+        "moe_intermediate_size": 32,
+        "router": {"name": "softmax_topk", "top_k": 2},
+        "experts": {"name": "grouped"},
+        "max_position_embeddings": 64,
+    }
+    return build_model(spec).eval()
 
 
 class ToyEngine:

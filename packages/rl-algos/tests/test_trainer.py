@@ -152,10 +152,13 @@ def test_dynamic_sampling_refills_then_drops_zero_signal_groups(registry, tmp_pa
 def test_health_monitor_warns_with_a_remedy(registry, tmp_path, caplog):
     trainer = _trainer(registry, tmp_path, steps=1)
     trainer.monitor.config.entropy_min = 100.0  # any entropy is "collapsed"
+    trainer.monitor.config.expert_max_over_mean = 1.0  # any imbalance is a "collapse"
     with caplog.at_level("WARNING", logger="codemoe.rl"):
         result = trainer.fit()
     assert any("entropy" in w for w in result["warnings"])
     assert "Remedy: raise the sampling temperature" in caplog.text
+    assert any("router is collapsing" in w for w in result["warnings"])
+    assert "raise the balance-loss weight (algo.balance_coef)" in caplog.text
 
 
 def test_resume_continues_step_for_step(registry, tmp_path):
