@@ -69,7 +69,7 @@ class ToyEngine:
                 )
                 for i in range(params.n)
             ]
-            outputs.append(SimpleNamespace(prompt_token_ids=list(prompt), samples=samples))
+            outputs.append(SimpleNamespace(prompt_token_ids=list(prompt), samples=samples, prompt_routing=None))
         return outputs
 
 

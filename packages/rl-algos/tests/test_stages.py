@@ -43,7 +43,8 @@ def test_sft_then_grpo_pipeline(tmp_path):
     from codemoe.core.models import load_pretrained
 
     (tmp_path / "p.yaml").write_text(PIPELINE.format(run_dir=tmp_path / "runs"))
-    cfg = compose(tmp_path / "p.yaml", ["stages.rl.algo.group_size=4"], registry_dir=REGISTRY)
+    overrides = ["stages.rl.algo.group_size=4", "stages.rl.algo.routing_replay=true"]
+    cfg = compose(tmp_path / "p.yaml", overrides, registry_dir=REGISTRY)
     pm = build_plugin_manager()
     ctx = run_pipeline(cfg, build_registry(pm), Hooks(pm), show_progress=False)
 

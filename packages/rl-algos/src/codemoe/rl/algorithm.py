@@ -64,6 +64,11 @@ class AlgorithmConfig:
     # off entirely, long runs can drift into collapse. 1e-3 keeps the router honest without steering.
     balance_coef: float = 1e-3
     critic: CriticConfig | None = None  # PPO's value network; None: critic-free (GRPO family)
+    # Routing replay: trainer forwards of the policy use the experts the engine chose for each token
+    # (engines that report routing), so a router that drifted, or a kernel that breaks a near-tie
+    # differently, cannot make trainer and engine log-probs disagree; the router still gets gradients
+    # through the weights it gives those experts.
+    routing_replay: bool = False
 
 
 @dataclass

@@ -9,10 +9,13 @@ the engine contract's convention, so trainer and engine log-probs are comparable
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from codemoe.core.moe import moe_blocks, replay_routing
 from torch import Tensor
 
 __all__ = ["TokenStats", "pack", "token_stats"]
@@ -55,9 +58,42 @@ def token_stats(
     pad_id: int,
     temperature: float = 1.0,
     hidden: bool = False,
+    routes: list[Tensor] | None = None,
 ) -> TokenStats:
-    """Run ``model`` on prompt+completion rows and read the completion tokens' log-probs."""
+    """Run ``model`` on prompt+completion rows and read the completion tokens' log-probs.
+
+    With ``routes`` (per row ``[positions, layers, k]`` from the engine) the MoE layers use the
+    engine's experts instead of choosing (routing replay).
+    """
     input_ids, positions = pack(prompt_ids, completions, pad_id)
+    with _replay(model, routes, input_ids.shape[1]):
+        return _token_stats(model, input_ids, positions, completions, temperature, hidden)
+
+
+@contextmanager
+def _replay(model: torch.nn.Module, routes: list[Tensor] | None, width: int) -> Iterator[None]:
+    """Route every position of the packed rows as the engine did; positions it never ran (the
+    last sampled token, padding) take experts 0..k-1, which no log-prob read here depends on."""
+    if routes is None:
+        yield
+        return
+    layers = [block.layer for block in moe_blocks(model)]
+    k = routes[0].shape[-1]
+    full = torch.arange(k).expand(len(routes), width, len(layers), k).clone()  # [B, L, layers, k]
+    for row, route in enumerate(routes):
+        full[row, : route.shape[0]] = route
+    with replay_routing(model, {layer: full[:, :, i, :] for i, layer in enumerate(layers)}):
+        yield
+
+
+def _token_stats(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    positions: Tensor,
+    completions: Tensor,
+    temperature: float,
+    hidden: bool,
+) -> TokenStats:
     device = next(model.parameters()).device
     kwargs: dict[str, Any] = {"output_hidden_states": hidden}
     first = int(positions.min())

@@ -57,6 +57,9 @@ class Rollouts:
     group_size: int
     texts: list[str] = field(default_factory=list)
     components: list[dict[str, float]] = field(default_factory=list)
+    # per row [P + n - 1, layers, k]: the experts the engine used at every position it ran (prompt,
+    # then each sampled token but the last), for routing replay; None when the engine gave none
+    routes: list[Tensor] | None = None
 
     @property
     def groups(self) -> int:
@@ -85,6 +88,7 @@ class Rollouts:
             group_size=self.group_size,
             texts=[self.texts[i] for i in rows] if self.texts else [],
             components=[self.components[i] for i in rows] if self.components else [],
+            routes=[self.routes[i] for i in rows] if self.routes is not None else None,
         )
 
     @staticmethod
@@ -101,6 +105,7 @@ class Rollouts:
             group_size=first.group_size,
             texts=[t for p in parts for t in p.texts],
             components=[c for p in parts for c in p.components],
+            routes=None if any(p.routes is None for p in parts) else [r for p in parts for r in p.routes],
         )
 
 
@@ -118,6 +123,13 @@ def build_rollouts(outputs: list[Any], scores: list[Score], horizon: int, pad_id
         mask[i, :n] = 1.0
         if sample.logprobs:
             engine_logp[i, :n] = torch.tensor(sample.logprobs[:n], dtype=torch.float32)
+    routes = None
+    if all(out.prompt_routing is not None for out in outputs):
+        routes = [
+            torch.cat([out.prompt_routing, sample.routing[1 : min(len(sample.token_ids), horizon)]])
+            for out in outputs
+            for sample in out.samples
+        ]
     return Rollouts(
         prompt_ids=[list(prompt) for prompt, _ in rows],
         completions=completions,
@@ -128,4 +140,5 @@ def build_rollouts(outputs: list[Any], scores: list[Score], horizon: int, pad_id
         group_size=group_size,
         texts=[sample.text for _, sample in rows],
         components=[dict(s.components) for s in scores],
+        routes=routes,
     )

@@ -216,16 +216,27 @@ class RLTrainer:
         keep = torch.ones(len(rollouts.prompt_ids), dtype=torch.bool)
         if self.algo.config.dynamic_sampling.drop:
             keep = ~rollouts.zero_signal().repeat_interleave(rollouts.group_size)
-        old = None if self._single_pass else self._logp(self.policy, rollouts)
-        ref = self._logp(self.reference, rollouts) if self.reference is not None else None
+        old = None if self._single_pass else self._logp(self.policy, rollouts, self._routes(rollouts))
+        ref = self._logp(self.reference, rollouts, None) if self.reference is not None else None
         values = None
         if self.critic is not None:
             values = self.critic.values(rollouts.prompt_ids, rollouts.completions, self.pad_id) * rollouts.mask
         return _TokenData(old_logp=old, ref_logp=ref, values=values, keep=keep)
 
-    def _logp(self, model: torch.nn.Module, rollouts: Rollouts) -> torch.Tensor:
+    def _routes(self, rollouts: Rollouts, rows: torch.Tensor | None = None) -> list[torch.Tensor] | None:
+        """The engine's routing for the policy's forwards when routing replay is on (and available)."""
+        if not self.algo.config.routing_replay or rollouts.routes is None:
+            return None
+        return rollouts.routes if rows is None else [rollouts.routes[i] for i in rows.tolist()]
+
+    def _logp(self, model: torch.nn.Module, rollouts: Rollouts, routes: list[torch.Tensor] | None) -> torch.Tensor:
         return token_stats(
-            model, rollouts.prompt_ids, rollouts.completions, pad_id=self.pad_id, temperature=self.config.temperature
+            model,
+            rollouts.prompt_ids,
+            rollouts.completions,
+            pad_id=self.pad_id,
+            temperature=self.config.temperature,
+            routes=routes,
         ).logp
 
     def _advantages(self, rollouts: Rollouts, data: _TokenData) -> AdvantageOutput:
@@ -263,7 +274,12 @@ class RLTrainer:
         mask = rollouts.mask[rows] * data.keep[rows].unsqueeze(-1)
         prompts = [rollouts.prompt_ids[i] for i in rows.tolist()]
         stats = token_stats(
-            self.policy, prompts, rollouts.completions[rows], pad_id=self.pad_id, temperature=self.config.temperature
+            self.policy,
+            prompts,
+            rollouts.completions[rows],
+            pad_id=self.pad_id,
+            temperature=self.config.temperature,
+            routes=self._routes(rollouts, rows),
         )
         old = stats.logp.detach() if data.old_logp is None else data.old_logp[rows]
         engine_logp = rollouts.engine_logp[rows]
