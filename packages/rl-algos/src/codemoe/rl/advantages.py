@@ -12,7 +12,8 @@ Every estimator is a small callable ``estimator(inputs) -> AdvantageOutput`` reg
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -41,6 +42,8 @@ class AdvantageInput:
     mask: Tensor  # [B, T] 1.0 on completion tokens that count, 0.0 on padding
     group_size: int  # G: samples per prompt, consecutive rows
     values: Tensor | None = None  # [B, T] critic values V(s_t) (GAE only)
+    # sums a tensor over data-parallel ranks, so batch whitening uses the whole batch (identity: 1 rank)
+    all_sum: Callable[[Tensor], Tensor] = field(default=lambda x: x)
 
     def scores(self) -> Tensor:
         """Sequence scores ``[B]``: the summed token rewards."""
@@ -60,6 +63,14 @@ class AdvantageOutput:
 
     advantages: Tensor  # [B, T]
     returns: Tensor | None = None  # [B, T] value targets (GAE only)
+
+
+def _whiten(x: Tensor, mask: Tensor, all_sum: Callable[[Tensor], Tensor], eps: float) -> Tensor:
+    """Zero mean, unit std over the valid tokens of the whole (all-rank) batch."""
+    count = all_sum(mask.sum()).clamp(min=1.0)
+    mean = all_sum((x * mask).sum()) / count
+    var = all_sum((((x - mean) * mask) ** 2).sum()) / count
+    return (x - mean) / (var.sqrt() + eps) * mask
 
 
 def _broadcast(per_sequence: Tensor, mask: Tensor) -> Tensor:
@@ -148,10 +159,7 @@ class ReinforcePPAdvantage:
         returns = _discounted_returns(inputs.token_rewards * mask, self.config.gamma)  # [B, T]
         baseline = inputs.grouped().mean(-1).repeat_interleave(inputs.group_size)  # [B]
         adv = (returns - baseline.unsqueeze(-1)) * mask
-        count = mask.sum().clamp(min=1.0)
-        mean = adv.sum() / count
-        var = (((adv - mean) * mask) ** 2).sum() / count
-        return AdvantageOutput((adv - mean) / (var.sqrt() + self.config.whiten_eps) * mask)
+        return AdvantageOutput(_whiten(adv, mask, inputs.all_sum, self.config.whiten_eps))
 
 
 def _discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
@@ -201,8 +209,5 @@ class GAEAdvantage:
             next_value = values[:, t]
         returns = adv + values
         if self.config.whiten:
-            count = mask.sum().clamp(min=1.0)
-            mean = (adv * mask).sum() / count
-            std = ((((adv - mean) * mask) ** 2).sum() / count).sqrt()
-            adv = (adv - mean) / (std + 1e-8) * mask
+            adv = _whiten(adv, mask, inputs.all_sum, 1e-8)
         return AdvantageOutput(adv, returns)

@@ -151,8 +151,9 @@ def build_algorithm(config: AlgorithmConfig, registry: Any) -> Algorithm:
 
 
 def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip: float) -> Tensor:
-    """PPO's clipped value loss, token mean: ``0.5 * max((V-R)^2, (clip(V, V_old +- c) - R)^2)``."""
+    """PPO's clipped value loss summed over valid tokens (the caller divides by the token count):
+    ``0.5 * max((V-R)^2, (clip(V, V_old +- c) - R)^2)``."""
     # values, old_values, returns, mask: [B, T]
     clipped = old_values + (values - old_values).clamp(-clip, clip)
     loss = 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
-    return (loss * mask).sum() / mask.sum().clamp(min=1.0)
+    return (loss * mask).sum()

@@ -20,7 +20,12 @@ class Critic(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def values(self, prompt_ids: list[list[int]], completions: Tensor, pad_id: int) -> Tensor:
-        """``[B, T]`` values at the positions that predict each completion token."""
+    def forward(self, prompt_ids: list[list[int]], completions: Tensor, pad_id: int) -> Tensor:
+        """``[B, T]`` values at the positions that predict each completion token.
+
+        Called through the module (``critic(...)``), so FSDP2's root hooks gather the body's
+        embeddings and the head before use.
+        """
         stats = token_stats(self.body, prompt_ids, completions, pad_id=pad_id, hidden=True)
-        return self.head(stats.hidden.float()).squeeze(-1)
+        # [B, T, 1] -> [B, T] as a new tensor, not a view (FSDP2 hooks a module's returned tensor)
+        return self.head(stats.hidden.float()).sum(-1)

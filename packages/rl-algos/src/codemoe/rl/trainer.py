@@ -103,8 +103,7 @@ class RLTrainer:
         self.reference = self._frozen_copy(policy) if algorithm.uses_reference else None
         self.critic = None
         if algorithm.config.critic is not None:
-            self.critic = Critic(policy, policy.config.hidden_size)
-            shard_model(self.critic.body, self.env)
+            self.critic = shard_model(Critic(policy, policy.config.hidden_size), self.env)
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=algorithm.config.critic.lr)
         self.policy = shard_model(policy, self.env)
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -220,7 +219,7 @@ class RLTrainer:
         ref = self._logp(self.reference, rollouts, None) if self.reference is not None else None
         values = None
         if self.critic is not None:
-            values = self.critic.values(rollouts.prompt_ids, rollouts.completions, self.pad_id) * rollouts.mask
+            values = self.critic(rollouts.prompt_ids, rollouts.completions, self.pad_id) * rollouts.mask
         return _TokenData(old_logp=old, ref_logp=ref, values=values, keep=keep)
 
     def _routes(self, rollouts: Rollouts, rows: torch.Tensor | None = None) -> list[torch.Tensor] | None:
@@ -244,7 +243,9 @@ class RLTrainer:
         if data.ref_logp is not None and data.old_logp is not None and self.algo.config.kl_in_reward:
             kl = self.algo.kl(data.old_logp, data.ref_logp)
         token_rewards = self.algo.token_rewards(rollouts.rewards, rollouts.mask, kl)
-        inputs = AdvantageInput(token_rewards, rollouts.mask, rollouts.group_size, values=data.values)
+        inputs = AdvantageInput(
+            token_rewards, rollouts.mask, rollouts.group_size, values=data.values, all_sum=self.env.all_sum
+        )
         return self.algo.advantage(inputs)
 
     # ------------------------------------------------------------------------------------------
@@ -319,13 +320,15 @@ class RLTrainer:
     ) -> float:
         cfg = self.algo.config.critic
         prompts = [rollouts.prompt_ids[i] for i in rows.tolist()]
-        values = self.critic.values(prompts, rollouts.completions[rows], self.pad_id)
-        loss = cfg.vf_coef * value_loss(values, data.values[rows], adv.returns[rows], mask, cfg.value_clip)
+        values = self.critic(prompts, rollouts.completions[rows], self.pad_id)
+        numerator = value_loss(values, data.values[rows], adv.returns[rows], mask, cfg.value_clip)
+        # token mean over every rank's tokens of the chunk; FSDP averages over ranks, hence the world size
+        loss = cfg.vf_coef * numerator / self.env.all_sum(mask.sum()).clamp(min=1.0) * self.env.world
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self._clip(self.critic)
         self.critic_optimizer.step()
-        return float(loss.detach())
+        return float(self.env.all_sum(loss.detach()) / self.env.world)
 
     def _clip(self, module: torch.nn.Module) -> float:
         max_norm = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
