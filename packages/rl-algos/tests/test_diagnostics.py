@@ -48,3 +48,10 @@ def test_state_round_trips_for_checkpoints():
     restored.load(monitor.state())
     assert restored.warnings == monitor.warnings and restored.history == monitor.history
     assert restored.observe(2, _step(kl=2.0)) == []  # still cooling down after the restore
+
+
+def test_update_cv_is_the_grad_norm_coefficient_of_variation():
+    from codemoe.rl.diagnostics import update_cv
+
+    assert update_cv([_step(grad_norm=1.0), _step(grad_norm=3.0)]) == 0.5  # pstdev 1 / mean 2
+    assert update_cv([_step(grad_norm=0.0)]) == 0.0

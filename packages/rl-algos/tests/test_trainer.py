@@ -83,7 +83,17 @@ def test_one_step_changes_the_policy_and_reports_metrics(registry, tmp_path):
     changed = [k for k, v in trainer.policy.state_dict().items() if not torch.equal(v, before[k])]
     assert any("experts" in k for k in changed) and any("gate" in k for k in changed)
     metrics = history[0]
-    for key in ("reward_mean", "reward_std", "pass_rate", "kl", "entropy", "clip_frac", "grad_norm", "tokens_per_s"):
+    for key in (
+        "reward_mean",
+        "reward_std",
+        "pass_rate",
+        "kl",
+        "entropy",
+        "clip_frac",
+        "grad_norm",
+        "grad_norm_cv",
+        "tokens_per_s",
+    ):
         assert key in metrics, key
     assert metrics["tokens"] == 4 * 8 * 4
     assert metrics["kl"] == 0.0  # the first update starts at the reference
@@ -177,7 +187,7 @@ def _read(path: Path) -> dict[int, dict[str, float]]:
 
 @pytest.mark.slow
 def test_sigkill_mid_run_resumes_and_matches(tmp_path):
-    steps = 8
+    steps = 6
     env = {**os.environ, "PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}
     script = str(HERE / "rl_toy_run.py")
     subprocess.run([sys.executable, script, str(tmp_path / "a"), str(steps)], env=env, check=True)
@@ -185,12 +195,12 @@ def test_sigkill_mid_run_resumes_and_matches(tmp_path):
     killed_dir.mkdir()
     proc = subprocess.Popen([sys.executable, script, str(killed_dir), str(steps)], env=env)
     deadline = time.time() + 120
-    while len(_read(killed_dir / "metrics-rank0.jsonl")) < 3 and time.time() < deadline:
+    while len(_read(killed_dir / "metrics-rank0.jsonl")) < 2 and time.time() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     done_before = len(_read(killed_dir / "metrics-rank0.jsonl"))
-    assert 3 <= done_before < steps
+    assert 2 <= done_before < steps
     subprocess.run([sys.executable, script, str(killed_dir), str(steps)], env=env, check=True)
     straight, resumed = _read(tmp_path / "a" / "metrics-rank0.jsonl"), _read(killed_dir / "metrics-rank0.jsonl")
     assert sorted(resumed) == list(range(1, steps + 1))

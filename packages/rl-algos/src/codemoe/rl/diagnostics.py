@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["HealthConfig", "HealthMonitor", "HealthWarning"]
+__all__ = ["HealthConfig", "HealthMonitor", "HealthWarning", "update_cv"]
 
 log = logging.getLogger("codemoe.rl")
 
@@ -45,14 +45,19 @@ class HealthWarning:
 Check = Callable[[Sequence[dict[str, Any]], HealthConfig], tuple[str, str] | None]
 
 
+def update_cv(history: Sequence[dict[str, Any]]) -> float:
+    """Coefficient of variation of the grad norm over ``history``: how much the update size varies."""
+    norms = [m["grad_norm"] for m in history]
+    mean = statistics.fmean(norms) if norms else 0.0
+    return statistics.pstdev(norms) / mean if mean > 0 else 0.0
+
+
 def reward_flat_high_variance(history: Sequence[dict[str, Any]], cfg: HealthConfig) -> tuple[str, str] | None:
     recent = history[-cfg.window :]
     if len(recent) < cfg.window:
         return None
     rewards = [m["reward_mean"] for m in recent]
-    norms = [m["grad_norm"] for m in recent]
-    mean_norm = statistics.fmean(norms)
-    cv = statistics.pstdev(norms) / mean_norm if mean_norm > 0 else 0.0
+    cv = update_cv(recent)
     if max(rewards) - min(rewards) < cfg.flat_reward_delta and cv > cfg.high_update_cv:
         return (
             f"reward flat ({min(rewards):.3f}..{max(rewards):.3f}) over {cfg.window} steps while the update "

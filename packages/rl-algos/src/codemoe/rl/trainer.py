@@ -27,7 +27,7 @@ from codemoe.rl.advantages import AdvantageInput, AdvantageOutput
 from codemoe.rl.algorithm import Algorithm, value_loss
 from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from codemoe.rl.critic import Critic
-from codemoe.rl.diagnostics import HealthConfig, HealthMonitor
+from codemoe.rl.diagnostics import HealthConfig, HealthMonitor, update_cv
 from codemoe.rl.distributed import Dist, shard_model
 from codemoe.rl.importance import mismatch_stats
 from codemoe.rl.logprobs import token_stats
@@ -143,6 +143,8 @@ class RLTrainer:
             step_seconds=elapsed,
             tokens_per_s=metrics["tokens"] / max(elapsed, 1e-9),
         )
+        window = [*self.monitor.history[-(self.monitor.config.window - 1) :], metrics]
+        metrics["grad_norm_cv"] = update_cv(window)  # R6: the variance of the updates, over the recent window
         self.monitor.observe(step, metrics)  # 7. health checks with remedies
         if self.on_step is not None:
             self.on_step(step, metrics)
