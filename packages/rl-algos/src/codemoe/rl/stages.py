@@ -122,41 +122,55 @@ class RLStage:
 
     def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
         import torch
-        from codemoe.core.models import load_pretrained, save_pretrained
+        from codemoe.core.models import load_pretrained
         from codemoe.rl.distributed import init_distributed
-        from codemoe.rl.scoring import SandboxScorer
 
-        cfg, where = self.config, f"stages.{stage.id}"
+        cfg = self.config
         env = init_distributed()
         torch.manual_seed(ctx.seed + cfg.seed)
         policy, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from))
         served = copy.deepcopy(policy)  # the engine keeps whole weights; the policy may be sharded
+        executor = ctx.registry.build("executor", cfg.executor, where=f"stages.{stage.id}.executor")
+        try:
+            with ctx.progress(f"rl ({stage.id})", cfg.steps) as advance:
+                trainer = self._trainer(ctx, stage, env, policy, served, tokenizer, executor, advance)
+                result = trainer.fit()
+        finally:
+            executor.close()  # the sandbox's worker processes end with the stage
+        return {"checkpoint": str(self._export(ctx, stage, env, trainer, served, tokenizer)), **result}
+
+    def _trainer(
+        self, ctx: Any, stage: Any, env: Any, policy: Any, served: Any, tokenizer: Any, executor: Any, advance: Any
+    ) -> RLTrainer:
+        """The trainer with every component resolved from the registry."""
+        from codemoe.rl.scoring import SandboxScorer
+
+        cfg, where = self.config, f"stages.{stage.id}"
         engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=served, tokenizer=tokenizer)
-        executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
         recipe = ctx.registry.build("reward", cfg.reward, where=f"{where}.reward")
         algorithm = ctx.registry.build("algorithm", cfg.algo, where=f"{where}.algo", registry=ctx.registry)
-        tasks = _tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks)
-        with ctx.progress(f"rl ({stage.id})", cfg.steps) as advance:
-            trainer = RLTrainer(
-                cfg,
-                algorithm,
-                policy,
-                engine,
-                SandboxScorer(executor, recipe, timeout_s=cfg.timeout_s),
-                tasks,
-                pad_id=tokenizer.pad_token_id,
-                checkpoint_dir=ctx.stage_dir(stage) / "checkpoints",
-                env=env,
-                on_step=_reporter(ctx, stage, advance) if env.is_main else None,  # one rank writes the log
-                on_rollouts=lambda step, batch: ctx.hooks.after_rollout_batch(
-                    ctx=ctx, stage=stage, step=step, batch=batch
-                ),
-            )
-            result = trainer.fit()
+        return RLTrainer(
+            cfg,
+            algorithm,
+            policy,
+            engine,
+            SandboxScorer(executor, recipe, timeout_s=cfg.timeout_s),
+            _tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks),
+            pad_id=tokenizer.pad_token_id,
+            checkpoint_dir=ctx.stage_dir(stage) / "checkpoints",
+            env=env,
+            on_step=_reporter(ctx, stage, advance) if env.is_main else None,  # one rank writes the log
+            on_rollouts=lambda step, batch: ctx.hooks.after_rollout_batch(ctx=ctx, stage=stage, step=step, batch=batch),
+        )
+
+    def _export(self, ctx: Any, stage: Any, env: Any, trainer: RLTrainer, served: Any, tokenizer: Any) -> Path:
+        """Save the trained policy as a Hugging Face checkpoint (rank 0 writes; every rank gathers)."""
+        from codemoe.core.models import save_pretrained
+
         path = Path(ctx.stage_dir(stage) / "checkpoint")
         state = trainer.policy_state()
         if env.is_main:
             served.load_state_dict(state)
             save_pretrained(served, tokenizer, path)
         env.barrier()
-        return {"checkpoint": str(path), **result}
+        return path
