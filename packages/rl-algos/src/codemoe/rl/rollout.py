@@ -78,35 +78,39 @@ class Rollouts:
     def select(self, groups: Tensor) -> Rollouts:
         """The rollouts of the given groups, in that order."""
         rows = self.rows(groups).tolist()
-        return Rollouts(
-            prompt_ids=[self.prompt_ids[i] for i in rows],
-            completions=self.completions[rows],
-            mask=self.mask[rows],
-            engine_logp=self.engine_logp[rows],
-            rewards=self.rewards[rows],
-            passed=self.passed[rows],
-            group_size=self.group_size,
-            texts=[self.texts[i] for i in rows] if self.texts else [],
-            components=[self.components[i] for i in rows] if self.components else [],
-            routes=[self.routes[i] for i in rows] if self.routes is not None else None,
-        )
+        return Rollouts(group_size=self.group_size, **{name: _rows(getattr(self, name), rows) for name in _ROW_FIELDS})
 
     @staticmethod
     def concat(parts: list[Rollouts]) -> Rollouts:
         """Rows of every part, in order."""
-        first = parts[0]
-        return Rollouts(
-            prompt_ids=[p for part in parts for p in part.prompt_ids],
-            completions=torch.cat([p.completions for p in parts]),
-            mask=torch.cat([p.mask for p in parts]),
-            engine_logp=torch.cat([p.engine_logp for p in parts]),
-            rewards=torch.cat([p.rewards for p in parts]),
-            passed=torch.cat([p.passed for p in parts]),
-            group_size=first.group_size,
-            texts=[t for p in parts for t in p.texts],
-            components=[c for p in parts for c in p.components],
-            routes=None if any(p.routes is None for p in parts) else [r for p in parts for r in p.routes],
-        )
+        joined = {name: _join([getattr(p, name) for p in parts]) for name in _ROW_FIELDS}
+        return Rollouts(group_size=parts[0].group_size, **joined)
+
+
+# Fields with one entry per row (everything but group_size).
+_ROW_FIELDS = (
+    "prompt_ids",
+    "completions",
+    "mask",
+    "engine_logp",
+    "rewards",
+    "passed",
+    "texts",
+    "components",
+    "routes",
+)
+
+
+def _rows(value: Any, rows: list[int]) -> Any:
+    if value is None:
+        return None
+    return value[rows] if isinstance(value, Tensor) else [value[i] for i in rows]
+
+
+def _join(values: list[Any]) -> Any:
+    if any(v is None for v in values):
+        return None
+    return torch.cat(values) if isinstance(values[0], Tensor) else [x for v in values for x in v]
 
 
 def build_rollouts(outputs: list[Any], scores: list[Score], horizon: int, pad_id: int) -> Rollouts:
@@ -123,13 +127,6 @@ def build_rollouts(outputs: list[Any], scores: list[Score], horizon: int, pad_id
         mask[i, :n] = 1.0
         if sample.logprobs:
             engine_logp[i, :n] = torch.tensor(sample.logprobs[:n], dtype=torch.float32)
-    routes = None
-    if all(out.prompt_routing is not None for out in outputs):
-        routes = [
-            torch.cat([out.prompt_routing, sample.routing[1 : min(len(sample.token_ids), horizon)]])
-            for out in outputs
-            for sample in out.samples
-        ]
     return Rollouts(
         prompt_ids=[list(prompt) for prompt, _ in rows],
         completions=completions,
@@ -140,5 +137,17 @@ def build_rollouts(outputs: list[Any], scores: list[Score], horizon: int, pad_id
         group_size=group_size,
         texts=[sample.text for _, sample in rows],
         components=[dict(s.components) for s in scores],
-        routes=routes,
+        routes=_engine_routes(outputs, horizon),
     )
+
+
+def _engine_routes(outputs: list[Any], horizon: int) -> list[Tensor] | None:
+    """Per row, the experts of every position the engine ran: the prompt, then each sampled token
+    that was fed back (all but the last); None when the engine reports no routing."""
+    if any(out.prompt_routing is None for out in outputs):
+        return None
+    return [
+        torch.cat([out.prompt_routing, sample.routing[1 : min(len(sample.token_ids), horizon)]])
+        for out in outputs
+        for sample in out.samples
+    ]

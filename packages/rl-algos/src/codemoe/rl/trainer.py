@@ -29,7 +29,7 @@ from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_check
 from codemoe.rl.critic import Critic
 from codemoe.rl.diagnostics import HealthConfig, HealthMonitor, update_cv
 from codemoe.rl.distributed import Dist, shard_model
-from codemoe.rl.importance import mismatch_stats
+from codemoe.rl.importance import ISStats, mismatch_stats
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs, expert_load
 from codemoe.rl.rollout import Rollouts, SamplingRequest, Score, build_rollouts
@@ -362,7 +362,6 @@ class RLTrainer:
         lengths = torch.cat(env.all_gather(rollouts.mask.sum(-1)))
         tokens = max(float(env.all_sum(torch.tensor(update["tokens"]))), 1.0)
         n = max(update["updates"], 1.0)
-        is_all = env.all_gather(update["is_stats"])
         metrics = {
             "reward_mean": rewards.mean().item(),
             "reward_std": rewards.std().item() if rewards.numel() > 1 else 0.0,
@@ -377,12 +376,7 @@ class RLTrainer:
             "grad_norm": update["grad_norm"] / n,
             "adv_abs_mean": float(env.all_sum((adv.advantages.abs() * rollouts.mask).sum()))
             / max(float(lengths.sum()), 1.0),
-            "is_ratio_mean": sum(s.ratio_mean for s in is_all) / len(is_all),
-            "is_ratio_min": min(s.ratio_min for s in is_all),
-            "is_ratio_max": max(s.ratio_max for s in is_all),
-            "is_truncated_frac": sum(s.truncated_frac for s in is_all) / len(is_all),
-            "logp_mismatch_mean": sum(s.logp_abs_diff_mean for s in is_all) / len(is_all),
-            "logp_mismatch_max": max(s.logp_abs_diff_max for s in is_all),
+            **_is_metrics(env.all_gather(update["is_stats"])),
         }
         if self.reference is not None:
             metrics["kl"] = float(env.all_sum(torch.tensor(update["kl"]))) / tokens
@@ -429,3 +423,16 @@ class RLTrainer:
             )
         if not self.tasks:
             raise ConfigError("the RL stage got no tasks: check the suite and its split")
+
+
+def _is_metrics(per_rank: list[ISStats]) -> dict[str, float]:
+    """The engine/trainer mismatch of every rank, combined."""
+    n = len(per_rank)
+    return {
+        "is_ratio_mean": sum(s.ratio_mean for s in per_rank) / n,
+        "is_ratio_min": min(s.ratio_min for s in per_rank),
+        "is_ratio_max": max(s.ratio_max for s in per_rank),
+        "is_truncated_frac": sum(s.truncated_frac for s in per_rank) / n,
+        "logp_mismatch_mean": sum(s.logp_abs_diff_mean for s in per_rank) / n,
+        "logp_mismatch_max": max(s.logp_abs_diff_max for s in per_rank),
+    }
