@@ -59,3 +59,30 @@ def test_warm_up_lowers_the_loss_and_reports_every_step():
     assert result["loss_last"] < 0.5 * result["loss_first"]
     assert steps[0][1]["phase"] == "router" and steps[-1][1]["phase"] == "all"
     assert steps[-1][1]["balance_loss"] > 0
+
+
+RECORDS = [
+    {
+        "resolved": True,
+        "messages": [
+            {"role": "system", "content": "tools: read_file, submit"},
+            {"role": "user", "content": "fix add()"},
+            {"role": "assistant", "content": '{"tool": "read_file", "path": "m.py"}'},
+            {"role": "tool", "content": "def add(a, b): return a - b"},
+            {"role": "assistant", "content": '{"tool": "submit"}'},
+        ],
+    },
+    {"resolved": False, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]},
+]
+
+
+def test_trajectories_give_one_example_per_assistant_turn_of_solved_episodes():
+    from codemoe.core.tokenizer import train_tokenizer
+    from codemoe.rl.sft import trajectory_pairs
+
+    tokenizer = train_tokenizer([m["content"] for r in RECORDS for m in r["messages"]], vocab_size=300)
+    pairs = trajectory_pairs(tokenizer, RECORDS)
+    assert [c for _, c in pairs] == ['{"tool": "read_file", "path": "m.py"}', '{"tool": "submit"}']
+    assert pairs[0][0].endswith("<|bos|>assistant\n") and "fix add()" in pairs[0][0]
+    assert "def add(a, b)" in pairs[1][0]  # the tool's answer is context for the next turn
+    assert len(trajectory_pairs(tokenizer, RECORDS, resolved_only=False)) == 3

@@ -61,3 +61,27 @@ def test_sft_then_grpo_pipeline(tmp_path):
     assert abs(rl_steps[0]["logp_mismatch_mean"]) < 1e-3  # the embedded engine and the trainer agree
     sft_phases = [r["phase"] for r in records if r["stage"] == "sft" and r["step"] is not None]
     assert sft_phases == ["router"] * 2 + ["experts"] * 2 + ["all"] * 2
+
+
+def test_sft_stage_imitates_trajectories(tmp_path):
+    from codemoe.core import build_registry
+
+    episode = {
+        "resolved": True,
+        "messages": [
+            {"role": "user", "content": "fix add()"},
+            {"role": "assistant", "content": '{"tool": "submit"}'},
+        ],
+    }
+    (tmp_path / "episodes.jsonl").write_text(json.dumps(episode) + "\n")
+    model = {"name": "qwen3_moe", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
+    model.update(head_dim=16, num_experts=4, moe_intermediate_size=32, max_position_embeddings=256)
+    sft = {"name": "sft", "model": model, "vocab_size": 300, "batch_size": 2}
+    sft.update(trajectories=str(tmp_path / "episodes.jsonl"), phases=[{"phase": "all", "steps": 3, "lr": 0.01}])
+    pipeline = {"run": {"name": "t", "dir": str(tmp_path / "runs")}, "stages": {"sft": sft}}
+    (tmp_path / "p.yaml").write_text(json.dumps(pipeline))  # JSON is YAML
+    pm = build_plugin_manager()
+    ctx = run_pipeline(
+        compose(tmp_path / "p.yaml", registry_dir=REGISTRY), build_registry(pm), Hooks(pm), show_progress=False
+    )
+    assert ctx.results["sft"]["examples"] == 1 and ctx.results["sft"]["loss_last"] < ctx.results["sft"]["loss_first"]

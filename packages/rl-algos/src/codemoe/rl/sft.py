@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ import torch
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs
 
-__all__ = ["Example", "PhaseConfig", "SFTConfig", "SFTTrainer", "encode_examples"]
+__all__ = ["Example", "PhaseConfig", "SFTConfig", "SFTTrainer", "encode_examples", "trajectory_pairs"]
 
 log = logging.getLogger("codemoe.rl")
 
@@ -68,6 +68,25 @@ def encode_examples(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_tokens
         Example(list(tokenizer.encode(prompt)), (list(tokenizer.encode(completion)) + eos)[:max_tokens])
         for prompt, completion in pairs
     ]
+
+
+def trajectory_pairs(
+    tokenizer: Any, records: Iterable[dict[str, Any]], resolved_only: bool = True
+) -> list[tuple[str, str]]:
+    """Imitation of agent trajectories (the sandbox's JSONL episodes): one ``(prompt, completion)``
+    pair per assistant turn, the prompt being the conversation before it in the tokenizer's chat
+    template with the assistant turn opened. With ``resolved_only``, episodes that did not solve
+    their task are skipped (imitating failures teaches failing)."""
+    pairs = []
+    for record in records:
+        if resolved_only and not record.get("resolved", False):
+            continue
+        messages = record["messages"]
+        for i, message in enumerate(messages):
+            if message["role"] == "assistant":
+                prompt = tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
+                pairs.append((prompt, message["content"]))
+    return pairs
 
 
 class SFTTrainer:

@@ -6,12 +6,13 @@ a checkpoint whose path the next stage reads from ``ctx.results[<stage id>]["che
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from codemoe.core.errors import ConfigError
-from codemoe.rl.sft import SFTConfig, SFTTrainer, encode_examples
+from codemoe.rl.sft import SFTConfig, SFTTrainer, encode_examples, trajectory_pairs
 from codemoe.rl.trainer import RLConfig, RLTrainer
 
 __all__ = ["RLStage", "RLStageConfig", "SFTStage", "SFTStageConfig"]
@@ -30,6 +31,8 @@ class SFTStageConfig(SFTConfig):
     suite: Any = field(default_factory=lambda: {"name": "synthetic"}, metadata={"kind": "suite"})
     split: str = "train"  # the suite split whose reference solutions are imitated
     max_tasks: int = 0  # 0: every task of the split
+    trajectories: str = ""  # JSONL of agent episodes to imitate instead of the suite's solutions ("": off)
+    resolved_only: bool = True  # imitate only the episodes that solved their task
 
 
 @dataclass
@@ -55,6 +58,13 @@ def _tasks(ctx: Any, stage: Any, suite_spec: Any, split: str, max_tasks: int) ->
     suite = ctx.registry.build("suite", suite_spec, where=f"stages.{stage.id}.suite")
     tasks = suite.tasks(split)
     return tasks[:max_tasks] if max_tasks else tasks
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"'trajectories': no file {path} (a JSONL of agent episodes, one per line)")
+    return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
 
 
 def _checkpoint(ctx: Any, stage: Any, source: str) -> str:
@@ -91,13 +101,20 @@ class SFTStage:
 
         cfg = self.config
         torch.manual_seed(ctx.seed + cfg.seed)
-        tasks = _tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks)
-        pairs = [(task.prompt, task.reference_solution) for task in tasks]
+        # what to imitate: agent trajectories when given, else the suite's reference solutions
+        records = _read_jsonl(cfg.trajectories) if cfg.trajectories else None
+        tasks = _tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks) if records is None else []
         if cfg.checkpoint_from:
             model, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from))
         else:
-            tokenizer = train_tokenizer([p + c for p, c in pairs], cfg.vocab_size)
+            texts = [t.prompt + t.reference_solution for t in tasks]
+            texts += [m["content"] for r in records or [] for m in r["messages"]]
+            tokenizer = train_tokenizer(texts, cfg.vocab_size)
             model = build_model(cfg.model, vocab_size=len(tokenizer))
+        if records is None:
+            pairs = [(t.prompt, t.reference_solution) for t in tasks]
+        else:
+            pairs = trajectory_pairs(tokenizer, records, cfg.resolved_only)
         examples = encode_examples(tokenizer, pairs, cfg.max_tokens)
         total = sum(phase.steps for phase in cfg.phases)
         with ctx.progress(f"sft ({stage.id})", total) as advance:
