@@ -12,7 +12,14 @@ import os
 import shutil
 import tempfile
 
-from codemoe.sandbox.isolation import Protection, checkout_root, default_hidden_paths, probe, why_not_hideable
+from codemoe.sandbox.isolation import (
+    PRIVATE_TMP,
+    Protection,
+    checkout_root,
+    default_hidden_paths,
+    probe,
+    why_not_hideable,
+)
 
 __all__ = ["diagnose", "format_report"]
 
@@ -26,7 +33,8 @@ try:
 except OSError:
     pass
 try:
-    open("/etc/codemoe-doctor", "w")
+    open("/etc/codemoe-doctor", "w").close()
+    os.remove("/etc/codemoe-doctor")  # where the attack works, it leaves nothing behind
     found.append("wrote /etc")
 except OSError:
     pass
@@ -99,7 +107,8 @@ def _host_files(canary_dir: str | None) -> list[str]:
     """
     files = [os.path.join(canary_dir, "canary.txt")] if canary_dir else []
     cwd = os.getcwd()
-    if not why_not_hideable(cwd):
+    # under /tmp it is not hidden by a mount but absent: every execution gets a fresh /tmp
+    if not why_not_hideable(cwd) or cwd.startswith(PRIVATE_TMP + "/"):
         files += [e.path for e in os.scandir(cwd) if e.is_file(follow_symlinks=False)][:1]
     checkout = checkout_root()
     if checkout:

@@ -434,8 +434,12 @@ def _probe_step(step: str, plan: IsolationPlan, outer_uid: int, outer_gid: int) 
         linux.loopback_up()
         linux.sethostname("sandbox")
     elif step in ("mount", "mount+python"):
+        held = _hold_tmp_paths(plan)  # as prepare_worker: a virtualenv under /tmp stays usable
         _read_only_filesystem(plan)
         linux.mount("tmpfs", "/tmp", "tmpfs", _TMPFS_FLAGS, "size=1m,mode=1777")
+        for path, (fd, flags) in held.items():
+            os.makedirs(path, exist_ok=True)
+            _bind_back(path, fd, flags)
         if step == "mount+python":
             _interpreter_starts()
     elif step == "uid":
