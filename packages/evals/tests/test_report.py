@@ -46,7 +46,7 @@ def test_report_has_evaluations_improvement_and_plots(run) -> None:
     assert "absolute: +20.0 points" in report
     assert "relative: +80.0%" in report  # 0.45 / 0.25 - 1
     assert "| even |" in report and "| odd |" in report
-    assert "0.100 -> 0.600" in report  # reward first -> last
+    assert "0.200 -> 0.500" in report  # reward: mean of the first 3 steps -> the last 3
     assert "![expert_load](plots/expert_load.png)" in report
 
 

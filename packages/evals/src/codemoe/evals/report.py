@@ -69,13 +69,15 @@ def _training_table(records: list[dict[str, Any]]) -> list[str]:
         for q in quantities:
             if sid in curves[q]:
                 values = curves[q][sid][1]
-                cells.append(f"{values[0]:.3f} -> {values[-1]:.3f}")
+                w = max(1, min(5, len(values) // 2))  # mean of the first / last w steps: single steps are noisy
+                cells.append(f"{sum(values[:w]) / w:.3f} -> {sum(values[-w:]) / w:.3f}")
             else:
                 cells.append("-")
         rows.append("| " + " | ".join(cells) + " |")
     if not rows:
         return []
-    return ["| stage | loss (first -> last) | reward | pass rate | KL | entropy |", "|---|---|---|---|---|---|", *rows]
+    head = "| stage | loss (first 5 steps -> last 5, mean) | reward | pass rate | KL | entropy |"
+    return [head, "|---|---|---|---|---|---|", *rows]
 
 
 def _expert_lines(records: list[dict[str, Any]]) -> list[str]:
