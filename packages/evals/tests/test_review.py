@@ -64,3 +64,18 @@ def test_bad_verdicts_are_refused(tmp_path) -> None:
         load_verdicts(path)
     with pytest.raises(ValueError, match="not in the review"):
         agreement(_graded(1, 0), {"zzz#9": "pass"})
+
+
+def test_review_import_command_reports_agreement(tmp_path, capsys) -> None:
+    from codemoe.core.cli import main
+
+    items = _graded(2, 2)
+    write_review(tmp_path, items, {})
+    verdicts = tmp_path / "verdicts.json"
+    keys = [f"{s.task_id}#{s.index}" for s in items]
+    verdicts.write_text(json.dumps({"verdicts": dict(zip(keys, ["pass", "fail", "fail", "fail"]))}))
+    assert main(["eval", "review-import", str(tmp_path), str(verdicts)]) == 0
+    out = capsys.readouterr().out
+    assert "reviewed 4 of 4 sampled; agreement 75.0%" in out and f"disagreement: {keys[1]}" in out
+    saved = json.loads((tmp_path / "review_agreement.json").read_text())
+    assert saved["kappa"] == pytest.approx(0.5)  # p_o 0.75, p_e 0.5
