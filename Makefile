@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PACKAGES := packages/moe-core packages/router packages/rl-algos packages/sandbox packages/serving packages/evals
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 STAMP := $(VENV)/.codemoe-installed
-PIPELINE ?= default
+PIPELINE ?= quickstart
 PYTEST_ARGS ?=
 
 .PHONY: install run test lint clean

@@ -37,7 +37,7 @@ def test_components_rejects_unknown_kinds():
 
 
 def test_config_show_applies_an_override(registry_dir: Path):
-    result = codemoe("--registry", str(registry_dir), "config", "show", "default", "run.seed=41")
+    result = codemoe("--registry", str(registry_dir), "config", "show", "smoke", "run.seed=41")
     assert result.returncode == 0, result.stderr
     assert "seed: 41" in result.stdout
 
@@ -53,14 +53,14 @@ def test_misspelled_component_prints_the_valid_choices(tmp_path: Path, registry_
 
 
 def test_run_writes_a_run_directory(tmp_path: Path, registry_dir: Path):
-    result = codemoe("--registry", str(registry_dir), "run", "--no-progress", "run.dir=out", cwd=tmp_path)
+    result = codemoe("--registry", str(registry_dir), "run", "--no-progress", "smoke", "run.dir=out", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "out").iterdir()
     assert {"config.yaml", "run.log", "metrics.jsonl", "state.json"} <= {p.name for p in run_dir.iterdir()}
 
 
 def test_main_returns_2_with_a_message_for_bad_overrides(capsys, registry_dir: Path):
-    assert main(["--registry", str(registry_dir), "config", "show", "default", "run.sed=1"]) == 2
+    assert main(["--registry", str(registry_dir), "config", "show", "smoke", "run.sed=1"]) == 2
     assert "did you mean 'seed'" in " ".join(capsys.readouterr().err.split())
 
 

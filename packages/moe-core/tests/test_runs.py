@@ -101,8 +101,8 @@ def test_unknown_stage_fails_before_anything_runs(setup, tmp_path: Path):
     assert EVENTS == [] and not (tmp_path / "runs").exists()
 
 
-def test_built_in_plugins_give_a_runnable_default_pipeline(run_root: Path):
+def test_built_in_plugins_give_a_runnable_smoke_pipeline(run_root: Path):
     pm = build_plugin_manager()
-    ctx = run_pipeline(compose("default"), build_registry(pm), Hooks(pm), show_progress=False)
+    ctx = run_pipeline(compose("smoke"), build_registry(pm), Hooks(pm), show_progress=False)
     assert ctx.results["environment"]["torch"].startswith("2.13")
     assert ctx.run_dir.parent == run_root / "runs"

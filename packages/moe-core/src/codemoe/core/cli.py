@@ -119,7 +119,7 @@ def build_parser(pm) -> argparse.ArgumentParser:
     show.set_defaults(handler=_cmd_config_show)
 
     p = sub.add_parser("run", help="run a pipeline's stages in order")
-    p.add_argument("pipeline", nargs="?", help="pipeline name or YAML path (default: 'default')")
+    p.add_argument("pipeline", nargs="?", help="pipeline name or YAML path (default: 'quickstart')")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
     p.add_argument("--resume", metavar="RUN_DIR", help="resume a run: finished stages are skipped")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -36,7 +36,7 @@ __all__ = [
     "validate_pipeline",
 ]
 
-DEFAULT_PIPELINE = "default"
+DEFAULT_PIPELINE = "quickstart"  # what `codemoe run` and `make run` run
 _MAX_PRESET_DEPTH = 16
 
 
