@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from codemoe.core.moe import aux_losses, moe_blocks, moe_metrics
+from codemoe.core.moe import aux_losses, metrics_from_stats, moe_blocks, read_layer_stats
 
 __all__ = ["balance_loss", "enable_router_outputs", "expert_load"]
 
@@ -33,11 +33,19 @@ def balance_loss(model: torch.nn.Module, outputs: Any) -> torch.Tensor | None:
 
 
 def expert_load(model: torch.nn.Module) -> dict[str, float]:
-    """The step's aggregated routing metrics (``moe/max_over_mean``, ``moe/cv``, ...); empty when dense.
+    """The step's routing metrics; empty when dense.
 
-    Reading closes the routing step (routers with a balancing bias update it), so call it once per
-    optimizer step.
+    The aggregates (``moe/max_over_mean``, ``moe/cv``, ...) and each expert's share of the layer's
+    routed tokens as ``expert_load/<layer>/<expert>`` (the report's expert-load heatmap over
+    training). Reading closes the routing step (routers with a balancing bias update it), so call it
+    once per optimizer step.
     """
     if not any(moe_blocks(model)):
         return {}
-    return {k: v for k, v in moe_metrics(model).items() if k.count("/") == 1}
+    layers = read_layer_stats(model)
+    out = {k: v for k, v in metrics_from_stats(layers).items() if k.count("/") == 1}
+    for stats in layers:
+        total = sum(stats.tokens_per_expert) or 1.0
+        for expert, tokens in enumerate(stats.tokens_per_expert):
+            out[f"expert_load/{stats.layer}/{expert}"] = tokens / total
+    return out

@@ -19,7 +19,7 @@ from codemoe.core.moe.expert_parallel import AllToAllDispatcher
 from codemoe.core.moe.experts import Experts, GroupedExperts, LoopExperts, TorchGroupedMMExperts
 from codemoe.core.moe.freezing import PHASES, parameter_groups, set_trainable
 from codemoe.core.moe.metrics import LayerStats, RoutingStats
-from codemoe.core.moe.readout import aux_losses, moe_blocks, moe_metrics, read_layer_stats
+from codemoe.core.moe.readout import aux_losses, metrics_from_stats, moe_blocks, moe_metrics, read_layer_stats
 from codemoe.core.moe.routing import UNROUTED, Router, RouterOutput
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "balance_loss",
     "capacity",
     "capture_routing",
+    "metrics_from_stats",
     "moe_blocks",
     "moe_metrics",
     "parameter_groups",

@@ -9,7 +9,7 @@ from codemoe.core.moe.block import MoEBlock
 from codemoe.core.moe.metrics import LayerStats
 from torch import nn
 
-__all__ = ["aux_losses", "moe_blocks", "moe_metrics", "read_layer_stats"]
+__all__ = ["aux_losses", "metrics_from_stats", "moe_blocks", "moe_metrics", "read_layer_stats"]
 
 
 def moe_blocks(model: nn.Module) -> Iterator[MoEBlock]:
@@ -53,7 +53,11 @@ def moe_metrics(model: nn.Module) -> dict[str, float]:
     bias update it from the step's loads). Aggregates are the mean over layers, except
     ``max_over_mean`` (the worst layer) and ``dead_experts`` (the sum).
     """
-    layers = read_layer_stats(model)
+    return metrics_from_stats(read_layer_stats(model))
+
+
+def metrics_from_stats(layers: list[LayerStats]) -> dict[str, float]:
+    """The :func:`moe_metrics` dictionary of statistics already read with :func:`read_layer_stats`."""
     out: dict[str, float] = {}
     per_name: dict[str, list[float]] = {}
     for stats in layers:
