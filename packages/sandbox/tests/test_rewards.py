@@ -320,3 +320,13 @@ def test_a_pipeline_names_a_preset_and_overrides_a_weight(core_registry, registr
     result = core_registry.build("reward", spec, where="stages.rl.reward")(solved)
     assert result.weights == {"compile_success": 0.4, "test_pass_rate": 0.3, "task_complete": 0.5}
     assert result.total == pytest.approx(0.4 + 0.3 + 0.5)
+
+
+def test_compile_check_is_silent_about_syntax_warnings(recwarn):
+    from codemoe.sandbox.rewards.types import RewardInput
+    from codemoe.sandbox.rewards.verifiable import compile_errors
+
+    odd = "def f():\n    return 1(2)\n"  # compiles, with a SyntaxWarning ('int' object is not callable)
+    inp = RewardInput(files_before={"m.py": ""}, files_after={"m.py": odd})
+    assert compile_errors(inp) == []
+    assert not [w for w in recwarn if issubclass(w.category, SyntaxWarning)]

@@ -9,6 +9,7 @@ disappears counts as not passing, so deleting a failing test never raises a pass
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from codemoe.sandbox.rewards.component import RewardComponent
@@ -47,7 +48,9 @@ def compile_errors(inp: RewardInput) -> list[str]:
         if not path.endswith(".py"):
             continue
         try:
-            compile(inp.files_after[path], path, "exec", dont_inherit=True)
+            with warnings.catch_warnings():  # a policy's odd code must not flood the trainer's console
+                warnings.simplefilter("ignore", SyntaxWarning)
+                compile(inp.files_after[path], path, "exec", dont_inherit=True)
         except (SyntaxError, ValueError) as exc:
             line = getattr(exc, "lineno", None)
             errors.append(f"{path}:{line or '?'}: {type(exc).__name__}: {getattr(exc, 'msg', exc)}")
