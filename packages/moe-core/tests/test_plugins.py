@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from codemoe.core import PluginError, RegistryError, build_plugin_manager, build_registry, hookimpl, plugin_infos
 
+
 class StageOnly:
     @hookimpl
     def codemoe_register_components(self, registry):
