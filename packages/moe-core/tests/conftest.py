@@ -28,3 +28,28 @@ def tiny_spec() -> dict:
         "moe_intermediate_size": 16,
         "router": {"name": "softmax_topk", "top_k": 2},
     }
+
+
+@pytest.fixture
+def run_ranks():
+    """``run_ranks(source, world=2, timeout=...)``: run ``source`` as ``world`` gloo ranks on
+    127.0.0.1 and return each rank's last stdout line parsed as JSON (fails if a rank fails)."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    def run(source: str, world: int = 2, timeout: float = 180) -> list[dict]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs = []
+        for rank in range(world):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+            procs.append(subprocess.Popen([sys.executable, "-c", source], env=env, stdout=subprocess.PIPE, text=True))
+        outputs = [p.communicate(timeout=timeout)[0] for p in procs]
+        assert all(p.returncode == 0 for p in procs), outputs
+        return [json.loads(text.strip().splitlines()[-1]) for text in outputs]
+
+    return run

@@ -1,10 +1,5 @@
 """The global-batch scope over a real two-process gloo group: 1.0 at balance at any world size."""
 
-import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
 
@@ -28,22 +23,10 @@ dist.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.mark.slow
-def test_global_scope_reduces_loads_over_data_parallel_ranks():
-    port, world = _free_port(), 2
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER], env=env, stdout=subprocess.PIPE, text=True))
-    results = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
-    assert all(p.returncode == 0 for p in procs)
-    for result in results:
+def test_global_scope_reduces_loads_over_data_parallel_ranks(run_ranks):
+    for result in run_ranks(WORKER, timeout=120):
         assert result["global"] == pytest.approx(1.0)  # balanced over the global batch
         assert result["micro_batch"] == pytest.approx(2.0)  # each rank's own half is imbalanced
         assert result["global_collapsed"] == pytest.approx(4.0)  # all on one expert everywhere: E

@@ -1,10 +1,5 @@
 """Expert parallelism over a real two-process gloo group, against one process holding every expert."""
 
-import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
 
@@ -79,23 +74,10 @@ dist.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.mark.slow
-def test_two_ranks_match_one_process_holding_every_expert():
-    port, world = _free_port(), 2
-    procs = []
-    for rank in range(world):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER], env=env, stdout=subprocess.PIPE, text=True))
-    outputs = [p.communicate(timeout=180)[0] for p in procs]
-    assert all(p.returncode == 0 for p in procs), outputs
-    for text in outputs:
-        result = json.loads(text.strip().splitlines()[-1])
+def test_two_ranks_match_one_process_holding_every_expert(run_ranks):
+    for result in run_ranks(WORKER, timeout=180):
         for name in ("out", "grad_x", "grad_w", "grad_gate_up", "grad_down"):
             assert result[name] < 1e-5, (name, result)
         # a rank sends its rows for the other rank's experts, then the outputs for the rows it received
