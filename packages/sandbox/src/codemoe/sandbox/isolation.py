@@ -123,6 +123,7 @@ class WorkerState:
     fallback_root: str = ""  # without a mount namespace: where work dirs are made
     uid: int | None = None  # user id of the executions; None keeps the worker's
     tmp_keep: dict[str, tuple[int, int]] = field(default_factory=dict)  # path -> (fd, flags) under /tmp
+    environ: dict[str, str] = field(default_factory=dict)  # the worker's own environment, which children inherit
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ loopback interface up. Each raises ``OSError`` with the errno, like the ``os`` m
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import fcntl
 import os
 import platform
@@ -82,7 +81,7 @@ _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the C library is already loaded; ctypes.util would import subprocess
 _libc.syscall.restype = ctypes.c_long
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 

@@ -29,6 +29,7 @@ from typing import Any
 from codemoe.sandbox import linux, wire
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult
 from codemoe.sandbox.isolation import (
+    WORK_DIR,
     IsolationPlan,
     WorkerState,
     enter,
@@ -38,7 +39,7 @@ from codemoe.sandbox.isolation import (
     probe,
     release_worker,
 )
-from codemoe.sandbox.runners import run_in_child, stdio_objects
+from codemoe.sandbox.runners import child_setup, run_in_child, sandbox_env, stdio_objects
 from codemoe.sandbox.verdict import Observation, decide
 
 __all__ = ["execute", "main"]
@@ -79,11 +80,12 @@ class _Stream:
 def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) -> ExecutionResult:
     """Run ``request`` in a new isolated child of this (single-threaded) worker.
 
-    Everything the supervision needs is made before the clone: while the child lives, each page
-    this process writes is copied, so it does as little as possible until the child is gone.
+    Everything the supervision and the child need is made before the clone: while the child
+    lives, each page either process writes is copied, so both do as little as possible then.
     """
     limits = request.limits
     work = prepare_execution(plan, state, limits.disk_mb)
+    setup = child_setup(request, work, "/tmp" if plan.mount_ns else work, state.environ)  # a private tmpfs, or the work dir
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     chan_r, chan_w = os.pipe()
@@ -101,9 +103,8 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
     if pid == 0:
         run_in_child(
             request,
+            setup,
             enter=lambda: enter(plan, state, work, network=limits.network),
-            work=work,
-            tmp="/tmp" if plan.mount_ns else work,  # a private tmpfs, or the work dir itself
             fds=(out_w, err_w, chan_w),
             nproc_base=_nproc_base(plan),
         )
@@ -301,8 +302,15 @@ def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: Worker
 
 
 def _settle(plan: IsolationPlan) -> WorkerState:
-    """Enter the worker's namespaces and freeze what is loaded, so forks do not copy its pages."""
+    """Enter the worker's namespaces, take on the environment of executions (every work dir is
+    the same path in a mount namespace, so children need not set it) and freeze what is loaded,
+    so collections in forks do not touch (and so copy) its pages.
+    """
     state = prepare_worker(plan)
+    if plan.mount_ns:
+        state.environ = sandbox_env(ExecutionRequest(files={}), WORK_DIR, "/tmp")
+        os.environ.clear()
+        os.environ.update(state.environ)
     gc.collect()
     gc.freeze()
     return state
