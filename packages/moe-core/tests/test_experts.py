@@ -65,10 +65,21 @@ def test_dispatch_groups_assignments_by_expert_without_copying_tokens():
     torch.testing.assert_close(d.weights, torch.tensor([0.5, 1.0, 0.4, 0.75, 0.6, 0.5, 0.25]))
 
 
-def test_inference_on_a_few_rows_gathers_weights_and_equals_loop():
+def test_inference_path_equals_loop_and_the_training_kernel():
+    """Under no_grad the experts take the inference kernel: same outputs as the reference loop and
+    as the autograd kernel, on a few rows with unrouted slots and on a decode-sized random load."""
     loop, grouped = _pair(GroupedExperts)
     x = torch.randn(5, H)
     indices = torch.tensor([[0, 3], [3, UNROUTED], [5, 0], [0, 3], [2, 5]])
     weights = torch.rand(5, 2)
     with torch.no_grad():
         torch.testing.assert_close(grouped(x, indices, weights), loop(x, indices, weights), rtol=1e-5, atol=1e-6)
+    x = torch.randn(128, H)
+    indices = torch.randint(0, E, (128, 2))
+    indices[indices == 1] = 2  # expert 1 gets no rows
+    weights = torch.rand(128, 2)
+    trained = grouped(x, indices, weights)
+    with torch.no_grad():
+        inferred = grouped(x, indices, weights)
+        torch.testing.assert_close(inferred, loop(x, indices, weights), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(inferred, trained.detach(), rtol=1e-6, atol=1e-6)

@@ -45,3 +45,33 @@ def test_decode_masks_split_prompt_and_own_tokens():
     assert visible(batch.mask[:, 0, 0]) == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1], [1, 1, 0, 1, 1, 0]]
     no_gather = decode_batch([5], [3], [3], [0], [0], [3], gather=False, device=CPU, dtype=torch.float32)
     assert no_gather.mask is None
+    assert plan.same_pos == -1 and not plan.in_group_order  # rows write at 1, 2, 1; group 1 lacks a member
+
+
+def test_decode_plan_spots_grpo_layout_for_views_instead_of_scatters():
+    # two groups of two samples, started together: rows are the groups' blocks, all at one position
+    plan = decode_batch(
+        [1, 2, 3, 4],
+        [7, 7, 9, 9],
+        [5, 5, 7, 7],
+        [0, 0, 1, 1],
+        [0, 1, 0, 1],
+        [5, 7],
+        gather=False,
+        device=CPU,
+        dtype=torch.float32,
+    ).plan
+    assert plan.same_pos == 2 and plan.in_group_order
+    # after compaction a group's rows may come out of order
+    plan = decode_batch(
+        [1, 2, 3, 4],
+        [7, 7, 9, 9],
+        [5, 5, 7, 7],
+        [0, 1, 0, 1],
+        [0, 0, 1, 1],
+        [5, 7],
+        gather=False,
+        device=CPU,
+        dtype=torch.float32,
+    ).plan
+    assert plan.same_pos == 2 and not plan.in_group_order

@@ -17,7 +17,13 @@ from contextvars import ContextVar
 import torch
 from codemoe.serving.kv_cache import PrefixKVCache
 
-__all__ = ["ATTENTION_NAME", "attend_with_lse", "shared_prefix_attention", "supports_shared_prefix_attention"]
+__all__ = [
+    "ATTENTION_NAME",
+    "attend_with_lse",
+    "decode_attention",
+    "shared_prefix_attention",
+    "supports_shared_prefix_attention",
+]
 
 ATTENTION_NAME = "codemoe_shared_prefix"
 _ACTIVE: ContextVar[PrefixKVCache | None] = ContextVar("codemoe_active_cache", default=None)
@@ -45,28 +51,43 @@ def _shared_prefix_forward(module, query, key, value, attention_mask, scaling=No
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
+    return decode_attention(query, cache, module.layer_idx, scaling), None
+
+
+def decode_attention(query: torch.Tensor, cache: PrefixKVCache, layer: int, scaling: float | None) -> torch.Tensor:
+    """One decode step's attention for ``query [B, Hq, 1, D]`` over its group's prompt and its own
+    tokens in ``cache`` (the plan in progress); returns ``[B, 1, Hq, D]``."""
     plan = cache.plan
     batch, heads, _, dim = query.shape  # query: [B, Hq, 1, D]
     groups, members = plan.prefix_mask.shape[0], plan.members
     scale = scaling if scaling is not None else dim**-0.5
-    pk, pv, sk, sv = cache.layer_views(module.layer_idx, groups, batch)
+    pk, pv, sk, sv = cache.layer_views(layer, groups, batch)
     kv_heads = pk.shape[1]
     per_kv = heads // kv_heads
     q = query.reshape(batch, kv_heads, per_kv, dim)  # the query heads sharing one key/value head
     # own tokens: each row's queries against its suffix
     out_own, lse_own = attend_with_lse(q, sk, sv, plan.suffix_mask, scale)  # [B, Hkv, g, D], [B, Hkv, g]
     # the prompt: all rows of a group as one query block [G, Hkv, members * g, D]
-    stacked = q.new_zeros(groups, members, kv_heads, per_kv, dim)
-    stacked[plan.row_group, plan.row_member] = q
+    if plan.in_group_order:  # GRPO's usual layout: the rows already are the groups' blocks
+        stacked = q.reshape(groups, members, kv_heads, per_kv, dim)
+    else:
+        stacked = q.new_zeros(groups, members, kv_heads, per_kv, dim)
+        stacked[plan.row_group, plan.row_member] = q
     stacked = stacked.permute(0, 2, 1, 3, 4).reshape(groups, kv_heads, members * per_kv, dim)
     out_pre, lse_pre = attend_with_lse(stacked, pk, pv, plan.prefix_mask, scale)
-    out_pre = out_pre.reshape(groups, kv_heads, members, per_kv, dim)[plan.row_group, :, plan.row_member]
-    lse_pre = lse_pre.reshape(groups, kv_heads, members, per_kv)[plan.row_group, :, plan.row_member]
+    out_pre = out_pre.reshape(groups, kv_heads, members, per_kv, dim)
+    lse_pre = lse_pre.reshape(groups, kv_heads, members, per_kv)
+    if plan.in_group_order:
+        out_pre = out_pre.permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, per_kv, dim)
+        lse_pre = lse_pre.permute(0, 2, 1, 3).reshape(batch, kv_heads, per_kv)
+    else:
+        out_pre = out_pre[plan.row_group, :, plan.row_member]
+        lse_pre = lse_pre[plan.row_group, :, plan.row_member]
     # softmax over prompt + own tokens = the two partial softmaxes weighted by their mass
     lse = torch.logaddexp(lse_pre, lse_own)
     out = out_pre * torch.exp(lse_pre - lse)[..., None].to(out_pre.dtype)
     out = out + out_own * torch.exp(lse_own - lse)[..., None].to(out_own.dtype)
-    return out.reshape(batch, 1, heads, dim), None
+    return out.reshape(batch, 1, heads, dim)
 
 
 def supports_shared_prefix_attention(model: torch.nn.Module) -> bool:

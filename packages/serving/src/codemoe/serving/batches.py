@@ -87,15 +87,20 @@ def decode_batch(
     own_keys = torch.arange(int(suffix_pos.max()) + 1, device=device)
     prefix_mask = _additive((prefix_keys[None, :] < prompt_len[:, None])[:, None, None], dtype)  # [G, 1, 1, P]
     suffix_mask = _additive((own_keys[None, :] <= suffix_pos[:, None])[:, None, None], dtype)  # [B, 1, 1, S]
+    members = max(row_member) + 1
+    positions = {n - p for n, p in zip(lengths, row_prompt)}
     plan = StepPlan(
         decoding=True,
         row_group=torch.tensor(row_group, device=device),
         row_member=torch.tensor(row_member, device=device),
-        members=max(row_member) + 1,
+        members=members,
         suffix_pos=suffix_pos,
         prefix_mask=prefix_mask,
         suffix_mask=suffix_mask,
         gather=gather,
+        same_pos=positions.pop() if len(positions) == 1 else -1,
+        in_group_order=len(row_group) == len(group_prompt) * members
+        and all(g == b // members and m == b % members for b, (g, m) in enumerate(zip(row_group, row_member))),
     )
     # gathered keys are the prompt's then the row's own, so the mask is the two side by side
     mask = torch.cat([prefix_mask[plan.row_group], suffix_mask], dim=-1) if gather else None

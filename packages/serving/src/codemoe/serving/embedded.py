@@ -31,6 +31,7 @@ from codemoe.serving.api import ContextLengthError, EngineError, GenerationOutpu
 from codemoe.serving.attention import shared_prefix_attention, supports_shared_prefix_attention
 from codemoe.serving.batches import decode_batch, prefill_batch
 from codemoe.serving.kv_cache import PrefixKVCache
+from codemoe.serving.lean_decode import LeanDecoder
 from codemoe.serving.prefix_cache import CachedSequence, PrefixCache
 from codemoe.serving.routing import RoutingRecorder
 from codemoe.serving.sampling import sample_key, sample_next
@@ -49,6 +50,7 @@ class EmbeddedEngineConfig:
     max_prefill_tokens: int = 8192  # padded prompt tokens per prefill forward (more prompts wait a step)
     prefix_sharing: bool = True  # prefill a prompt once for all its n samples
     shared_prefix_attention: bool = True  # decode reads each prompt once per group (AttentionInterface models)
+    lean_decode: bool = True  # decode steps of Qwen3(-MoE) models computed from the weights, without the module stack
     prefix_cache_tokens: int = 0  # keep finished samples' KV (this many tokens) for prompts that extend them
 
 
@@ -102,6 +104,9 @@ class _Group:
 
 @contextmanager
 def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    if not model.training:  # already in eval mode: switching walks every module, twice a step
+        yield
+        return
     was_training = model.training
     model.eval()
     try:
@@ -135,6 +140,7 @@ class EmbeddedEngine:
         self._cache_arg, self._has_logits_to_keep = _forward_argument_names(model)
         self._recorder = RoutingRecorder.for_model(model)
         self._shared_attention = self.config.shared_prefix_attention and supports_shared_prefix_attention(model)
+        self._lean = LeanDecoder.for_model(model) if self._shared_attention and self.config.lean_decode else None
         self._cache = PrefixKVCache(self.device)
         self._kept = PrefixCache(self.config.prefix_cache_tokens) if self.config.prefix_cache_tokens > 0 else None
         self._active: list[_Sequence] = []  # running samples, in suffix slot order
@@ -415,10 +421,15 @@ class EmbeddedEngine:
             dtype=self.dtype,
         )
         self._cache.plan = batch.plan
-        logits = self._forward(batch.ids, batch.positions, batch.mask)
+        if self._lean is not None:
+            logits, routing = self._lean.step(
+                batch.ids[:, 0], batch.positions[:, 0], self._cache, self._recorder is not None
+            )
+        else:
+            logits = self._forward(batch.ids, batch.positions, batch.mask)
+            routing = self._recorder.last if self._recorder is not None else None  # [B, layers, k]
         for s in seqs:
             s.length += 1
-        routing = self._recorder.last if self._recorder is not None else None  # [B, layers, k]
         self._sample_and_accept(seqs, logits, routing)
 
     def _draw(self, seqs: list[_Sequence], logits: torch.Tensor) -> tuple[list[int], list[float]]:

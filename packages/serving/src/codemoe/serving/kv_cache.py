@@ -43,6 +43,8 @@ class StepPlan:
     prefix_mask: torch.Tensor | None = None  # [G, 1, 1, P] additive: 0 on the prompt, min beyond
     suffix_mask: torch.Tensor | None = None  # [B, 1, 1, S] additive: 0 up to suffix_pos
     gather: bool = False  # return prefix + suffix keys from update (models without the engine attention)
+    same_pos: int = -1  # the write position when every row writes at the same one (a slice, not a scatter)
+    in_group_order: bool = False  # rows are groups 0..G-1 in turn, each with all its members in order
 
 
 class PrefixKVCache:
@@ -102,9 +104,13 @@ class PrefixKVCache:
             end = int(plan.offsets.max()) + length
             return pk[plan.groups, :, :end], pv[plan.groups, :, :end]
         batch = key_states.shape[0]
-        rows = torch.arange(batch, device=key_states.device)
-        sk[rows, :, plan.suffix_pos] = key_states[:, :, 0]
-        sv[rows, :, plan.suffix_pos] = value_states[:, :, 0]
+        if plan.same_pos >= 0:
+            sk[:batch, :, plan.same_pos] = key_states[:, :, 0]
+            sv[:batch, :, plan.same_pos] = value_states[:, :, 0]
+        else:
+            rows = torch.arange(batch, device=key_states.device)
+            sk[rows, :, plan.suffix_pos] = key_states[:, :, 0]
+            sv[rows, :, plan.suffix_pos] = value_states[:, :, 0]
         if not plan.gather:
             return key_states, value_states  # the engine attention reads the stores itself
         prompt, generated = plan.prefix_mask.shape[-1], plan.suffix_mask.shape[-1]

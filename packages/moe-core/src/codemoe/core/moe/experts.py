@@ -169,19 +169,24 @@ class _GroupedSwiGLU(torch.autograd.Function):
         return grad_x, None, grad_w, grad_gate_up, grad_down, None
 
 
-# Rows x expert weights (elements) below which inference gathers each row's expert weights instead
-# of looping over experts: decoding a few tokens of a small model is all per-expert overhead.
-_GATHER_LIMIT = 1 << 22
+def _sorted_swiglu(x, rows, w, gate_up, down, counts: list[int]) -> torch.Tensor:
+    """Inference (no autograd): the rows gathered once in expert order, one matmul per expert and
+    projection, and the activation, gating and routing weight applied to all rows at once.
 
-
-def _gathered_swiglu(x, rows, w, gate_up, down, counts: list[int]) -> torch.Tensor:
-    """Inference on a handful of rows: each row's expert weights gathered, batched matmuls, no loop."""
-    experts = torch.repeat_interleave(torch.arange(len(counts), device=x.device), torch.tensor(counts, device=x.device))
-    h = torch.bmm(gate_up[experts], x.index_select(0, rows).unsqueeze(-1)).squeeze(-1)  # [S, 2I]
-    gate, up = h.chunk(2, dim=-1)
-    a = F.silu(gate) * up * w.unsqueeze(-1)  # [S, I]
-    y = torch.bmm(down[experts], a.unsqueeze(-1)).squeeze(-1)  # [S, H]
-    return torch.zeros_like(x).index_add(0, rows, y)
+    Nothing is kept for a backward, so the per-expert work is just the two matmuls; at decode
+    sizes (a few rows per expert) that per-op count is what the time is. Against the training
+    kernel this was 2-3x faster for a 128-token decode step and 1.5x for 512 tokens at E=64.
+    """
+    inter = down.shape[-1]
+    xs = x.index_select(0, rows)  # [S, H] in expert order
+    h = x.new_empty(rows.shape[0], 2 * inter)
+    for e, seg in _segments(counts):
+        torch.mm(xs[seg], gate_up[e].t(), out=h[seg])
+    a = F.silu(h[:, :inter]).mul_(h[:, inter:]).mul_(w.unsqueeze(-1))  # [S, I]
+    y = x.new_empty(rows.shape[0], x.shape[1])
+    for e, seg in _segments(counts):
+        torch.mm(a[seg], down[e].t(), out=y[seg])
+    return torch.zeros_like(x).index_add_(0, rows, y)
 
 
 def _zeros_for_unused(weight: torch.Tensor, counts: list[int]) -> torch.Tensor:
@@ -214,11 +219,7 @@ class GroupedExperts(Experts):
         # x: [T, H]; indices, weights: [T, k]
         d = self.dispatcher.dispatch(x, indices, weights, self.num_experts)
         args = (d.tokens, d.rows, d.weights.to(x.dtype), self.gate_up_proj, self.down_proj, d.counts)
-        per_row_weights = self.gate_up_proj[0].numel() + self.down_proj[0].numel()
-        if not torch.is_grad_enabled() and d.rows.numel() * per_row_weights <= _GATHER_LIMIT:
-            out = _gathered_swiglu(*args)
-        else:
-            out = _GroupedSwiGLU.apply(*args)
+        out = _GroupedSwiGLU.apply(*args) if torch.is_grad_enabled() else _sorted_swiglu(*args)
         return self.dispatcher.combine(out, d, x.shape[0])
 
 
