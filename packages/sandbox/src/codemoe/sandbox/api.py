@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -87,17 +88,17 @@ class Limits:
     network: bool = False  # True keeps the host network; False gives a namespace with loopback only
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type == "bool":
+        for name, kind in _field_types(Limits):
+            value = getattr(self, name)
+            if kind == "bool":
                 if not isinstance(value, bool):
-                    raise ValueError(f"limits.{f.name} must be true or false, got {value!r}")
+                    raise ValueError(f"limits.{name} must be true or false, got {value!r}")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"limits.{f.name} must be a positive number, got {value!r}")
+                raise ValueError(f"limits.{name} must be a positive number, got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return dataclasses.asdict(self)
+        return {name: getattr(self, name) for name, _ in _field_types(Limits)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Limits:
@@ -195,7 +196,9 @@ class ExecutionResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return dataclasses.asdict(self)
+        data = {name: getattr(self, name) for name, _ in _field_types(ExecutionResult)}
+        data["tests"] = dict(self.tests)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExecutionResult:
@@ -266,10 +269,16 @@ def _decode(content: Any, where: str) -> str | bytes:
     raise ValueError(f"{where}: expected a string or {{'base64': ...}}")
 
 
+@functools.cache
+def _field_types(cls: type) -> tuple[tuple[str, str], ...]:
+    """(name, annotation) of each field of the dataclass ``cls``, looked up once."""
+    return tuple((f.name, str(f.type)) for f in dataclasses.fields(cls))
+
+
 def _from_dict(cls: type, data: dict[str, Any], what: str) -> Any:
     if not isinstance(data, dict):
         raise ValueError(f"{what} must be a JSON object")
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {name for name, _ in _field_types(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(f"unknown {what} field(s) {unknown}; known: {sorted(names)}")
