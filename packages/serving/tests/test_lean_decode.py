@@ -94,3 +94,15 @@ def test_rows_reordered_by_finished_groups_keep_exact_logprobs(tokenizer):
                 logits = model(full).logits[0, len(ids) - 1 : -1]
             expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(sample.token_ids)[:, None]).squeeze(1)
             torch.testing.assert_close(torch.tensor(sample.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_a_policy_in_training_mode_samples_in_eval_mode_and_stays_in_training_mode(tokenizer):
+    """The RL trainer may share its policy with the engine: sampling must not see dropout or router
+    noise, and must hand the model back in training mode, every module of it."""
+    model = build_model({**BASE, "router": {"name": "noisy_topk", "top_k": 2}}, vocab_size=len(tokenizer))
+    params = SamplingParams(temperature=0, max_new_tokens=12, ignore_eos=True)
+    expected = EmbeddedEngine(model.eval(), tokenizer).generate(PROMPTS, params)
+    engine = EmbeddedEngine(model.train(), tokenizer)
+    got = engine.generate(PROMPTS, params)
+    assert [o.samples[0].token_ids for o in got] == [o.samples[0].token_ids for o in expected]
+    assert all(m.training for m in model.modules())

@@ -103,16 +103,21 @@ class _Group:
 
 
 @contextmanager
-def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    if not model.training:  # already in eval mode: switching walks every module, twice a step
-        yield
-        return
-    was_training = model.training
-    model.eval()
+def _eval_mode(modules: list[torch.nn.Module]) -> Iterator[None]:
+    """Every module in eval mode inside the block, as it was after.
+
+    Flips the flags of the modules in training mode directly: ``model.eval()``/``train()`` walk
+    the module tree through ``named_children`` on every call, which cost a trainer's shared
+    policy ~1.5 ms per decode step.
+    """
+    training = [m for m in modules if m.training]
+    for module in training:
+        module.training = False
     try:
         yield
     finally:
-        model.train(was_training)
+        for module in training:
+            module.training = True
 
 
 def _forward_argument_names(model: torch.nn.Module) -> tuple[str, bool]:
@@ -140,6 +145,7 @@ class EmbeddedEngine:
         self._cache_arg, self._has_logits_to_keep = _forward_argument_names(model)
         self._recorder = RoutingRecorder.for_model(model)
         self._shared_attention = self.config.shared_prefix_attention and supports_shared_prefix_attention(model)
+        self._modules = list(model.modules())  # for switching to eval mode around each step
         self._lean = LeanDecoder.for_model(model) if self._shared_attention and self.config.lean_decode else None
         self._cache = PrefixKVCache(self.device)
         self._kept = PrefixCache(self.config.prefix_cache_tokens) if self.config.prefix_cache_tokens > 0 else None
@@ -306,7 +312,7 @@ class EmbeddedEngine:
                 return False
             attention = shared_prefix_attention(self.model, self._cache, self._shared_attention)
             try:
-                with torch.no_grad(), _eval_mode(self.model), attention:
+                with torch.no_grad(), _eval_mode(self._modules), attention:
                     admitted = self._admit()
                     if admitted:
                         self._prefill(admitted)
