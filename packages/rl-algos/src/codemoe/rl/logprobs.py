@@ -4,6 +4,14 @@ Each row is ``prompt + completion`` right-padded, so padding only ever follows t
 count and a causal model needs no attention mask or position ids. The log-prob of completion token
 ``t`` is read at position ``len(prompt) + t - 1``. Logits are divided by the sampling temperature,
 the engine contract's convention, so trainer and engine log-probs are comparable.
+
+Shared prompts (``share_prompts``, GRPO's shape: ``n`` rows per prompt): every distinct prompt but
+its last token is run once, and its keys and values are handed to all its rows, whose forward
+covers only ``last prompt token + completion``. The rows read the same keys and values they
+would have computed themselves, and gradients from every row flow back into the one prompt
+forward (they add up through the row index), so log-probs and policy gradients are those of the
+per-row forward, for about ``1/n`` of the prompt compute. The MoE balance and z losses of the
+two forwards are combined weighted by their token counts (the prompt now counts once per group).
 """
 
 from __future__ import annotations
@@ -59,31 +67,150 @@ def token_stats(
     temperature: float = 1.0,
     hidden: bool = False,
     routes: list[Tensor] | None = None,
+    share_prompts: bool = False,
 ) -> TokenStats:
     """Run ``model`` on prompt+completion rows and read the completion tokens' log-probs.
 
     With ``routes`` (per row ``[positions, layers, k]`` from the engine) the MoE layers use the
-    engine's experts instead of choosing (routing replay).
+    engine's experts instead of choosing (routing replay). With ``share_prompts`` rows with the
+    same prompt share one forward of it (see the module docstring); it applies when some prompt
+    repeats and the model takes a ``transformers`` KV cache.
     """
     input_ids, positions = pack(prompt_ids, completions, pad_id)
-    with _replay(model, routes, input_ids.shape[1]):
+    table = _route_table(model, routes, input_ids.shape[1])
+    if share_prompts and _can_share(model, prompt_ids):
+        return _shared_prompt_stats(model, prompt_ids, completions, pad_id, temperature, hidden, table)
+    with _replay(model, table):
         return _token_stats(model, input_ids, positions, completions, temperature, hidden)
 
 
-@contextmanager
-def _replay(model: torch.nn.Module, routes: list[Tensor] | None, width: int) -> Iterator[None]:
-    """Route every position of the packed rows as the engine did; positions it never ran (the
-    last sampled token, padding) take experts 0..k-1, which no log-prob read here depends on."""
+def _route_table(model: torch.nn.Module, routes: list[Tensor] | None, width: int) -> tuple[list[int], Tensor] | None:
+    """(MoE layer ids, ``[B, width, layers, k]`` experts of every packed position) from the engine's
+    routes; positions it never ran (the last sampled token, padding) take experts 0..k-1, which no
+    log-prob read here depends on."""
     if routes is None:
-        yield
-        return
+        return None
     layers = [block.layer for block in moe_blocks(model)]
     k = routes[0].shape[-1]
     full = torch.arange(k).expand(len(routes), width, len(layers), k).clone()  # [B, L, layers, k]
     for row, route in enumerate(routes):
         full[row, : route.shape[0]] = route
+    return layers, full
+
+
+@contextmanager
+def _replay(model: torch.nn.Module, table: tuple[list[int], Tensor] | None) -> Iterator[None]:
+    """Inside the block the MoE layers route the forward's ``[rows, positions]`` as ``table`` says."""
+    if table is None:
+        yield
+        return
+    layers, full = table
     with replay_routing(model, {layer: full[:, :, i, :] for i, layer in enumerate(layers)}):
         yield
+
+
+def _cache_argument(model: torch.nn.Module) -> str | None:
+    """The name under which ``model.forward`` takes a KV cache, or None."""
+    params = inspect.signature(model.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    return None
+
+
+def _can_share(model: torch.nn.Module, prompt_ids: list[list[int]]) -> bool:
+    distinct = {tuple(p) for p in prompt_ids}
+    return (
+        len(distinct) < len(prompt_ids)
+        and all(len(p) >= 2 for p in prompt_ids)
+        and _cache_argument(model) is not None
+        and hasattr(model, "config")
+    )
+
+
+def _shared_prompt_stats(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    completions: Tensor,
+    pad_id: int,
+    temperature: float,
+    hidden: bool,
+    table: tuple[list[int], Tensor] | None,
+) -> TokenStats:
+    """Token stats with each distinct prompt's forward run once (see the module docstring)."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    index: dict[tuple[int, ...], int] = {}
+    owner = torch.tensor([index.setdefault(tuple(p), len(index)) for p in prompt_ids])  # [B] distinct prompt
+    distinct = [list(p) for p in index]
+    first_row = torch.tensor([[tuple(p) for p in prompt_ids].index(tuple(d)) for d in distinct])  # [U]
+    b, t = completions.shape
+    lengths = torch.tensor([len(p) for p in distinct])  # [U]
+    width = int(lengths.max()) - 1
+    # the prompts but their last tokens, right-padded: [U, width]
+    prefix = torch.full((len(distinct), width), pad_id, dtype=torch.long)
+    for u, prompt in enumerate(distinct):
+        prefix[u, : len(prompt) - 1] = torch.tensor(prompt[:-1], dtype=torch.long)
+    prefix_mask = (torch.arange(width) < (lengths - 1).unsqueeze(-1)).long()  # [U, width]
+    # each row: its prompt's last token, then its completion: [B, T + 1]
+    last = torch.tensor([p[-1] for p in prompt_ids], dtype=torch.long)
+    suffix = torch.cat([last.unsqueeze(-1), completions], dim=1)
+    start = lengths[owner] - 1  # [B] position of each row's first suffix token
+    suffix_positions = start.unsqueeze(-1) + torch.arange(t + 1)  # [B, T + 1]
+    mask = torch.cat([prefix_mask[owner], torch.ones(b, t + 1, dtype=torch.long)], dim=1)
+    keep_head = _accepts_logits_to_keep(model)
+
+    prefix_table = suffix_table = None
+    if table is not None:
+        layers, full = table  # [B, L, layers, k]
+        prefix_table = layers, full[first_row, :width]
+        gather = suffix_positions[:, :, None, None].expand(-1, -1, *full.shape[2:])
+        suffix_table = layers, full.gather(1, gather)
+
+    cache_arg = _cache_argument(model)
+    with _replay(model, prefix_table):
+        first = model(
+            input_ids=prefix.to(device),
+            attention_mask=prefix_mask.to(device),
+            use_cache=True,
+            **({"logits_to_keep": 1} if keep_head else {}),
+        )
+    prefix_losses = [dict(block.last_losses) for block in moe_blocks(model)]
+    rows = owner.to(device)
+    shared = DynamicCache(
+        [
+            (layer.keys.index_select(0, rows), layer.values.index_select(0, rows))
+            for layer in first.past_key_values.layers
+        ]
+    )
+    kwargs: dict[str, Any] = {cache_arg: shared, "output_hidden_states": hidden}
+    if keep_head:
+        kwargs["logits_to_keep"] = torch.arange(t, device=device)  # the last input token predicts nothing read here
+    with _replay(model, suffix_table):
+        outputs = model(
+            input_ids=suffix.to(device),
+            attention_mask=mask.to(device),
+            position_ids=suffix_positions.to(device),
+            use_cache=True,
+            **kwargs,
+        )
+    _combine_losses(model, prefix_losses, int(prefix_mask.sum()), b * (t + 1))
+    logits = outputs.logits[:, :t].float() / (temperature if temperature > 0 else 1.0)  # [B, T, V]
+    logprobs = torch.log_softmax(logits, dim=-1)
+    logp = logprobs.gather(-1, completions.to(device).unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(logprobs.exp() * logprobs).sum(-1)
+    last_hidden = outputs.hidden_states[-1][:, :t] if hidden else None
+    return TokenStats(logp=logp, entropy=entropy, hidden=last_hidden, outputs=outputs)
+
+
+def _combine_losses(model: torch.nn.Module, prefix_losses: list[dict[str, Tensor]], prefix: int, suffix: int) -> None:
+    """Each MoE block's balance/z losses over both forwards, weighted by their tokens."""
+    for block, before in zip(moe_blocks(model), prefix_losses):
+        after = block.last_losses
+        if before and after:
+            block.last_losses = {k: (prefix * before[k] + suffix * after[k]) / (prefix + suffix) for k in after}
 
 
 def _token_stats(

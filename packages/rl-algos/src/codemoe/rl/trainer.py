@@ -61,6 +61,7 @@ class RLConfig:
     checkpoint_every: int = 10  # steps between checkpoints; the last step is always saved
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     seed: int = 0  # data order and sampling seeds derive from it
+    share_prompt_forward: bool = True  # training forwards run each group's prompt once (same log-probs and gradients)
     health: HealthConfig = field(default_factory=HealthConfig)
 
 
@@ -238,6 +239,7 @@ class RLTrainer:
             pad_id=self.pad_id,
             temperature=self.config.temperature,
             routes=routes,
+            share_prompts=self.config.share_prompt_forward,
         ).logp
 
     def _advantages(self, rollouts: Rollouts, data: _TokenData) -> AdvantageOutput:
@@ -283,6 +285,7 @@ class RLTrainer:
             pad_id=self.pad_id,
             temperature=self.config.temperature,
             routes=self._routes(rollouts, rows),
+            share_prompts=self.config.share_prompt_forward,
         )
         old = stats.logp.detach() if data.old_logp is None else data.old_logp[rows]
         engine_logp = rollouts.engine_logp[rows]
