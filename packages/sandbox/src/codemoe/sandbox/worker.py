@@ -39,7 +39,7 @@ from codemoe.sandbox.isolation import (
     probe,
     release_worker,
 )
-from codemoe.sandbox.runners import child_setup, run_in_child, sandbox_env, stdio_objects
+from codemoe.sandbox.runners import EXIT_SETUP_FAILED, child_setup, run_in_child, sandbox_env, stdio_objects
 from codemoe.sandbox.verdict import Observation, decide
 
 __all__ = ["execute", "main"]
@@ -98,19 +98,23 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
     for fd in streams:
         poller.register(fd, select.EPOLLIN)
     start = time.monotonic()
-    flags = plan.clone_flags(limits.network)
-    pid = linux.clone(flags) if flags else os.fork()
-    if pid == 0:
-        run_in_child(
-            request,
-            setup,
-            enter=lambda: enter(plan, state, work, network=limits.network),
-            fds=(out_w, err_w, chan_w),
-            nproc_base=_nproc_base(plan),
-        )
-    for fd in (out_w, err_w, chan_w):
-        os.close(fd)
+    write_ends = [out_w, err_w, chan_w]  # the child's; this process closes them once it is forked
     try:
+        flags = plan.clone_flags(limits.network)
+        pid = linux.clone(flags) if flags else os.fork()
+        if pid == 0:
+            try:
+                run_in_child(
+                    request,
+                    setup,
+                    enter=lambda: enter(plan, state, work, network=limits.network),
+                    fds=(out_w, err_w, chan_w),
+                    nproc_base=_nproc_base(plan),
+                )
+            finally:  # the child never returns into this process's code
+                os._exit(EXIT_SETUP_FAILED)
+        while write_ends:
+            os.close(write_ends.pop())
         wall_timeout, output_limit = _supervise(pid, poller, streams, start + limits.timeout_s)
         _, status, usage = os.wait4(pid, 0)
         duration = time.monotonic() - start
@@ -118,6 +122,8 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
             _kill_group(pid)
         _drain(poller, streams)
     finally:
+        for fd in write_ends:  # the fork failed
+            os.close(fd)
         poller.close()
         for fd in streams:
             os.close(fd)
