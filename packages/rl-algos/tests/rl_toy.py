@@ -82,8 +82,9 @@ class ToyTask:
     target: int
 
 
-def toy_tasks(count: int = 4) -> list[ToyTask]:
-    return [ToyTask(id=f"toy-{i}", prompt=[i + 1], target=(i + 2) % VOCAB) for i in range(count)]
+def toy_tasks(count: int = 4, prompt_len: int = 1) -> list[ToyTask]:
+    """``prompt_len`` > 1 repeats the prompt token (groups then share a prompt forward)."""
+    return [ToyTask(id=f"toy-{i}", prompt=[i + 1] * prompt_len, target=(i + 2) % VOCAB) for i in range(count)]
 
 
 def toy_scorer(tasks, outputs) -> list[Score]:

@@ -1,7 +1,7 @@
 """Run the RL trainer on the toy task and append each step's metrics to ``<out>/metrics.jsonl``.
 
 Started by the tests as a subprocess (to be SIGKILLed mid-run) and under ``torchrun`` (to compare
-ranks): ``python rl_toy_run.py OUT STEPS [ALGO_JSON] [CHECKPOINT_EVERY]``.
+ranks): ``python rl_toy_run.py OUT STEPS [ALGO_JSON] [CHECKPOINT_EVERY] [PROMPT_LEN]``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ def main() -> None:
     out, steps = Path(sys.argv[1]), int(sys.argv[2])
     algo = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     every = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    prompt_len = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     torch.set_num_threads(1)
     env = init_distributed()
     registry = build_registry(build_plugin_manager())
@@ -40,7 +41,7 @@ def main() -> None:
         policy,
         ToyEngine(policy),
         toy_scorer,
-        toy_tasks(),
+        toy_tasks(prompt_len=prompt_len),
         pad_id=0,
         checkpoint_dir=out / "ckpt",
         env=env,

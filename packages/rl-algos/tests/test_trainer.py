@@ -22,7 +22,7 @@ HERE = Path(__file__).parent
 TIMING = {"gen_seconds", "step_seconds", "tokens_per_s"}
 
 
-def _trainer(registry, tmp_path, algo: dict | None = None, engine=None, **overrides) -> RLTrainer:
+def _trainer(registry, tmp_path, algo: dict | None = None, engine=None, prompt_len: int = 1, **overrides) -> RLTrainer:
     config = RLConfig(
         **{"steps": 30, "prompts_per_step": 4, "lr": 1e-2, "max_new_tokens": 4, "checkpoint_every": 1000, **overrides}
     )
@@ -35,7 +35,7 @@ def _trainer(registry, tmp_path, algo: dict | None = None, engine=None, **overri
         policy,
         engine or ToyEngine(policy),
         toy_scorer,
-        toy_tasks(),
+        toy_tasks(prompt_len=prompt_len),
         pad_id=0,
         checkpoint_dir=tmp_path / "ckpt",
     )
@@ -74,6 +74,24 @@ def test_ppo_with_a_critic_learns_the_toy_task(registry, tmp_path):
     assert rewards[0] < 0.2
     assert max(rewards[-4:]) > 0.8, rewards
     assert all("vf_loss" in m for m in history) and history[-1]["clip_frac"] >= 0
+
+
+def test_shared_prompt_forward_trains_like_the_per_row_forward(registry, tmp_path):
+    """Same losses, KL, entropies and gradient norms step after step, PPO epochs and minibatches included.
+
+    Routing statistics and the balance loss differ by design: the shared forward routes each
+    prompt once per group, not once per sample (the balance term is off here, so it cannot
+    move the weights)."""
+    algo = {"kl_coef": 0.05, "epochs": 2, "minibatches": 2, "balance_coef": 0.0}
+    runs = [
+        _fit(_trainer(registry, tmp_path / str(share), algo, prompt_len=3, steps=3, share_prompt_forward=share))
+        for share in (True, False)
+    ]
+    for shared, plain in zip(*runs):
+        routing = {k for k in shared if k.startswith(("moe/", "expert_load/")) or k == "balance_loss"}
+        keys = set(shared) - TIMING - routing
+        bad = {k: (shared[k], plain[k]) for k in keys if not _same({k: shared[k]}, {k: plain[k]}, 1e-4)}
+        assert not bad, bad
 
 
 def test_one_step_changes_the_policy_and_reports_metrics(registry, tmp_path):
@@ -212,6 +230,8 @@ def test_sigkill_mid_run_resumes_and_matches(tmp_path):
 # left out here: with it the ranks' gradients differ by design, not by error.
 DISTRIBUTED_ALGOS = {
     "grpo_kl": {"kl_coef": 0.05, "balance_coef": 0.0},
+    # two-token prompts: groups share their prompt in the no-grad forwards (old and reference log-probs)
+    "grpo_kl_shared_prompts": {"kl_coef": 0.05, "balance_coef": 0.0},
     "ppo_critic": {
         "advantage": {"name": "gae"},
         "critic": {"lr": 0.01},
@@ -231,9 +251,10 @@ def test_two_fsdp2_ranks_match_one_rank(tmp_path, name):
     env = {**os.environ, "PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}
     script = str(HERE / "rl_toy_run.py")
     algo = json.dumps(DISTRIBUTED_ALGOS[name])
-    subprocess.run([sys.executable, script, str(tmp_path / "one"), "3", algo], env=env, check=True)
+    extra = ["1", "2"] if "shared_prompts" in name else []  # checkpoint every step, two-token prompts
+    subprocess.run([sys.executable, script, str(tmp_path / "one"), "3", algo, *extra], env=env, check=True)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    subprocess.run([*torchrun, script, str(tmp_path / "two"), "3", algo], env=env, check=True)
+    subprocess.run([*torchrun, script, str(tmp_path / "two"), "3", algo, *extra], env=env, check=True)
     one, two = _read(tmp_path / "one" / "metrics-rank0.jsonl"), _read(tmp_path / "two" / "metrics-rank0.jsonl")
     assert sorted(two) == [1, 2, 3]
     keys = ("loss", "reward_mean", "kl", "entropy", "grad_norm", "clip_frac", "adv_abs_mean")

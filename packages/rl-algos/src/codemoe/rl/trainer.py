@@ -239,8 +239,17 @@ class RLTrainer:
             pad_id=self.pad_id,
             temperature=self.config.temperature,
             routes=routes,
-            share_prompts=self.config.share_prompt_forward,
+            share_prompts=self._share_prompts(),
         ).logp
+
+    def _share_prompts(self) -> bool:
+        """Whether this forward may share each group's prompt forward.
+
+        Not for a backward under FSDP: a block's post-backward hook (reshard, reduce-scatter) fires
+        once the rows' part of its graph is done, before the gradients reaching the shared prompt
+        forward through its keys and values, which then finds the block's weights resharded.
+        """
+        return self.config.share_prompt_forward and not (self.env.enabled and torch.is_grad_enabled())
 
     def _advantages(self, rollouts: Rollouts, data: _TokenData) -> AdvantageOutput:
         kl = None
@@ -285,7 +294,7 @@ class RLTrainer:
             pad_id=self.pad_id,
             temperature=self.config.temperature,
             routes=self._routes(rollouts, rows),
-            share_prompts=self.config.share_prompt_forward,
+            share_prompts=self._share_prompts(),
         )
         old = stats.logp.detach() if data.old_logp is None else data.old_logp[rows]
         engine_logp = rollouts.engine_logp[rows]
