@@ -285,6 +285,36 @@ def test_without_namespaces_limits_and_verdicts_still_hold(processes_with):
 
 
 
+def test_in_process_runner_sees_exactly_the_execution_environment(executor):
+    """The asserts runner inherits the worker's environment when the request adds nothing, and
+    takes the request's variables otherwise: in ``os.environ``, the C environment that a
+    subprocess gets, and the time zone.
+    """
+    program = (
+        "import os, subprocess, time\n"
+        "seen = {k: os.environ.get(k) for k in ('HOME', 'TMPDIR', 'TZ', 'PYTHONHASHSEED', 'EXTRA')}\n"
+        "child = subprocess.run(['sh', '-c', 'echo $HOME $TZ ${EXTRA:-none}'], capture_output=True, text=True)\n"
+        "print(sorted(os.environ), seen, child.stdout.strip(), time.timezone, os.getcwd())\n"
+    )
+    plain, extra, plain_again = executor.run_batch([
+        ExecutionRequest(files={"program.py": program, "checks.py": ""}, runner="asserts"),
+        ExecutionRequest(files={"program.py": program, "checks.py": ""}, runner="asserts", env={"EXTRA": "x"}),
+        ExecutionRequest(files={"program.py": program, "checks.py": ""}, runner="asserts"),
+    ])
+    names = ["HOME", "LANG", "LC_ALL", "MALLOC_ARENA_MAX", "PATH", "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+             "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "TMPDIR", "TZ"]
+    work = plain.stdout.split()[-1]  # /tmp/work in a mount namespace, else a fresh host folder
+    tmp = "/tmp" if work == "/tmp/work" else work
+    base = {"HOME": work, "TMPDIR": tmp, "TZ": "UTC", "PYTHONHASHSEED": "0", "EXTRA": None}
+    assert plain.stdout == f"{names} {base} {work} UTC none 0 {work}\n", plain.stderr
+    assert plain_again.stdout == plain.stdout
+    with_extra = sorted([*names, "EXTRA"])
+    work = extra.stdout.split()[-1]
+    tmp = "/tmp" if work == "/tmp/work" else work
+    expected = dict(base, HOME=work, TMPDIR=tmp, EXTRA="x")
+    assert extra.stdout == f"{with_extra} {expected} {work} UTC x 0 {work}\n", extra.stderr
+
+
 def test_nothing_carries_over_between_executions_of_one_worker(python_request):
     leave = (
         "import ctypes, os\n"

@@ -317,6 +317,7 @@ def _settle(plan: IsolationPlan) -> WorkerState:
         state.environ = sandbox_env(ExecutionRequest(files={}), WORK_DIR, "/tmp")
         os.environ.clear()
         os.environ.update(state.environ)
+        time.tzset()
     gc.collect()
     gc.freeze()
     return state
