@@ -92,7 +92,7 @@ class ChildSetup:
     work: str  # the work dir, the child's working directory
     env: dict[str, str]  # the execution's whole environment
     set_env: bool  # False when the worker's own environment is ``env`` already (the common case)
-    files: list[tuple[str, bytes]]  # (path relative to work, content), parents before children
+    files: list[tuple[str, bytes]]  # (path relative to work, content)
     folders: list[str]  # folders to make in work first, parents before children
     stdin: bytes
     limits: list[tuple[int, int]]  # (resource, value); see :func:`rlimits`
