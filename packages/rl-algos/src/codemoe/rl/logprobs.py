@@ -178,11 +178,9 @@ def _shared_prompt_stats(
         )
     prefix_losses = [dict(block.last_losses) for block in moe_blocks(model)]
     rows = owner.to(device)
+    prompt_cache = first["cache"] if "cache" in first else first.past_key_values  # renamed in transformers 5
     shared = DynamicCache(
-        [
-            (layer.keys.index_select(0, rows), layer.values.index_select(0, rows))
-            for layer in first.past_key_values.layers
-        ]
+        [(layer.keys.index_select(0, rows), layer.values.index_select(0, rows)) for layer in prompt_cache.layers]
     )
     kwargs: dict[str, Any] = {cache_arg: shared, "output_hidden_states": hidden}
     if keep_head:
