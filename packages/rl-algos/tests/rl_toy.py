@@ -95,3 +95,35 @@ def toy_scorer(tasks, outputs) -> list[Score]:
             hits = sum(t == task.target for t in sample.token_ids) / len(sample.token_ids)
             scores.append(Score(reward=hits, passed=hits == 1.0))
     return scores
+
+
+class ToyEpisodeEnvironment:
+    """A multi-step toy: each turn the policy should say the task's target token; ``turns`` turns.
+
+    Step reward: the share of the action's tokens equal to the target. Observation: token 1 after a
+    perfect action, token 2 otherwise (the policy sees how it did). Outcome: 1.0 (and passed) when
+    every action was perfect, else 0.0.
+    """
+
+    def __init__(self, turns: int = 3) -> None:
+        self.turns = turns
+        self.task: ToyTask | None = None
+        self.perfect: list[bool] = []
+
+    def reset(self, task: ToyTask) -> list[int]:
+        self.task, self.perfect = task, []
+        return list(task.prompt)
+
+    def step(self, action: str, token_ids: list[int]):
+        from codemoe.rl.episodes import Turn
+
+        assert self.task is not None
+        hits = sum(t == self.task.target for t in token_ids) / max(len(token_ids), 1)
+        self.perfect.append(hits == 1.0)
+        return Turn(
+            observation=[1 if hits == 1.0 else 2], reward=hits / self.turns, done=len(self.perfect) >= self.turns
+        )
+
+    def outcome(self) -> Score:
+        solved = len(self.perfect) == self.turns and all(self.perfect)
+        return Score(reward=1.0 if solved else 0.0, passed=solved)

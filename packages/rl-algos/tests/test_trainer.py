@@ -22,7 +22,9 @@ HERE = Path(__file__).parent
 TIMING = {"gen_seconds", "step_seconds", "tokens_per_s"}
 
 
-def _trainer(registry, tmp_path, algo: dict | None = None, engine=None, prompt_len: int = 1, **overrides) -> RLTrainer:
+def _trainer(
+    registry, tmp_path, algo: dict | None = None, engine=None, prompt_len: int = 1, environment=None, **overrides
+) -> RLTrainer:
     config = RLConfig(
         **{"steps": 30, "prompts_per_step": 4, "lr": 1e-2, "max_new_tokens": 4, "checkpoint_every": 1000, **overrides}
     )
@@ -38,6 +40,7 @@ def _trainer(registry, tmp_path, algo: dict | None = None, engine=None, prompt_l
         toy_tasks(prompt_len=prompt_len),
         pad_id=0,
         checkpoint_dir=tmp_path / "ckpt",
+        environment=environment,
     )
 
 

@@ -156,18 +156,22 @@ class ReinforcePPAdvantage:
 
     def __call__(self, inputs: AdvantageInput) -> AdvantageOutput:
         mask = inputs.mask
-        returns = _discounted_returns(inputs.token_rewards * mask, self.config.gamma)  # [B, T]
+        returns = _discounted_returns(inputs.token_rewards * mask, self.config.gamma, mask)  # [B, T]
         baseline = inputs.grouped().mean(-1).repeat_interleave(inputs.group_size)  # [B]
         adv = (returns - baseline.unsqueeze(-1)) * mask
         return AdvantageOutput(_whiten(adv, mask, inputs.all_sum, self.config.whiten_eps))
 
 
-def _discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
-    """``[B, T]`` rewards -> ``[B, T]`` reward-to-go."""
+def _discounted_returns(rewards: Tensor, gamma: float, mask: Tensor) -> Tensor:
+    """``[B, T]`` rewards -> ``[B, T]`` reward-to-go over the valid tokens.
+
+    Masked tokens are not steps: in a multi-step episode the environment's observation tokens sit
+    between two actions, and the discount counts only the policy's tokens.
+    """
     out = torch.zeros_like(rewards)
     running = torch.zeros_like(rewards[:, 0])
     for t in reversed(range(rewards.shape[1])):
-        running = rewards[:, t] + gamma * running
+        running = torch.where(mask[:, t] > 0, rewards[:, t] + gamma * running, running)
         out[:, t] = running
     return out
 
@@ -185,7 +189,9 @@ class GAEAdvantage:
     """GAE: ``A_t = sum_l (gamma*lam)^l delta_{t+l}``, ``delta_t = r_t + gamma V_{t+1} - V_t``.
 
     The value after the last valid token is 0 (the episode ends). Returns ``A + V`` are the critic's
-    targets, taken before whitening.
+    targets, taken before whitening. Masked tokens inside a row (a multi-step episode's
+    observations) are skipped: ``t + 1`` is the next valid token, so the recursion runs over the
+    policy's tokens only.
     """
 
     needs_values = True
@@ -203,10 +209,11 @@ class GAEAdvantage:
         running = torch.zeros_like(values[:, 0])
         next_value = torch.zeros_like(values[:, 0])
         for t in reversed(range(values.shape[1])):
+            valid = mask[:, t] > 0
             delta = rewards[:, t] + gamma * next_value - values[:, t]
-            running = (delta + gamma * lam * running) * mask[:, t]
-            adv[:, t] = running
-            next_value = values[:, t]
+            running = torch.where(valid, delta + gamma * lam * running, running)
+            adv[:, t] = running * mask[:, t]
+            next_value = torch.where(valid, values[:, t], next_value)
         returns = adv + values
         if self.config.whiten:
             adv = _whiten(adv, mask, inputs.all_sum, 1e-8)

@@ -106,12 +106,20 @@ class Algorithm:
         """Whether a frozen reference policy is needed (a KL penalty is on)."""
         return self.config.kl_coef > 0
 
-    def token_rewards(self, rewards: Tensor, mask: Tensor, kl: Tensor | None) -> Tensor:
-        """``[B]`` outcome rewards -> ``[B, T]``: reward on the last valid token, minus beta*KL if in reward."""
+    def token_rewards(
+        self, rewards: Tensor, mask: Tensor, kl: Tensor | None, step_rewards: Tensor | None = None
+    ) -> Tensor:
+        """``[B]`` outcome rewards -> ``[B, T]``: reward on the last valid token, minus beta*KL if in reward.
+
+        ``step_rewards [B, T]`` (multi-step episodes) are used as placed instead of ``rewards``.
+        """
         # rewards: [B]; mask: [B, T]; kl: [B, T] or None
-        lengths = mask.sum(-1).long()  # completions are right-padded: the last valid token is at length-1
-        last = torch.nn.functional.one_hot((lengths - 1).clamp(min=0), mask.shape[1]) * (lengths > 0).unsqueeze(-1)
-        out = rewards.unsqueeze(-1) * last.to(rewards.dtype)
+        if step_rewards is not None:
+            out = step_rewards * mask
+        else:
+            lengths = mask.sum(-1).long()  # completions are right-padded: the last valid token is at length-1
+            last = torch.nn.functional.one_hot((lengths - 1).clamp(min=0), mask.shape[1]) * (lengths > 0).unsqueeze(-1)
+            out = rewards.unsqueeze(-1) * last.to(rewards.dtype)
         if kl is not None and self.config.kl_in_reward:
             out = out - self.config.kl_coef * kl * mask
         return out

@@ -178,7 +178,9 @@ def _shared_prompt_stats(
         )
     prefix_losses = [dict(block.last_losses) for block in moe_blocks(model)]
     rows = owner.to(device)
-    prompt_cache = first["cache"] if "cache" in first else first.past_key_values  # renamed in transformers 5
+    prompt_cache = first.get("cache")
+    if prompt_cache is None:  # transformers before 5 named it past_key_values
+        prompt_cache = first.get("past_key_values")
     shared = DynamicCache(
         [(layer.keys.index_select(0, rows), layer.values.index_select(0, rows)) for layer in prompt_cache.layers]
     )

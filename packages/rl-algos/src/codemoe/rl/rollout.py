@@ -60,6 +60,9 @@ class Rollouts:
     # per row [P + n - 1, layers, k]: the experts the engine used at every position it ran (prompt,
     # then each sampled token but the last), for routing replay; None when the engine gave none
     routes: list[Tensor] | None = None
+    # [B, T] per-token rewards already placed (multi-step episodes: each step reward on its action's
+    # last token, the outcome on the last action's); None: the outcome goes on the last valid token
+    step_rewards: Tensor | None = None
 
     @property
     def groups(self) -> int:
@@ -98,6 +101,7 @@ _ROW_FIELDS = (
     "texts",
     "components",
     "routes",
+    "step_rewards",
 )
 
 

@@ -7,6 +7,11 @@ One step::
             -> minibatch updates over epochs (policy loss + KL + MoE balance; critic loss)
             -> weight sync to the engine -> metrics -> health checks -> checkpoint
 
+With an ``environment`` the rollouts are multi-step agent episodes instead of single completions
+(:mod:`codemoe.rl.episodes`): the engine acts up to ``max_turns`` times per episode, the
+environment's observations join the history (never trained on), and step and outcome rewards are
+placed on the actions' tokens for the estimators to spread back.
+
 Data parallelism: every rank samples its own share of the step's prompts (whole groups, so group
 advantages stay local) and FSDP2 averages gradients. Each loss is ``sum of numerators / sum of
 denominators`` over ranks, so one rank and many give the same update.
@@ -29,6 +34,7 @@ from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_check
 from codemoe.rl.critic import Critic
 from codemoe.rl.diagnostics import HealthConfig, HealthMonitor, update_cv
 from codemoe.rl.distributed import Dist, shard_model
+from codemoe.rl.episodes import Environment, run_episodes
 from codemoe.rl.importance import ISStats, mismatch_stats
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs, expert_load
@@ -61,6 +67,8 @@ class RLConfig:
     checkpoint_every: int = 10  # steps between checkpoints; the last step is always saved
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     seed: int = 0  # data order and sampling seeds derive from it
+    max_turns: int = 1  # actions per episode when the trainer has an environment (multi-step agents)
+    max_observation_tokens: int = 128  # an observation's tokens kept in the history (its head)
     share_prompt_forward: bool = True  # training forwards run each group's prompt once (same log-probs and gradients)
     health: HealthConfig = field(default_factory=HealthConfig)
 
@@ -92,8 +100,10 @@ class RLTrainer:
         env: Dist | None = None,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
         on_rollouts: Callable[[int, Rollouts], None] | None = None,
+        environment: Callable[[], Environment] | None = None,
     ) -> None:
         self.config, self.algo, self.engine, self.scorer = config, algorithm, engine, scorer
+        self.environment = environment  # makes one episode's environment; None: single completions
         self.tasks, self.pad_id, self.checkpoint_dir = list(tasks), pad_id, Path(checkpoint_dir)
         self.env = env or Dist()
         self.on_step, self.on_rollouts = on_step, on_rollouts
@@ -176,6 +186,16 @@ class RLTrainer:
             stop=list(self.config.stop),
             seed=seed,
         )
+        if self.environment is not None:
+            return run_episodes(
+                self.engine,
+                self.environment,
+                tasks,
+                params,
+                max_turns=self.config.max_turns,
+                max_observation_tokens=self.config.max_observation_tokens,
+                pad_id=self.pad_id,
+            )
         outputs = self.engine.generate([task.prompt for task in tasks], params)
         return build_rollouts(outputs, self.scorer(tasks, outputs), self.config.max_new_tokens, self.pad_id)
 
@@ -255,7 +275,7 @@ class RLTrainer:
         kl = None
         if data.ref_logp is not None and data.old_logp is not None and self.algo.config.kl_in_reward:
             kl = self.algo.kl(data.old_logp, data.ref_logp)
-        token_rewards = self.algo.token_rewards(rollouts.rewards, rollouts.mask, kl)
+        token_rewards = self.algo.token_rewards(rollouts.rewards, rollouts.mask, kl, rollouts.step_rewards)
         inputs = AdvantageInput(
             token_rewards, rollouts.mask, rollouts.group_size, values=data.values, all_sum=self.env.all_sum
         )
@@ -435,6 +455,11 @@ class RLTrainer:
             )
         if not self.tasks:
             raise ConfigError("the RL stage got no tasks: check the suite and its split")
+        if self.config.max_turns > 1 and self.environment is None:
+            raise ConfigError(
+                f"max_turns={self.config.max_turns} needs an environment for the episodes (multi-step agents); "
+                "without one every rollout is a single completion: set max_turns=1"
+            )
 
 
 def _is_metrics(per_rank: list[ISStats]) -> dict[str, float]:
