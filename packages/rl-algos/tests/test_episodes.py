@@ -156,3 +156,57 @@ def test_episode_rewards_reach_the_trainer_metrics(registry, tmp_path):
     (metrics,) = _fit(trainer)
     assert 0.0 <= metrics["reward_mean"] <= 2.0 and metrics["tokens"] > 0
     assert not math.isnan(metrics["loss"])
+
+
+class ByteEngine(ScriptedEngine):
+    """A scripted engine whose token ids are UTF-8 bytes (so text observations can be appended)."""
+
+    def __init__(self, actions: list[str]) -> None:
+        super().__init__([self.encode(a) for a in actions])
+        self.texts = actions
+
+    @staticmethod
+    def encode(text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def generate(self, prompts, params):
+        outputs = super().generate(prompts, params)
+        for out in outputs:
+            out.samples = [SimpleNamespace(**{**vars(s), "text": self.texts[self.turn - 1]}) for s in out.samples]
+        return outputs
+
+
+@pytest.mark.slow
+def test_repository_episodes_run_tool_calls_in_the_sandbox_and_score_the_outcome(registry):
+    """Real components: an agentic-core task, the repo environment over the local sandbox, a reward
+    recipe. The scripted policy runs the visible tests, then submits without fixing anything."""
+    from codemoe.rl.repo_episodes import RepoEpisodes
+    from codemoe.sandbox.agent import ToolCall, render_tool_call
+
+    task = registry.build("suite", {"name": "agentic-core", "heldout_percent": 0}).tasks("train")[0]
+    executor = registry.build("executor", {"name": "local"})
+    recipe = registry.build("reward", {"name": "weighted_sum", "components": {"task_complete": {"weight": 1.0}}})
+    actions = [render_tool_call(ToolCall("run_tests", {})), render_tool_call(ToolCall("submit", {"summary": "x"}))]
+    engine = ByteEngine(actions)
+    try:
+        rollouts = run_episodes(
+            engine,
+            lambda: RepoEpisodes(
+                registry.build("environment", {"name": "repo", "step_budget": 2}, executor=executor), recipe
+            ),
+            [task],
+            SamplingRequest(n=2, max_new_tokens=256),
+            max_turns=2,
+            max_observation_tokens=2000,
+            pad_id=0,
+        )
+    finally:
+        executor.close()
+    first, second = (len(ByteEngine.encode(a)) for a in actions)
+    row = rollouts.mask[0]
+    assert row[:first].eq(1).all() and row[first] == 0  # the test run's output follows the first action
+    observation = bytes(rollouts.completions[0, first : int(row.nonzero()[first])].tolist()).decode()
+    assert "failed" in observation or "error" in observation  # the task's visible tests fail before a fix
+    assert int(row.sum()) == first + second
+    assert rollouts.passed.tolist() == [False, False] and rollouts.rewards.tolist() == [0.0, 0.0]
+    assert "You are a coding agent" in bytes(rollouts.prompt_ids[0]).decode()

@@ -85,3 +85,48 @@ def test_sft_stage_imitates_trajectories(tmp_path):
         compose(tmp_path / "p.yaml", registry_dir=REGISTRY), build_registry(pm), Hooks(pm), show_progress=False
     )
     assert ctx.results["sft"]["examples"] == 1 and ctx.results["sft"]["loss_last"] < ctx.results["sft"]["loss_first"]
+
+
+AGENT_PIPELINE = """
+run: {{name: agent, dir: {run_dir}, seed: 0}}
+stages:
+  sft:
+    name: sft
+    model: {{name: qwen3_moe, hidden_size: 32, num_layers: 2, num_heads: 2, num_kv_heads: 1, head_dim: 16,
+            num_experts: 4, moe_intermediate_size: 32, router: {{name: softmax_topk, top_k: 2}},
+            experts: {{name: grouped}}, max_position_embeddings: 8192}}
+    vocab_size: 512
+    suite: {{name: synthetic, train_tasks: 8}}
+    batch_size: 4
+    phases: [{{phase: all, steps: 2, lr: 0.003}}]
+  rl:
+    name: rl
+    checkpoint_from: sft
+    suite: {{name: agentic-core, heldout_percent: 0}}
+    max_tasks: 2
+    environment: repo
+    max_turns: 2
+    max_observation_tokens: 64
+    algo: {{name: policy_gradient, group_size: 2}}
+    steps: 1
+    prompts_per_step: 2
+    max_new_tokens: 16
+    stop: []
+    reward: seed1-stepwise
+"""
+
+
+@pytest.mark.slow
+def test_rl_stage_runs_multi_step_repository_episodes(tmp_path):
+    """The rl stage with an environment: two-action episodes on agentic-core tasks in the sandbox,
+    scored by seed 1's step-wise recipe (an untrained policy only pays the step cost)."""
+    from codemoe.core import build_registry
+
+    (tmp_path / "p.yaml").write_text(AGENT_PIPELINE.format(run_dir=tmp_path / "runs"))
+    cfg = compose(tmp_path / "p.yaml", [], registry_dir=REGISTRY)
+    pm = build_plugin_manager()
+    ctx = run_pipeline(cfg, build_registry(pm), Hooks(pm), show_progress=False)
+    last = ctx.results["rl"]["last"]
+    assert ctx.results["rl"]["steps"] == 1 and last["pass_rate"] == 0.0
+    assert last["reward_mean"] < 0  # the step cost of its actions, nothing resolved
+    assert 0 < last["response_len"] <= 2 * 16  # two actions of at most 16 tokens; observations do not count

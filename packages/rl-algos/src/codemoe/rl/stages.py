@@ -52,6 +52,9 @@ class RLStageConfig(RLConfig):
     max_tasks: int = 0  # 0: every task of the split
     stop: list[str] = field(default_factory=lambda: list(STOP_SEQUENCES))  # the completion text ends before these
     timeout_s: float = 5.0  # sandbox limit per sample
+    # multi-step agent episodes instead of single completions: an environment spec (kind 'environment',
+    # e.g. 'repo' over a repository suite such as agentic-core), with max_turns actions per episode
+    environment: Any = field(default=None, metadata={"kind": "environment"})
 
 
 def _tasks(ctx: Any, stage: Any, suite_spec: Any, split: str, max_tasks: int) -> list[Any]:
@@ -178,7 +181,24 @@ class RLStage:
             env=env,
             on_step=_reporter(ctx, stage, advance) if env.is_main else None,  # one rank writes the log
             on_rollouts=lambda step, batch: ctx.hooks.after_rollout_batch(ctx=ctx, stage=stage, step=step, batch=batch),
+            environment=self._environment(ctx, where, executor, recipe),
         )
+
+    def _environment(self, ctx: Any, where: str, executor: Any, recipe: Any) -> Any:
+        """Makes one episode's environment when the stage runs multi-step episodes, else None."""
+        cfg = self.config
+        if cfg.environment is None:
+            return None
+        from codemoe.rl.repo_episodes import RepoEpisodes
+
+        spec = {"name": cfg.environment} if isinstance(cfg.environment, str) else dict(cfg.environment)
+        spec.setdefault("step_budget", cfg.max_turns)  # every episode ends, graded, within max_turns actions
+        ctx.registry.build("environment", spec, where=f"{where}.environment", executor=executor)  # fail early
+
+        def make() -> RepoEpisodes:
+            return RepoEpisodes(ctx.registry.build("environment", spec, executor=executor), recipe)
+
+        return make
 
     def _export(self, ctx: Any, stage: Any, env: Any, trainer: RLTrainer, served: Any, tokenizer: Any) -> Path:
         """Save the trained policy as a Hugging Face checkpoint (rank 0 writes; every rank gathers)."""
