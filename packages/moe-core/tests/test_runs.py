@@ -106,3 +106,27 @@ def test_built_in_plugins_give_a_runnable_smoke_pipeline(run_root: Path):
     ctx = run_pipeline(compose("smoke"), build_registry(pm), Hooks(pm), show_progress=False)
     assert ctx.results["environment"]["torch"].startswith("2.13")
     assert ctx.run_dir.parent == run_root / "runs"
+
+
+def test_ranks_of_one_torchrun_launch_share_one_run_directory(tmp_path: Path, monkeypatch):
+    """Rank 0 makes the run directory; the launch's other ranks take its path (no '-2' copies)."""
+    from codemoe.core.errors import CodemoeError
+    from codemoe.core.runs import MetricsWriter, create_run_dir
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"run": {"name": "t", "dir": str(tmp_path)}})
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "launch-a")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(CodemoeError, match="rank 1: rank 0 did not create the run directory"):
+        create_run_dir(cfg, wait_s=0.2)
+    monkeypatch.setenv("RANK", "0")
+    first = create_run_dir(cfg)
+    monkeypatch.setenv("RANK", "1")
+    assert create_run_dir(cfg) == first
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "launch-b")  # another launch gets its own directory
+    monkeypatch.setenv("RANK", "0")
+    assert create_run_dir(cfg) != first
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2
+    MetricsWriter(first / "metrics.jsonl", enabled=False).write("s", 1, loss=1.0)  # ranks > 0 write nothing
+    assert not (first / "metrics.jsonl").exists()

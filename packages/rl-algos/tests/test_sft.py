@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 import torch
 from codemoe.core.models import build_model
 from codemoe.core.moe import parameter_groups, set_trainable
@@ -86,3 +93,22 @@ def test_trajectories_give_one_example_per_assistant_turn_of_solved_episodes():
     assert pairs[0][0].endswith("<|bos|>assistant\n") and "fix add()" in pairs[0][0]
     assert "def add(a, b)" in pairs[1][0]  # the tool's answer is context for the next turn
     assert len(trajectory_pairs(tokenizer, RECORDS, resolved_only=False)) == 3
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_fsdp2_ranks_take_the_steps_of_one_rank(tmp_path):
+    """Each rank trains on half of every global batch; losses, gradient norms and token accuracy
+    over the router phase and the joint phase match one process."""
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": str(here), "OMP_NUM_THREADS": "1"}
+    script = str(here / "sft_toy_run.py")
+    subprocess.run([sys.executable, script, str(tmp_path / "one")], env=env, check=True)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    subprocess.run([*torchrun, script, str(tmp_path / "two")], env=env, check=True)
+    read = lambda path: [json.loads(line) for line in path.read_text().splitlines()]  # noqa: E731
+    one, two = read(tmp_path / "one" / "sft-rank0.jsonl"), read(tmp_path / "two" / "sft-rank0.jsonl")
+    assert [m["step"] for m in two] == [1, 2, 3, 4, 5] and [m["phase"] for m in two] == ["router"] * 2 + ["all"] * 3
+    for a, b in zip(one, two, strict=True):
+        for key in ("loss", "grad_norm", "token_acc"):
+            assert abs(a[key] - b[key]) <= 1e-4 + 1e-3 * abs(a[key]), (a["step"], key, a[key], b[key])

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from codemoe.core import Hooks, build_plugin_manager, compose, run_pipeline
 
 REGISTRY = Path(__file__).resolve().parents[3] / "registry"
@@ -130,3 +131,52 @@ def test_rl_stage_runs_multi_step_repository_episodes(tmp_path):
     assert ctx.results["rl"]["steps"] == 1 and last["pass_rate"] == 0.0
     assert last["reward_mean"] < 0  # the step cost of its actions, nothing resolved
     assert 0 < last["response_len"] <= 2 * 16  # two actions of at most 16 tokens; observations do not count
+
+
+SFT_ONLY = """
+run: {{name: sftd, dir: {run_dir}, seed: 0}}
+stages:
+  sft:
+    name: sft
+    model: {{name: qwen3_moe, hidden_size: 32, num_layers: 2, num_heads: 2, num_kv_heads: 1, head_dim: 16,
+            num_experts: 4, moe_intermediate_size: 32, router: {{name: softmax_topk, top_k: 2}},
+            experts: {{name: grouped}}, max_position_embeddings: 512}}
+    vocab_size: 320
+    suite: {{name: synthetic, train_tasks: 8}}
+    batch_size: 4
+    balance_coef: 0.0  # a per-rank statistic: off, so 2 ranks train exactly as 1 process
+    phases: [{{phase: router, steps: 2, lr: 0.003}}, {{phase: all, steps: 2}}]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_sft_stage_under_torchrun_writes_one_run_and_a_whole_checkpoint(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from codemoe.core.models import load_pretrained
+
+    (tmp_path / "p.yaml").write_text(SFT_ONLY.format(run_dir=tmp_path / "runs"))
+    codemoe = str(Path(sys.executable).parent / "codemoe")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([*torchrun, codemoe, "run", str(tmp_path / "p.yaml")], env=env, check=True, cwd=REGISTRY.parent)
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]  # both ranks in one run directory
+    assert (run / "run.log").exists() and (run / "run-rank1.log").exists()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["step"] is not None] == [1, 2, 3, 4]  # rank 0 writes, once
+    state = json.loads((run / "state.json").read_text())
+    model, tokenizer = load_pretrained(state["finished"]["sft"]["checkpoint"])  # gathered from both ranks' shards
+    assert model.config.num_hidden_layers == 2 and tokenizer is not None
+    # the same stage in one process trains the same weights
+    (tmp_path / "one.yaml").write_text(SFT_ONLY.format(run_dir=tmp_path / "one"))
+    cfg = compose(tmp_path / "one.yaml", [], registry_dir=REGISTRY)
+    pm = build_plugin_manager()
+    from codemoe.core import build_registry
+
+    ctx = run_pipeline(cfg, build_registry(pm), Hooks(pm), show_progress=False)
+    single, _ = load_pretrained(ctx.results["sft"]["checkpoint"])
+    for (name, a), b in zip(single.state_dict().items(), model.state_dict().values(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5), name

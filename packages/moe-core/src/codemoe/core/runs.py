@@ -4,6 +4,10 @@ A run directory holds ``config.yaml`` (the resolved config), ``run.log``, ``metr
 object per line: ``stage``, ``step``, ``time`` and the values) and ``state.json`` (the stages that
 finished and what they returned). ``codemoe run --resume DIR`` skips finished stages; a stage that
 was interrupted starts again and may pick up its own checkpoints from ``ctx.stage_dir``.
+
+Under ``torchrun`` every rank runs the pipeline in the same run directory: rank 0 creates it and
+leaves its path for the launch's other ranks (keyed by ``TORCHELASTIC_RUN_ID``); only rank 0 writes
+``config.yaml``, ``state.json`` and ``metrics.jsonl``, and each other rank logs to ``run-rank<r>.log``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Iterator, Mapping
@@ -32,12 +37,17 @@ log = logging.getLogger("codemoe")
 
 
 class MetricsWriter:
-    """Appends metric records to ``metrics.jsonl``; values must be JSON numbers, strings or bools."""
+    """Appends metric records to ``metrics.jsonl``; values must be JSON numbers, strings or bools.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    A writer that is not ``enabled`` (a ``torchrun`` rank other than 0) writes nothing.
+    """
+
+    def __init__(self, path: Path, enabled: bool = True) -> None:
+        self.path, self.enabled = path, enabled
 
     def write(self, stage: str, step: int | None = None, **values: Any) -> None:
+        if not self.enabled:
+            return
         record = {"stage": stage, "step": step, "time": round(time.time(), 3)}
         record.update({key: _jsonable(value) for key, value in values.items()})
         with self.path.open("a") as fh:
@@ -99,8 +109,36 @@ class RunContext:
             yield lambda n=1: bar.advance(task, n)
 
 
-def create_run_dir(cfg: DictConfig) -> Path:
-    """``<run.dir>/<run.name>-<UTC timestamp>``, made unique if two runs start in one second."""
+def launch_rank() -> tuple[int, int]:
+    """(rank, world size) of this process in a ``torchrun`` launch; (0, 1) otherwise."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def create_run_dir(cfg: DictConfig, wait_s: float = 120.0) -> Path:
+    """``<run.dir>/<run.name>-<UTC timestamp>``, made unique if two runs start in one second.
+
+    In a ``torchrun`` launch rank 0 makes it and the other ranks take the same one.
+    """
+    rank, world = launch_rank()
+    launch = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if world <= 1 or not launch:
+        return _new_run_dir(cfg)
+    pointer = Path(cfg.run.dir).resolve() / f".launch-{launch}"
+    if rank == 0:
+        path = _new_run_dir(cfg)
+        tmp = pointer.with_name(pointer.name + ".tmp")
+        tmp.write_text(str(path))
+        tmp.replace(pointer)
+        return path
+    deadline = time.monotonic() + wait_s
+    while not pointer.exists():
+        if time.monotonic() > deadline:
+            raise CodemoeError(f"rank {rank}: rank 0 did not create the run directory within {wait_s:.0f}s")
+        time.sleep(0.05)
+    return Path(pointer.read_text())
+
+
+def _new_run_dir(cfg: DictConfig) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     base = Path(cfg.run.dir).resolve() / f"{cfg.run.name}-{stamp}"
     path, n = base, 1
@@ -117,13 +155,16 @@ def _load_state(run_dir: Path) -> dict[str, Any]:
 
 
 def _save_state(run_dir: Path, state: Mapping[str, Any]) -> None:
+    if launch_rank()[0] != 0:
+        return
     tmp = run_dir / "state.json.tmp"
     tmp.write_text(json.dumps(state, indent=2, default=str))
     tmp.replace(run_dir / "state.json")
 
 
 def _attach_log(run_dir: Path) -> logging.Handler:
-    handler = logging.FileHandler(run_dir / "run.log")
+    rank = launch_rank()[0]
+    handler = logging.FileHandler(run_dir / ("run.log" if rank == 0 else f"run-rank{rank}.log"))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("codemoe").addHandler(handler)
     logging.getLogger("codemoe").setLevel(logging.INFO)
@@ -149,14 +190,16 @@ def run_pipeline(
     elif not run_dir.is_dir():
         raise ConfigError(f"cannot resume: run directory {run_dir} does not exist")
     run_dir = run_dir.resolve()
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    main = launch_rank()[0] == 0
+    if main:
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     handler = _attach_log(run_dir)
     ctx = RunContext(
         run_dir=run_dir,
         config=cfg,
         registry=registry,
         hooks=hooks,
-        metrics=MetricsWriter(run_dir / "metrics.jsonl"),
+        metrics=MetricsWriter(run_dir / "metrics.jsonl", enabled=main),
         seed=int(cfg.run.seed),
         show_progress=show_progress,
     )

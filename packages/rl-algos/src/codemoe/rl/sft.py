@@ -7,6 +7,11 @@ names which parameter groups train (:func:`codemoe.core.moe.set_trainable`: ``ro
 
 The loss is the token mean of the cross-entropy over the completion tokens only (the prompt is
 context, not a target), plus ``balance_coef`` times the MoE balance loss.
+
+Under ``torchrun`` (``env`` from :func:`codemoe.rl.distributed.init_distributed`) the model is
+sharded with FSDP2 per transformer block, every rank draws the same global batch and trains on its
+share of it (``batch[rank::world]``), and the token mean is taken over the whole global batch
+(numerators and token counts summed over ranks), so 2 ranks take the steps 1 rank takes.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from codemoe.rl.distributed import Dist, shard_model
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs
+from torch.distributed.tensor import DTensor
 
 __all__ = ["Example", "PhaseConfig", "SFTConfig", "SFTTrainer", "encode_examples", "trajectory_pairs"]
 
@@ -101,15 +108,20 @@ class SFTTrainer:
         pad_id: int,
         set_trainable: Callable[[torch.nn.Module, str], Any],
         on_step: Callable[[int, dict[str, float]], None] | None = None,
+        env: Dist | None = None,
     ) -> None:
         if not examples:
             raise ValueError("SFT got no examples: check the suite, its split and max_tasks")
+        self.env = env or Dist()
+        if config.batch_size % self.env.world:
+            raise ValueError(f"SFT batch_size={config.batch_size} must split evenly over {self.env.world} ranks")
         self.config, self.model, self.examples = config, model, list(examples)
         self.pad_id, self.set_trainable, self.on_step = pad_id, set_trainable, on_step
         self.rng = random.Random(config.seed)
         self.order: list[int] = []
         if config.balance_coef > 0:
             enable_router_outputs(model)
+        shard_model(model, self.env)  # in place; a no-op in one process
 
     def fit(self) -> dict[str, Any]:
         """Train every phase in order; returns the first and last loss and the steps per phase."""
@@ -141,7 +153,8 @@ class SFTTrainer:
         return out
 
     def _step(self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> dict[str, float]:
-        batch = self._batch()
+        env = self.env
+        batch = self._batch()[env.rank :: env.world]  # every rank draws the global batch, trains on its share
         width = max(len(e.completion_ids) for e in batch)
         completions = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros(len(batch), width)
@@ -149,20 +162,24 @@ class SFTTrainer:
             completions[i, : len(example.completion_ids)] = torch.tensor(example.completion_ids)
             mask[i, : len(example.completion_ids)] = 1.0
         stats = token_stats(self.model, [e.prompt_ids for e in batch], completions, pad_id=self.pad_id)
-        nll = -(stats.logp * mask).sum() / mask.sum()
-        loss = nll
+        tokens = env.all_sum(mask.sum())
+        # token mean over the global batch; FSDP averages gradients over ranks, hence the world size
+        nll_sum = -(stats.logp * mask).sum()
+        loss = nll_sum / tokens * env.world
         balance = balance_loss(self.model, stats.outputs)
         if balance is not None and self.config.balance_coef > 0:
             loss = loss + self.config.balance_coef * balance
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         max_norm = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        grad_norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
         optimizer.step()
-        token_acc = ((stats.logp.detach() > -0.6931) * mask).sum() / mask.sum()  # p(token) > 1/2
+        hits = env.all_sum(((stats.logp.detach() > -0.6931) * mask).sum())  # p(token) > 1/2
+        balance_mean = env.all_sum(balance.detach()) / env.world if balance is not None else None
         return {
-            "loss": float(nll.detach()),
-            "balance_loss": float(balance.detach()) if balance is not None else 0.0,
+            "loss": float(env.all_sum(nll_sum.detach()) / tokens),
+            "balance_loss": float(balance_mean) if balance_mean is not None else 0.0,
             "grad_norm": grad_norm,
-            "token_acc": float(token_acc),
+            "token_acc": float(hits / tokens),
         }

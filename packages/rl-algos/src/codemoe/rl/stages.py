@@ -101,6 +101,7 @@ class SFTStage:
         from codemoe.core.models import build_model, load_pretrained, save_pretrained
         from codemoe.core.moe import set_trainable
         from codemoe.core.tokenizer import train_tokenizer
+        from codemoe.rl.distributed import init_distributed
 
         cfg = self.config
         torch.manual_seed(ctx.seed + cfg.seed)
@@ -120,6 +121,8 @@ class SFTStage:
             pairs = trajectory_pairs(tokenizer, records, cfg.resolved_only)
         examples = encode_examples(tokenizer, pairs, cfg.max_tokens)
         total = sum(phase.steps for phase in cfg.phases)
+        env = init_distributed()  # under torchrun: FSDP2, each rank trains on its share of every batch
+        whole = copy.deepcopy(model) if env.enabled else model  # what rank 0 saves (the trained model is sharded)
         with ctx.progress(f"sft ({stage.id})", total) as advance:
             trainer = SFTTrainer(
                 cfg,
@@ -127,10 +130,20 @@ class SFTStage:
                 examples,
                 pad_id=tokenizer.pad_token_id,
                 set_trainable=set_trainable,
-                on_step=_reporter(ctx, stage, advance),
+                on_step=_reporter(ctx, stage, advance) if env.is_main else None,  # one rank writes the log
+                env=env,
             )
             result = trainer.fit()
-        path = save_pretrained(model, tokenizer, ctx.stage_dir(stage) / "checkpoint")
+        path = ctx.stage_dir(stage) / "checkpoint"
+        if env.enabled:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+            if env.is_main:
+                whole.load_state_dict(state)
+        if env.is_main:
+            save_pretrained(whole, tokenizer, path)
+        env.barrier()
         return {"checkpoint": str(path), "examples": len(examples), **result}
 
 
