@@ -146,6 +146,14 @@ stages:
     batch_size: 4
     balance_coef: 0.0  # a per-rank statistic: off, so 2 ranks train exactly as 1 process
     phases: [{{phase: router, steps: 2, lr: 0.003}}, {{phase: all, steps: 2}}]
+  eval:
+    name: eval
+    checkpoint_from: sft
+    suite: {{name: synthetic, train_tasks: 8}}
+    split: heldout
+    max_tasks: 3
+    samples: 1
+    max_new_tokens: 8
 """
 
 
@@ -166,8 +174,10 @@ def test_sft_stage_under_torchrun_writes_one_run_and_a_whole_checkpoint(tmp_path
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]  # both ranks in one run directory
     assert (run / "run.log").exists() and (run / "run-rank1.log").exists()
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records if r["step"] is not None] == [1, 2, 3, 4]  # rank 0 writes, once
+    sft_steps = [r["step"] for r in records if r["stage"] == "sft" and r["step"] is not None]
+    assert sft_steps == [1, 2, 3, 4]  # rank 0 writes, once
     state = json.loads((run / "state.json").read_text())
+    assert "pass@1" in state["finished"]["eval"]  # evaluated once, by rank 0
     model, tokenizer = load_pretrained(state["finished"]["sft"]["checkpoint"])  # gathered from both ranks' shards
     assert model.config.num_hidden_layers == 2 and tokenizer is not None
     # the same stage in one process trains the same weights

@@ -23,6 +23,8 @@ def codemoe_register_components(registry: Any) -> None:
 
 @hookimpl
 def codemoe_after_stage(ctx: Any, stage: Any, result: dict[str, Any]) -> None:
+    if not getattr(ctx, "is_main", True):  # one timeline per run, also under torchrun
+        return
     path = ctx.run_dir / "timeline.md"
     if not path.exists():
         path.write_text("| stage | component | result |\n|---|---|---|\n")

@@ -146,6 +146,8 @@ class EvalStage:
         self.config = config
 
     def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
+        if not ctx.is_main:
+            return {"skipped": "evaluation runs on rank 0 of the launch"}
         cfg = self.config
         if cfg.baseline and cfg.baseline not in ctx.results:
             raise ConfigError(f"'stages.{stage.id}.baseline': no earlier stage '{cfg.baseline}'")
@@ -253,6 +255,8 @@ class ReportStage:
     def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
         from codemoe.evals.report import build_report
 
+        if not ctx.is_main:
+            return {"skipped": "the report is written on rank 0 of the launch"}
         path = build_report(
             ctx.run_dir,
             ctx.results,

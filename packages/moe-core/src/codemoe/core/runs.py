@@ -89,6 +89,15 @@ class RunContext:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     show_progress: bool = True
 
+    @property
+    def is_main(self) -> bool:
+        """This process writes the run's shared files: rank 0 of a ``torchrun`` launch, or the only process.
+
+        Stages that do the same work on every rank without collectives (evaluation, reports) run on
+        the main process only; the others skip them.
+        """
+        return launch_rank()[0] == 0
+
     def stage_dir(self, stage: StageInfo | str) -> Path:
         """A folder of the run for one stage's files (checkpoints, samples); created on demand."""
         path = self.run_dir / (stage.id if isinstance(stage, StageInfo) else stage)
