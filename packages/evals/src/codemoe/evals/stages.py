@@ -17,8 +17,9 @@ from typing import Any
 from codemoe.core.errors import ConfigError
 from codemoe.evals.compare import compare_summaries, format_improvement
 from codemoe.evals.evaluate import EvalOptions, Sampler, grade_and_summarize, sample_completions, write_evaluation
+from codemoe.evals.grading import outcomes
 from codemoe.evals.review import sample_for_review, write_review
-from codemoe.evals.summary import load_summary
+from codemoe.evals.summary import load_summary, summarize
 from codemoe.evals.tasks import STOP_SEQUENCES
 
 __all__ = ["EvalStage", "EvalStageConfig", "ExpertLoad", "ReportStage", "ReportStageConfig", "engine_sampler"]
@@ -52,6 +53,11 @@ class EvalStageConfig:
     baseline: str = ""  # id of an earlier eval stage to compare with (paired bootstrap over tasks)
     seed: int = 0  # added to the run seed for sampling
     step: int = -1  # training step this evaluation stands at in plots; -1: the checkpoint stage's step
+    # agent evaluation: episodes in an environment (kind 'environment', e.g. 'repo' over a repository
+    # suite such as agentic-core) instead of one completion per sample; a sample passes when its episode
+    # resolves the task on the hidden tests
+    environment: Any = field(default=None, metadata={"kind": "environment"})
+    max_turns: int = 8  # actions per episode (the environment's step budget)
 
 
 class ExpertLoad:
@@ -212,6 +218,16 @@ class EvalStage:
             seed=ctx.seed,
         )
         load = ExpertLoad()
+        if cfg.environment is not None:
+            try:
+                graded = self._agent_episodes(ctx, stage, tasks, engine, executor, load)
+            finally:
+                executor.close()
+            counts = outcomes(tasks, graded)
+            summary = summarize(counts, list(cfg.ks), confidence=cfg.confidence, resamples=cfg.bootstrap_resamples, seed=ctx.seed)
+            summary["checkpoint"] = checkpoint
+            summary["expert_load"] = load.shares()
+            return graded, summary
         try:
             with ctx.progress(f"{stage.id}: sampling", len(tasks)) as sampled:
                 sampler = engine_sampler(engine, cfg, ctx.seed + cfg.seed, sampled, load)
@@ -223,6 +239,39 @@ class EvalStage:
         summary["checkpoint"] = checkpoint
         summary["expert_load"] = load.shares()
         return graded, summary
+
+    def _agent_episodes(
+        self, ctx: Any, stage: Any, tasks: list[Any], engine: Any, executor: Any, load: ExpertLoad
+    ) -> list[Any]:
+        """``samples`` graded episodes per task (see :mod:`codemoe.evals.agent_eval`)."""
+        from codemoe.evals.agent_eval import run_agent_episodes
+        from codemoe.serving.api import SamplingParams  # the engine's own request type
+
+        cfg, where = self.config, f"stages.{stage.id}"
+        spec = {"name": cfg.environment} if isinstance(cfg.environment, str) else dict(cfg.environment)
+        spec.setdefault("step_budget", cfg.max_turns)
+
+        def generate(prompts: list[str], n: int, turn: int) -> list[list[str]]:
+            params = SamplingParams(
+                n=n,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                max_new_tokens=cfg.max_new_tokens,
+                stop=list(cfg.stop),
+                seed=(ctx.seed + cfg.seed) * 1_000_003 + turn,
+            )
+            out = []
+            for result in engine.generate(prompts, params):
+                out.append([sample.text for sample in result.samples])
+                for sample in result.samples:
+                    load.add(sample.routing)
+            return out
+
+        def make() -> Any:
+            return ctx.registry.build("environment", spec, where=f"{where}.environment", executor=executor)
+
+        with ctx.progress(f"{stage.id}: episodes", len(tasks) * cfg.samples) as done:
+            return run_agent_episodes(generate, make, tasks, samples=cfg.samples, max_turns=cfg.max_turns, advance=done)
 
     @staticmethod
     def _compare(ctx: Any, cfg: EvalStageConfig, summary: dict[str, Any]) -> dict[str, Any]:

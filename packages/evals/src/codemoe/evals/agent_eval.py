@@ -1,0 +1,110 @@
+"""Evaluating a policy as an agent: episodes in a repository environment, graded on hidden tests.
+
+For each task of a repository suite (``agentic-core``, SWE-bench-style folders) the policy runs
+``samples`` episodes: it sees the system prompt (the tools and their JSON schemas) and the task,
+and each turn its completion is one tool call that the environment (kind ``environment``, e.g. the
+sandbox's ``repo``) runs; the observation joins the conversation. An episode ends when the agent
+submits or after ``max_turns`` actions (the environment's step budget), and the environment grades
+it on the visible and hidden tests. A sample passes when its episode resolved the task, so pass@k,
+its intervals, the per-family table and the review page are those of function-level evaluation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from codemoe.evals.grading import GradedSample
+
+__all__ = ["agent_prompt", "run_agent_episodes"]
+
+
+def agent_prompt(environment: Any, task: Any) -> str:
+    """Reset ``environment`` on ``task`` (a suite task with a ``folder``); the policy's first prompt."""
+    from codemoe.sandbox.agent import load_task
+    from codemoe.sandbox.agent.episode import system_prompt
+
+    folder = getattr(task, "folder", None)
+    if not folder:
+        raise TypeError(
+            f"task {getattr(task, 'id', task)!r} has no repository folder: agent evaluation needs a repository suite"
+        )
+    observation = environment.reset(load_task(Path(folder)))
+    return f"{system_prompt(environment.tools)}\n\n{observation}\n"
+
+
+class _Run:
+    def __init__(self, task: Any, index: int, environment: Any) -> None:
+        self.task, self.index, self.environment = task, index, environment
+        self.history = agent_prompt(environment, task)
+        self.transcript: list[str] = []
+        self.last_observation = ""
+        self.started = time.perf_counter()
+
+    @property
+    def done(self) -> bool:
+        episode = self.environment.episode
+        return episode is not None and episode.done
+
+    def act(self, action: str) -> None:
+        result = self.environment.step(action)
+        self.last_observation = result.observation
+        self.transcript += [f"[action]\n{action}", f"[observation]\n{result.observation}"]
+        self.history += f"{action}\n{result.observation}\n"
+
+    def graded(self) -> GradedSample:
+        episode = self.environment.episode
+        resolved = bool(episode is not None and episode.done and episode.resolved)
+        reason = "" if resolved else f"not resolved ({episode.stop_reason if episode else 'no episode'})"
+        self.environment.close_workspace()
+        return GradedSample(
+            task_id=self.task.id,
+            family=self.task.family,
+            index=self.index,
+            completion="\n".join(self.transcript),
+            status="passed" if resolved else "failed",
+            reason=reason,
+            output=self.last_observation[-2000:],
+            duration_s=round(time.perf_counter() - self.started, 3),
+        )
+
+
+def run_agent_episodes(
+    generate: Callable[[list[str], int, int], list[list[str]]],
+    make_environment: Callable[[], Any],
+    tasks: Sequence[Any],
+    *,
+    samples: int,
+    max_turns: int,
+    advance: Callable[[int], Any] | None = None,
+) -> list[GradedSample]:
+    """``samples`` graded episodes per task.
+
+    ``generate(prompts, n, turn)`` returns ``n`` completions per prompt: the first turn asks for all
+    samples of a task from its one prompt, later turns one completion per episode's history.
+    """
+    runs = [_Run(task, j, make_environment()) for task in tasks for j in range(samples)]
+    for turn in range(max_turns):
+        active = [r for r in runs if not r.done]
+        if not active:
+            break
+        if turn == 0:
+            firsts = generate([runs[i * samples].history for i in range(len(tasks))], samples, turn)
+            actions = [a for per_task in firsts for a in per_task]
+        else:
+            actions = [out[0] for out in generate([r.history for r in active], 1, turn)]
+        for run, action in zip(active, actions, strict=True):
+            run.act(action)
+    unfinished = [r for r in runs if not r.done]
+    if unfinished:
+        raise RuntimeError(
+            f"{len(unfinished)} episodes did not end in {max_turns} turns: the environment's step budget must be max_turns"
+        )
+    graded = []
+    for run in runs:
+        graded.append(run.graded())
+        if advance is not None:
+            advance(1)
+    return graded
