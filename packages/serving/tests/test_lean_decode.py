@@ -106,3 +106,28 @@ def test_a_policy_in_training_mode_samples_in_eval_mode_and_stays_in_training_mo
     got = engine.generate(PROMPTS, params)
     assert [o.samples[0].token_ids for o in got] == [o.samples[0].token_ids for o in expected]
     assert all(m.training for m in model.modules())
+
+
+def test_a_dense_qwen3_model_decodes_lean_too(tokenizer):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(5)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+    )
+    model = Qwen3ForCausalLM(config).eval()
+    lean = EmbeddedEngine(model, tokenizer)
+    plain = EmbeddedEngine(model, tokenizer, EmbeddedEngineConfig(lean_decode=False))
+    assert lean._lean is not None
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=16, seed=2, ignore_eos=True)
+    for x, y in zip(lean.generate(PROMPTS, params), plain.generate(PROMPTS, params)):
+        assert [s.token_ids for s in x.samples] == [s.token_ids for s in y.samples]
+        for a, b in zip(x.samples, y.samples):
+            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
