@@ -416,7 +416,7 @@ class RLTrainer:
             metrics["balance_loss"] = update["balance"] / n
         if self.critic is not None:
             metrics["vf_loss"] = update["vf_loss"] / n
-        metrics.update(expert_load(self.policy))
+        metrics.update(expert_load(self.policy, env.all_sum if env.enabled else None))
         return metrics
 
     def _modules(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
