@@ -210,3 +210,28 @@ def test_repository_episodes_run_tool_calls_in_the_sandbox_and_score_the_outcome
     assert int(row.sum()) == first + second
     assert rollouts.passed.tolist() == [False, False] and rollouts.rewards.tolist() == [0.0, 0.0]
     assert "You are a coding agent" in bytes(rollouts.prompt_ids[0]).decode()
+
+
+def test_later_turns_continue_from_the_engines_kept_histories(registry):
+    """With the embedded engine's prefix cache, a turn prefills only the last action's final token
+    and the observation: the history before it is reused, and the log-probs stay the trainer's."""
+    from codemoe.rl.logprobs import token_stats
+    from rl_toy import tiny_policy, toy_tasks
+
+    policy = tiny_policy()
+    engine = registry.build("engine", {"name": "embedded", "prefix_cache_tokens": 4096}, model=policy, tokenizer=None)
+    params = SamplingRequest(n=2, max_new_tokens=3, seed=4, ignore_eos=True)
+    rollouts = run_episodes(
+        engine,
+        lambda: ToyEpisodeEnvironment(turns=3),
+        toy_tasks(2),
+        params,
+        max_turns=3,
+        max_observation_tokens=1,
+        pad_id=0,
+    )
+    assert engine.health()["prefix_cache_reused_tokens"] > 0
+    with torch.no_grad():
+        logp = token_stats(policy, rollouts.prompt_ids, rollouts.completions, pad_id=0).logp
+    actions = rollouts.mask > 0
+    torch.testing.assert_close(logp[actions], rollouts.engine_logp[actions], atol=1e-4, rtol=0)
