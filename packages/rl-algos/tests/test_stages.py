@@ -190,3 +190,18 @@ def test_sft_stage_under_torchrun_writes_one_run_and_a_whole_checkpoint(tmp_path
     single, _ = load_pretrained(ctx.results["sft"]["checkpoint"])
     for (name, a), b in zip(single.state_dict().items(), model.state_dict().values(), strict=True):
         assert torch.allclose(a, b, atol=1e-5), name
+
+
+def test_episodes_on_a_suite_without_repositories_are_a_config_error(tmp_path):
+    from codemoe.core import build_registry
+    from codemoe.core.errors import ConfigError
+
+    text = AGENT_PIPELINE.format(run_dir=tmp_path / "runs").replace(
+        "suite: {name: agentic-core, heldout_percent: 0}", "suite: {name: synthetic, train_tasks: 8}"
+    )
+    (tmp_path / "p.yaml").write_text(text)
+    pm = build_plugin_manager()
+    with pytest.raises(ConfigError, match=r"stages.rl.environment': episodes need repository tasks"):
+        run_pipeline(
+            compose(tmp_path / "p.yaml", [], registry_dir=REGISTRY), build_registry(pm), Hooks(pm), show_progress=False
+        )

@@ -160,6 +160,11 @@ class EvalStage:
         suite = ctx.registry.build("suite", cfg.suite, where=f"stages.{stage.id}.suite")
         tasks = suite.tasks(cfg.split)
         tasks = tasks[: cfg.max_tasks] if cfg.max_tasks > 0 else tasks
+        if cfg.environment is not None and tasks and not getattr(tasks[0], "folder", None):
+            raise ConfigError(
+                f"'stages.{stage.id}.environment': agent evaluation needs repository tasks (a suite such as "
+                f"'agentic-core'); the suite gave {type(tasks[0]).__name__} tasks without a repository folder"
+            )
         checkpoint, step = _checkpoint(ctx, stage, cfg)
         step = cfg.step if cfg.step >= 0 else (step or 0)
         graded, summary = self._sample_and_grade(ctx, stage, tasks, checkpoint)

@@ -63,6 +63,16 @@ def _tasks(ctx: Any, stage: Any, suite_spec: Any, split: str, max_tasks: int) ->
     return tasks[:max_tasks] if max_tasks else tasks
 
 
+def _repository_tasks(tasks: list[Any], environment: Any, where: str) -> list[Any]:
+    """``tasks``, checked to be repository tasks when the stage runs episodes in an environment."""
+    if environment is not None and tasks and not getattr(tasks[0], "folder", None):
+        raise ConfigError(
+            f"'{where}.environment': episodes need repository tasks (a suite such as 'agentic-core'); "
+            f"the suite gave {type(tasks[0]).__name__} tasks without a repository folder"
+        )
+    return tasks
+
+
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
     file = Path(path)
     if not file.is_file():
@@ -188,7 +198,7 @@ class RLStage:
             policy,
             engine,
             SandboxScorer(executor, recipe, timeout_s=cfg.timeout_s),
-            _tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks),
+            _repository_tasks(_tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks), cfg.environment, where),
             pad_id=tokenizer.pad_token_id,
             checkpoint_dir=ctx.stage_dir(stage) / "checkpoints",
             env=env,
