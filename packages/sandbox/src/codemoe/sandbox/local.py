@@ -168,6 +168,13 @@ class LocalExecutor:
             self._idle.put(worker)
 
     @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers (each execution is a child of one of them), e.g. to account
+        their CPU time.
+        """
+        return [worker.process.pid for worker in self._all]
+
+    @property
     def protections(self) -> list[dict[str, Any]]:
         """The protections the workers found active (see ``codemoe sandbox doctor``)."""
         return self._all[0].protections if self._all else []
