@@ -205,3 +205,16 @@ def test_episodes_on_a_suite_without_repositories_are_a_config_error(tmp_path):
         run_pipeline(
             compose(tmp_path / "p.yaml", [], registry_dir=REGISTRY), build_registry(pm), Hooks(pm), show_progress=False
         )
+
+
+def test_sft_trajectories_from_names_a_stage_that_recorded_them():
+    from types import SimpleNamespace
+
+    from codemoe.core.errors import ConfigError
+    from codemoe.rl.stages import _recorded
+
+    ctx = SimpleNamespace(results={"record": {"trajectories": "/x/t.jsonl"}, "sft0": {"checkpoint": "/c"}})
+    stage = SimpleNamespace(id="sft")
+    assert _recorded(ctx, stage, "record") == "/x/t.jsonl" and _recorded(ctx, stage, "") == ""
+    with pytest.raises(ConfigError, match=r"stages.sft.trajectories_from': no earlier stage 'sft0'"):
+        _recorded(ctx, stage, "sft0")

@@ -65,6 +65,13 @@ _COMPONENTS = [
     ),
     ("stage", "sft", "stages:SFTStage", "stages:SFTStageConfig", "supervised warm-up with router phases"),
     ("stage", "rl", "stages:RLStage", "stages:RLStageConfig", "RL with engine, sandbox, reward recipe and algorithm"),
+    (
+        "stage",
+        "trajectories",
+        "stages:TrajectoriesStage",
+        "stages:TrajectoriesStageConfig",
+        "record reference agent episodes (the oracle replays gold patches through the tools) for SFT",
+    ),
 ]
 
 

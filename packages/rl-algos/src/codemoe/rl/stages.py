@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from codemoe.core.errors import ConfigError
 from codemoe.rl.sft import SFTConfig, SFTTrainer, encode_examples, trajectory_pairs
 from codemoe.rl.trainer import RLConfig, RLTrainer
 
-__all__ = ["RLStage", "RLStageConfig", "SFTStage", "SFTStageConfig"]
+__all__ = ["RLStage", "RLStageConfig", "SFTStage", "SFTStageConfig", "TrajectoriesStage", "TrajectoriesStageConfig"]
 
 # A completion is a function body: it ends where top-level code would start (the suites' convention).
 STOP_SEQUENCES = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert "]
@@ -32,6 +33,7 @@ class SFTStageConfig(SFTConfig):
     split: str = "train"  # the suite split whose reference solutions are imitated
     max_tasks: int = 0  # 0: every task of the split
     trajectories: str = ""  # JSONL of agent episodes to imitate instead of the suite's solutions ("": off)
+    trajectories_from: str = ""  # id of an earlier 'trajectories' stage whose episodes to imitate ("": off)
     resolved_only: bool = True  # imitate only the episodes that solved their task
 
 
@@ -61,6 +63,65 @@ def _tasks(ctx: Any, stage: Any, suite_spec: Any, split: str, max_tasks: int) ->
     suite = ctx.registry.build("suite", suite_spec, where=f"stages.{stage.id}.suite")
     tasks = suite.tasks(split)
     return tasks[:max_tasks] if max_tasks else tasks
+
+
+def _recorded(ctx: Any, stage: Any, source: str) -> str:
+    """The trajectories file an earlier ``trajectories`` stage wrote ("" when ``source`` is empty)."""
+    if not source:
+        return ""
+    result = ctx.results.get(source)
+    if result is None or "trajectories" not in result:
+        raise ConfigError(
+            f"'stages.{stage.id}.trajectories_from': no earlier stage '{source}' that recorded trajectories; "
+            f"stages so far: {', '.join(ctx.results) or 'none'}"
+        )
+    return str(result["trajectories"])
+
+
+@dataclass
+class TrajectoriesStageConfig:
+    """Options of the ``trajectories`` stage (scripted agent episodes for imitation)."""
+
+    suite: Any = field(default_factory=lambda: {"name": "agentic-core"}, metadata={"kind": "suite"})
+    split: str = "train"  # the repository tasks to record episodes on
+    max_tasks: int = 0  # 0: every task of the split
+    environment: Any = field(default_factory=lambda: {"name": "repo"}, metadata={"kind": "environment"})
+    executor: Any = field(default_factory=lambda: {"name": "local"}, metadata={"kind": "executor"})
+
+
+class TrajectoriesStage:
+    """Record reference agent episodes: the sandbox's oracle policy replays each task's gold patch
+    through the tools (asking for clarification first where the task has one) and submits; the
+    graded episodes land in ``trajectories.jsonl`` in chat format, for ``sft`` to imitate
+    (``trajectories_from: <this stage>``)."""
+
+    def __init__(self, config: TrajectoriesStageConfig) -> None:
+        self.config = config
+
+    def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
+        from codemoe.sandbox.agent import OraclePolicy, load_task, run_episode
+
+        cfg, where = self.config, f"stages.{stage.id}"
+        tasks = _repository_tasks(_tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks), cfg.environment, where)
+        # every rank records the same episodes (the next stage reads them on every rank); rank 0's file is the run's
+        name = "trajectories.jsonl" if ctx.is_main else f"trajectories-rank{os.environ.get('RANK', '0')}.jsonl"
+        path = ctx.stage_dir(stage) / name
+        path.unlink(missing_ok=True)
+        spec = {"name": cfg.environment} if isinstance(cfg.environment, str) else dict(cfg.environment)
+        spec["trajectory_path"] = str(path)
+        executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
+        resolved = 0
+        try:
+            env = ctx.registry.build("environment", spec, where=f"{where}.environment", executor=executor)
+            with ctx.progress(f"{stage.id}: episodes", len(tasks)) as advance:
+                for task in tasks:
+                    repo_task = load_task(Path(task.folder))
+                    resolved += run_episode(env, repo_task, OraclePolicy(repo_task)).resolved
+                    advance()
+            env.close_workspace()
+        finally:
+            executor.close()
+        return {"trajectories": str(path), "episodes": len(tasks), "resolved": resolved}
 
 
 def _repository_tasks(tasks: list[Any], environment: Any, where: str) -> list[Any]:
@@ -116,7 +177,8 @@ class SFTStage:
         cfg = self.config
         torch.manual_seed(ctx.seed + cfg.seed)
         # what to imitate: agent trajectories when given, else the suite's reference solutions
-        records = _read_jsonl(cfg.trajectories) if cfg.trajectories else None
+        source = cfg.trajectories or _recorded(ctx, stage, cfg.trajectories_from)
+        records = _read_jsonl(source) if source else None
         tasks = _tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks) if records is None else []
         if cfg.checkpoint_from:
             model, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from))
