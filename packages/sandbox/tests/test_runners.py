@@ -150,6 +150,20 @@ def test_a_dead_worker_is_replaced_and_its_request_is_an_error(python_request):
     assert after.status == "passed" and after.stdout == "fresh worker\n"
 
 
+def test_a_batch_survives_a_dead_worker_and_runs_the_requests_queued_behind_it(python_request):
+    import os
+    import signal
+    import threading
+
+    with LocalExecutor(workers=1) as ex:
+        worker_pid = ex._all[0].process.pid
+        threading.Timer(0.5, os.kill, (worker_pid, signal.SIGKILL)).start()
+        results = ex.run_batch([python_request("import time\ntime.sleep(5)\n"),
+                                *(python_request(f"print({n})") for n in range(3))])
+    assert results[0].status == "error" and "worker failed" in results[0].reason
+    assert [(r.status, r.stdout) for r in results[1:]] == [("passed", f"{n}\n") for n in range(3)]
+
+
 def test_a_trivial_execution_costs_milliseconds_not_a_fraction_of_a_second(executor):
     import statistics
     import time
