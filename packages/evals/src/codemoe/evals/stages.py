@@ -95,26 +95,31 @@ class ExpertLoad:
         return (self.counts / totals).tolist()
 
 
+def _sampling_params(config: EvalStageConfig, n: int, seed: int) -> Any:
+    """The engine request (its own ``SamplingParams``) for ``n`` samples under the stage's options."""
+    from codemoe.serving.api import SamplingParams
+
+    return SamplingParams(
+        n=n,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        max_new_tokens=config.max_new_tokens,
+        stop=list(config.stop),
+        seed=seed,
+    )
+
+
 def engine_sampler(
     engine: Any, config: EvalStageConfig, seed: int, advance: Any = None, load: ExpertLoad | None = None
 ) -> Sampler:
     """A sampler that asks a generation engine (kind ``engine``) for ``n`` samples per prompt;
     routing decisions of the samples go to ``load`` when given."""
-    from codemoe.serving.api import SamplingParams  # the engine's own request type
 
     def sample(prompts: list[str], n: int) -> list[list[str]]:
         out: list[list[str]] = []
         for start in range(0, len(prompts), config.prompts_per_batch):
             chunk = prompts[start : start + config.prompts_per_batch]
-            params = SamplingParams(
-                n=n,
-                temperature=config.temperature,
-                top_p=config.top_p,
-                max_new_tokens=config.max_new_tokens,
-                stop=list(config.stop),
-                seed=seed + start,
-            )
-            for result in engine.generate(chunk, params):
+            for result in engine.generate(chunk, _sampling_params(config, n, seed + start)):
                 out.append([s.text for s in result.samples])
                 if load is not None:
                     for sample in result.samples:
@@ -250,21 +255,13 @@ class EvalStage:
     ) -> list[Any]:
         """``samples`` graded episodes per task (see :mod:`codemoe.evals.agent_eval`)."""
         from codemoe.evals.agent_eval import run_agent_episodes
-        from codemoe.serving.api import SamplingParams  # the engine's own request type
 
         cfg, where = self.config, f"stages.{stage.id}"
         spec = {"name": cfg.environment} if isinstance(cfg.environment, str) else dict(cfg.environment)
         spec.setdefault("step_budget", cfg.max_turns)
 
         def generate(prompts: list[str], n: int, turn: int) -> list[list[str]]:
-            params = SamplingParams(
-                n=n,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                max_new_tokens=cfg.max_new_tokens,
-                stop=list(cfg.stop),
-                seed=(ctx.seed + cfg.seed) * 1_000_003 + turn,
-            )
+            params = _sampling_params(cfg, n, (ctx.seed + cfg.seed) * 1_000_003 + turn)
             out = []
             for result in engine.generate(prompts, params):
                 out.append([sample.text for sample in result.samples])
