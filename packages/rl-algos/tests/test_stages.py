@@ -12,14 +12,25 @@ from codemoe.core import Hooks, build_plugin_manager, compose, run_pipeline
 
 REGISTRY = Path(__file__).resolve().parents[3] / "registry"
 
+
+def _model(context: int) -> str:
+    """A two-layer MoE spec as a YAML flow mapping, with ``context`` positions."""
+    return (
+        "{name: qwen3_moe, hidden_size: 32, num_layers: 2, num_heads: 2, num_kv_heads: 1, head_dim: 16, "
+        "num_experts: 4, moe_intermediate_size: 32, router: {name: softmax_topk, top_k: 2}, "
+        f"experts: {{name: grouped}}, max_position_embeddings: {context}}}"
+    )
+
+
+def _pipeline(template: str, run_dir: Path) -> str:
+    return template.format(run_dir=run_dir, model=_model(512), long_model=_model(8192))
+
 PIPELINE = """
 run: {{name: t, dir: {run_dir}, seed: 0}}
 stages:
   sft:
     name: sft
-    model: {{name: qwen3_moe, hidden_size: 32, num_layers: 2, num_heads: 2, num_kv_heads: 1, head_dim: 16,
-            num_experts: 4, moe_intermediate_size: 32, router: {{name: softmax_topk, top_k: 2}},
-            experts: {{name: grouped}}, max_position_embeddings: 512}}
+    model: {model}
     vocab_size: 320
     suite: {{name: synthetic, train_tasks: 8}}
     batch_size: 4
@@ -43,7 +54,7 @@ def test_sft_then_grpo_pipeline(tmp_path):
     from codemoe.core import build_registry
     from codemoe.core.models import load_pretrained
 
-    (tmp_path / "p.yaml").write_text(PIPELINE.format(run_dir=tmp_path / "runs"))
+    (tmp_path / "p.yaml").write_text(_pipeline(PIPELINE, tmp_path / "runs"))
     overrides = ["stages.rl.algo.group_size=4", "stages.rl.algo.routing_replay=true"]
     cfg = compose(tmp_path / "p.yaml", overrides, registry_dir=REGISTRY)
     pm = build_plugin_manager()
@@ -93,9 +104,7 @@ run: {{name: agent, dir: {run_dir}, seed: 0}}
 stages:
   sft:
     name: sft
-    model: {{name: qwen3_moe, hidden_size: 32, num_layers: 2, num_heads: 2, num_kv_heads: 1, head_dim: 16,
-            num_experts: 4, moe_intermediate_size: 32, router: {{name: softmax_topk, top_k: 2}},
-            experts: {{name: grouped}}, max_position_embeddings: 8192}}
+    model: {long_model}
     vocab_size: 512
     suite: {{name: synthetic, train_tasks: 8}}
     batch_size: 4
@@ -123,7 +132,7 @@ def test_rl_stage_runs_multi_step_repository_episodes(tmp_path):
     scored by seed 1's step-wise recipe (an untrained policy only pays the step cost)."""
     from codemoe.core import build_registry
 
-    (tmp_path / "p.yaml").write_text(AGENT_PIPELINE.format(run_dir=tmp_path / "runs"))
+    (tmp_path / "p.yaml").write_text(_pipeline(AGENT_PIPELINE, tmp_path / "runs"))
     cfg = compose(tmp_path / "p.yaml", [], registry_dir=REGISTRY)
     pm = build_plugin_manager()
     ctx = run_pipeline(cfg, build_registry(pm), Hooks(pm), show_progress=False)
@@ -138,9 +147,7 @@ run: {{name: sftd, dir: {run_dir}, seed: 0}}
 stages:
   sft:
     name: sft
-    model: {{name: qwen3_moe, hidden_size: 32, num_layers: 2, num_heads: 2, num_kv_heads: 1, head_dim: 16,
-            num_experts: 4, moe_intermediate_size: 32, router: {{name: softmax_topk, top_k: 2}},
-            experts: {{name: grouped}}, max_position_embeddings: 512}}
+    model: {model}
     vocab_size: 320
     suite: {{name: synthetic, train_tasks: 8}}
     batch_size: 4
@@ -166,7 +173,7 @@ def test_sft_stage_under_torchrun_writes_one_run_and_a_whole_checkpoint(tmp_path
 
     from codemoe.core.models import load_pretrained
 
-    (tmp_path / "p.yaml").write_text(SFT_ONLY.format(run_dir=tmp_path / "runs"))
+    (tmp_path / "p.yaml").write_text(_pipeline(SFT_ONLY, tmp_path / "runs"))
     codemoe = str(Path(sys.executable).parent / "codemoe")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -181,7 +188,7 @@ def test_sft_stage_under_torchrun_writes_one_run_and_a_whole_checkpoint(tmp_path
     model, tokenizer = load_pretrained(state["finished"]["sft"]["checkpoint"])  # gathered from both ranks' shards
     assert model.config.num_hidden_layers == 2 and tokenizer is not None
     # the same stage in one process trains the same weights
-    (tmp_path / "one.yaml").write_text(SFT_ONLY.format(run_dir=tmp_path / "one"))
+    (tmp_path / "one.yaml").write_text(_pipeline(SFT_ONLY, tmp_path / "one"))
     cfg = compose(tmp_path / "one.yaml", [], registry_dir=REGISTRY)
     pm = build_plugin_manager()
     from codemoe.core import build_registry
@@ -196,7 +203,7 @@ def test_episodes_on_a_suite_without_repositories_are_a_config_error(tmp_path):
     from codemoe.core import build_registry
     from codemoe.core.errors import ConfigError
 
-    text = AGENT_PIPELINE.format(run_dir=tmp_path / "runs").replace(
+    text = _pipeline(AGENT_PIPELINE, tmp_path / "runs").replace(
         "suite: {name: agentic-core, heldout_percent: 0}", "suite: {name: synthetic, train_tasks: 8}"
     )
     (tmp_path / "p.yaml").write_text(text)
