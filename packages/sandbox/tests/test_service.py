@@ -104,15 +104,24 @@ def test_remote_errors_name_the_service_and_status(service):
         RemoteExecutor(service.url, token="")
 
 
-def test_serve_command_serves_until_interrupted():
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a background job of a non-interactive shell inherits
+
+
+@pytest.mark.parametrize(
+    ("stop", "launch"),
+    [(signal.SIGINT, None), (signal.SIGINT, _ignore_sigint), (signal.SIGTERM, None)],
+    ids=["sigint", "sigint-ignored-by-the-launcher", "sigterm"],
+)
+def test_serve_command_serves_until_interrupted(stop, launch):
     env = {**os.environ, TOKEN_ENV: "cli-token"}
     command = [sys.executable, "-m", "codemoe.sandbox", "serve", "--port", "0", "--workers", "1"]
-    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=launch)
     try:
         banner = server.stderr.readline()
         url = re.search(r"http://[\d.]+:\d+", banner).group(0)
         result = RemoteExecutor(url, token="cli-token").run(ExecutionRequest(command=["python", "-c", "print(2 ** 10)"]))
         assert result.status == "passed" and result.stdout == "1024\n"
     finally:
-        server.send_signal(signal.SIGINT)
+        server.send_signal(stop)
         assert server.wait(timeout=30) == 0

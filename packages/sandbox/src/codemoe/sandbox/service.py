@@ -17,6 +17,7 @@ import hmac
 import json
 import os
 import secrets
+import signal
 import sys
 import threading
 from http import HTTPStatus
@@ -201,10 +202,19 @@ def serve_forever(*, host: str, port: int, token: str | None, workers: int, max_
         print(f"codemoe sandbox serving on {service.url} with {executor.size} workers", file=sys.stderr)
         if generated:
             print(f"token (set {TOKEN_ENV} on clients): {token}", file=sys.stderr)
+        # Interrupts stop the service even when the launcher left SIGINT ignored (a background job
+        # of a non-interactive shell does): Python only raises KeyboardInterrupt for a default SIGINT.
+        previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             service.server.serve_forever()
         except KeyboardInterrupt:
             pass
         finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             service.server.server_close()
     return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
