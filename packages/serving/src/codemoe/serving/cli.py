@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
+from typing import Any
 
 __all__ = ["add_serve_command"]
 
@@ -36,10 +38,18 @@ def _serve(args: argparse.Namespace) -> int:
     app = ServingApp(engine, args.served_model_name or path.resolve().name, str(path))
     server = ApiServer(app, args.host, args.port)
     print(f"codemoe serve: {app.model_name} on {server.url} (OpenAI API at {server.url}/v1)", flush=True)
+    # SIGINT and SIGTERM stop the server cleanly, also when the launcher left SIGINT ignored
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         server.httpd.server_close()
     return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
