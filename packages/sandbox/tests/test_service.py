@@ -124,4 +124,9 @@ def test_serve_command_serves_until_interrupted(stop, launch):
         assert result.status == "passed" and result.stdout == "1024\n"
     finally:
         server.send_signal(stop)
-        assert server.wait(timeout=30) == 0
+        try:
+            code = server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()  # leave no service behind when it ignored the signal
+            raise
+    assert code == 0
