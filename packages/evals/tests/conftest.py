@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from codemoe.core import Hooks, build_plugin_manager, build_registry, hookimpl
+from codemoe.core.models.presets import load_preset
 from codemoe.evals.evaluate import write_evaluation
 from codemoe.evals.passk import TaskOutcome
 from codemoe.evals.summary import summarize
@@ -96,19 +97,8 @@ def write_pipeline(tmp_path: Path):
     return write
 
 
-TINY_MODEL = {
-    "name": "qwen3_moe",
-    "hidden_size": 32,
-    "num_layers": 1,
-    "num_heads": 2,
-    "num_kv_heads": 1,
-    "head_dim": 16,
-    "num_experts": 4,
-    "moe_intermediate_size": 32,
-    "router": {"name": "softmax_topk", "top_k": 2},
-    "experts": {"name": "grouped"},
-    "max_position_embeddings": 512,
-}
+# vocab_size comes from the tokenizer at build time
+TINY_MODEL = {**load_preset("micro"), "num_layers": 1, "moe_intermediate_size": 32, "max_position_embeddings": 512}
 
 
 @pytest.fixture(scope="session")

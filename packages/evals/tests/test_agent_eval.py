@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from codemoe.core import compose, run_pipeline
+from codemoe.core.models.presets import load_preset
 from codemoe.evals.agent_eval import run_agent_episodes
 
 
@@ -57,8 +58,7 @@ def test_eval_stage_runs_agent_episodes(spine, write_pipeline, tmp_path, registr
 
     torch.manual_seed(0)
     tokenizer = train_tokenizer(["def f(x):\n    return x\n", '{"tool": "read_file", "args": {}}'] * 8, 300)
-    spec = {"name": "qwen3_moe", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
-    spec.update(head_dim=16, num_experts=4, moe_intermediate_size=32, max_position_embeddings=16384)
+    spec = {**load_preset("micro"), "num_layers": 1, "moe_intermediate_size": 32, "max_position_embeddings": 16384}
     checkpoint = save_pretrained(build_model(spec, vocab_size=len(tokenizer)), tokenizer, tmp_path / "ckpt")
     text = f"""
 run: {{name: agent-eval, dir: {tmp_path / "runs"}}}

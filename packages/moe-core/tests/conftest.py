@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from codemoe.core.models.presets import load_preset
 
 
 @pytest.fixture(scope="session")
@@ -16,18 +17,7 @@ def moe_registry():
 @pytest.fixture
 def tiny_spec() -> dict:
     """A two-layer model small enough for a test (tens of thousands of parameters)."""
-    return {
-        "name": "qwen3_moe",
-        "vocab_size": 64,
-        "hidden_size": 32,
-        "num_layers": 2,
-        "num_heads": 2,
-        "num_kv_heads": 1,
-        "head_dim": 16,
-        "num_experts": 4,
-        "moe_intermediate_size": 16,
-        "router": {"name": "softmax_topk", "top_k": 2},
-    }
+    return load_preset("micro")
 
 
 @pytest.fixture

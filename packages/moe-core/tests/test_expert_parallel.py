@@ -40,11 +40,8 @@ returned = sum(int(((idx[q] >= 0) & (idx[q] // local == rank)).sum()) for q in r
 err = lambda a, b: float((a - b).detach().abs().max())
 # a whole model whose experts are sharded: each rank holds half of every layer's experts
 from codemoe.core.models import build_model
-spec = {
-    "name": "qwen3_moe", "vocab_size": 64, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
-    "head_dim": 16, "num_experts": 4, "moe_intermediate_size": 16, "router": {"name": "softmax_topk", "top_k": 2},
-    "experts": {"name": "grouped", "dispatcher": {"name": "all_to_all"}},
-}
+from codemoe.core.models.presets import load_preset
+spec = {**load_preset("micro"), "experts": {"name": "grouped", "dispatcher": {"name": "all_to_all"}}}
 torch.manual_seed(1)
 model = build_model(spec)
 ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(rank))

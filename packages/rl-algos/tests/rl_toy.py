@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import torch
 from codemoe.core.models import build_model
+from codemoe.core.models.presets import load_preset
 from codemoe.rl.rollout import Score
 
 VOCAB = 16
@@ -19,20 +20,7 @@ VOCAB = 16
 def tiny_policy(seed: int = 0) -> torch.nn.Module:
     """A codemoe MoE causal LM: 2 layers, 4 experts top-2, over a 16-token vocabulary."""
     torch.manual_seed(seed)
-    spec = {
-        "name": "qwen3_moe",
-        "vocab_size": VOCAB,
-        "hidden_size": 32,
-        "num_layers": 2,
-        "num_heads": 2,
-        "num_kv_heads": 1,
-        "head_dim": 16,
-        "num_experts": 4,
-        "moe_intermediate_size": 32,
-        "router": {"name": "softmax_topk", "top_k": 2},
-        "experts": {"name": "grouped"},
-        "max_position_embeddings": 64,
-    }
+    spec = {**load_preset("micro"), "vocab_size": VOCAB, "moe_intermediate_size": 32, "max_position_embeddings": 64}
     return build_model(spec).eval()
 
 

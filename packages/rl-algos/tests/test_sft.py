@@ -11,23 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 from codemoe.core.models import build_model
+from codemoe.core.models.presets import load_preset
 from codemoe.core.moe import parameter_groups, set_trainable
 from codemoe.rl.sft import Example, PhaseConfig, SFTConfig, SFTTrainer
 
-SPEC = {
-    "name": "qwen3_moe",
-    "vocab_size": 32,
-    "hidden_size": 32,
-    "num_layers": 2,
-    "num_heads": 2,
-    "num_kv_heads": 1,
-    "head_dim": 16,
-    "num_experts": 4,
-    "moe_intermediate_size": 32,
-    "router": {"name": "softmax_topk", "top_k": 2},
-    "experts": {"name": "grouped"},
-    "max_position_embeddings": 64,
-}
+SPEC = {**load_preset("micro"), "vocab_size": 32, "moe_intermediate_size": 32, "max_position_embeddings": 64}
 
 
 def _examples() -> list[Example]:

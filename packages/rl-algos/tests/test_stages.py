@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from codemoe.core import Hooks, build_plugin_manager, compose, run_pipeline
+from codemoe.core.models.presets import load_preset
 
 REGISTRY = Path(__file__).resolve().parents[3] / "registry"
 
@@ -86,8 +87,7 @@ def test_sft_stage_imitates_trajectories(tmp_path):
         ],
     }
     (tmp_path / "episodes.jsonl").write_text(json.dumps(episode) + "\n")
-    model = {"name": "qwen3_moe", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
-    model.update(head_dim=16, num_experts=4, moe_intermediate_size=32, max_position_embeddings=256)
+    model = {**load_preset("micro"), "num_layers": 1, "moe_intermediate_size": 32, "max_position_embeddings": 256}
     sft = {"name": "sft", "model": model, "vocab_size": 300, "batch_size": 2}
     sft.update(trajectories=str(tmp_path / "episodes.jsonl"), phases=[{"phase": "all", "steps": 3, "lr": 0.01}])
     pipeline = {"run": {"name": "t", "dir": str(tmp_path / "runs")}, "stages": {"sft": sft}}

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from codemoe.core.models.presets import load_preset
 from codemoe.router.plugin import ROUTERS
 
 SPECS = {
@@ -23,15 +24,7 @@ def test_round_trip_gives_identical_logits(registry, tmp_path, name):
     from codemoe.core.models import build_model, load_pretrained, save_pretrained
 
     spec = {
-        "name": "qwen3_moe",
-        "vocab_size": 64,
-        "hidden_size": 32,
-        "num_layers": 2,
-        "num_heads": 2,
-        "num_kv_heads": 1,
-        "head_dim": 16,
-        "num_experts": 4,
-        "moe_intermediate_size": 16,
+        **load_preset("micro"),
         "router": {"name": name, **SPECS[name]},
     }
     torch.manual_seed(0)

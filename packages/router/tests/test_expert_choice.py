@@ -1,4 +1,5 @@
 import torch
+from codemoe.core.models.presets import load_preset
 from codemoe.core.moe import UNROUTED
 from codemoe.core.moe.balance import assignment_counts
 
@@ -23,15 +24,8 @@ def test_capacity_is_respected_inside_a_model(registry):
     from codemoe.core.moe import read_layer_stats
 
     spec = {
-        "name": "qwen3_moe",
-        "vocab_size": 64,
-        "hidden_size": 32,
+        **load_preset("micro"),
         "num_layers": 1,
-        "num_heads": 2,
-        "num_kv_heads": 1,
-        "head_dim": 16,
-        "num_experts": 4,
-        "moe_intermediate_size": 16,
         "router": {"name": "expert_choice", "top_k": 1, "capacity_factor": 1.5},
     }
     model = build_model(spec, registry=registry)

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from codemoe.core.models.presets import load_preset
 
 
 def test_experts_are_a_fixed_function_of_the_token_id(router_factory):
@@ -20,15 +21,8 @@ def test_hash_routed_model_generates_with_ids_from_the_forward(registry):
     from codemoe.core.moe import capture_routing
 
     spec = {
-        "name": "qwen3_moe",
-        "vocab_size": 64,
-        "hidden_size": 32,
+        **load_preset("micro"),
         "num_layers": 1,
-        "num_heads": 2,
-        "num_kv_heads": 1,
-        "head_dim": 16,
-        "num_experts": 4,
-        "moe_intermediate_size": 16,
         "router": {"name": "hash", "top_k": 1},
     }
     model = build_model(spec, registry=registry).eval()

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from codemoe.core.models.presets import load_preset
 
 
 def test_bias_follows_the_sign_rule_from_the_step_loads(router_factory):
@@ -43,15 +44,8 @@ def test_loads_come_from_training_forwards_of_real_tokens_only(registry):
     from codemoe.core.moe import moe_metrics
 
     spec = {
-        "name": "qwen3_moe",
-        "vocab_size": 64,
-        "hidden_size": 32,
+        **load_preset("micro"),
         "num_layers": 1,
-        "num_heads": 2,
-        "num_kv_heads": 1,
-        "head_dim": 16,
-        "num_experts": 4,
-        "moe_intermediate_size": 16,
         "router": {"name": "sigmoid_bias", "top_k": 2, "bias_rate": 0.5},
     }
     model = build_model(spec, registry=registry)
@@ -81,15 +75,7 @@ def test_bias_is_saved_and_restored_with_the_checkpoint(registry, tmp_path):
     from codemoe.core.models import build_model, load_pretrained, save_pretrained
 
     spec = {
-        "name": "qwen3_moe",
-        "vocab_size": 64,
-        "hidden_size": 32,
-        "num_layers": 2,
-        "num_heads": 2,
-        "num_kv_heads": 1,
-        "head_dim": 16,
-        "num_experts": 4,
-        "moe_intermediate_size": 16,
+        **load_preset("micro"),
         "router": {"name": "sigmoid_bias", "top_k": 2},
     }
     model = build_model(spec, registry=registry)
