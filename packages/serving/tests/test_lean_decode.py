@@ -108,6 +108,22 @@ def test_a_policy_in_training_mode_samples_in_eval_mode_and_stays_in_training_mo
     assert all(m.training for m in model.modules())
 
 
+@pytest.mark.parametrize("lean", [True, False])
+def test_generation_does_not_count_in_the_trainers_routing_statistics(tokenizer, lean):
+    """A trainer sharing its policy with the engine reads the routing of its own batches only."""
+    from codemoe.core.moe import moe_blocks, read_layer_stats
+
+    model = _model("softmax-topk", len(tokenizer)).train()
+    read_layer_stats(model)  # start from empty accumulators
+    engine = EmbeddedEngine(model, tokenizer, EmbeddedEngineConfig(lean_decode=lean))
+    engine.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=6, seed=0, ignore_eos=True))
+    assert [s.tokens for s in read_layer_stats(model)] == [0, 0, 0]
+    assert all(block.record_statistics for block in moe_blocks(model))
+    ids = torch.tensor([tokenizer("def add(a, b): return a + b")["input_ids"]])
+    model(input_ids=ids)  # a training forward still counts
+    assert [s.tokens for s in read_layer_stats(model)] == [ids.numel()] * 3
+
+
 def test_a_dense_qwen3_model_decodes_lean_too(tokenizer):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 

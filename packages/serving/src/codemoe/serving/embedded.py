@@ -103,21 +103,28 @@ class _Group:
 
 
 @contextmanager
-def _eval_mode(modules: list[torch.nn.Module]) -> Iterator[None]:
-    """Every module in eval mode inside the block, as it was after.
+def _inference_mode(modules: list[torch.nn.Module]) -> Iterator[None]:
+    """Every module in eval mode, and no MoE block recording routing statistics, inside the block;
+    as they were after.
 
-    Flips the flags of the modules in training mode directly: ``model.eval()``/``train()`` walk
-    the module tree through ``named_children`` on every call, which cost a trainer's shared
-    policy ~1.5 ms per decode step (and ``nn.Module.__setattr__`` alone ~0.4 ms).
+    The engine's forwards are not training data: a trainer sharing the policy reads statistics of
+    its own batches only. Flags are flipped directly: ``model.eval()``/``train()`` walk the module
+    tree through ``named_children`` on every call, which cost a trainer's shared policy ~1.5 ms
+    per decode step (and ``nn.Module.__setattr__`` alone ~0.4 ms).
     """
     training = [m for m in modules if m.training]
-    for module in training:  # a plain attribute: written straight into the instance dict
+    recording = [m for m in modules if m.__dict__.get("record_statistics")]
+    for module in training:  # plain attributes: written straight into the instance dict
         module.__dict__["training"] = False
+    for module in recording:
+        module.__dict__["record_statistics"] = False
     try:
         yield
     finally:
         for module in training:
             module.__dict__["training"] = True
+        for module in recording:
+            module.__dict__["record_statistics"] = True
 
 
 def _forward_argument_names(model: torch.nn.Module) -> tuple[str, bool]:
@@ -145,7 +152,7 @@ class EmbeddedEngine:
         self._cache_arg, self._has_logits_to_keep = _forward_argument_names(model)
         self._recorder = RoutingRecorder.for_model(model)
         self._shared_attention = self.config.shared_prefix_attention and supports_shared_prefix_attention(model)
-        self._modules = list(model.modules())  # for switching to eval mode around each step
+        self._modules = list(model.modules())  # for switching to inference mode around each step
         self._lean = LeanDecoder.for_model(model) if self._shared_attention and self.config.lean_decode else None
         self._cache = PrefixKVCache(self.device)
         self._kept = PrefixCache(self.config.prefix_cache_tokens) if self.config.prefix_cache_tokens > 0 else None
@@ -312,7 +319,7 @@ class EmbeddedEngine:
                 return False
             attention = shared_prefix_attention(self.model, self._cache, self._shared_attention)
             try:
-                with torch.no_grad(), _eval_mode(self._modules), attention:
+                with torch.no_grad(), _inference_mode(self._modules), attention:
                     admitted = self._admit()
                     if admitted:
                         self._prefill(admitted)

@@ -70,6 +70,9 @@ class MoEBlock(nn.Module):
             self.shared_expert = None
             self.shared_expert_gate = None
         self.stats = RoutingStats(router.num_experts)
+        # off while a generation engine runs the model: its forwards are not training data, so they
+        # neither add to the routing statistics nor compute the (unread) balance and z losses
+        self.record_statistics = True
         self.last_losses: dict[str, torch.Tensor] = {}
         self.capture: list[torch.Tensor] | None = None  # set by capture_routing
         self.replay: torch.Tensor | None = None  # [T, k] experts to use instead of choosing (replay_routing)
@@ -100,7 +103,10 @@ class MoEBlock(nn.Module):
         out = self.experts(x, indices, weights.to(x.dtype))
         if self.shared_expert is not None:
             out = out + self._shared(x)
-        self._record(routed, indices, dropped, tuple(batch_shape), mask)
+        if self.record_statistics:
+            self._record(routed, indices, dropped, tuple(batch_shape), mask)
+        else:
+            self.last_losses = {}
         return out.reshape(hidden_states.shape)
 
     def _route(self, x: torch.Tensor) -> RouterOutput:
