@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from codemoe.serving import SamplingParams
 from codemoe.serving.embedded import EmbeddedEngine, EmbeddedEngineConfig
@@ -51,3 +52,72 @@ def test_new_weights_clear_the_prefix_cache(make_codemoe_model, tokenizer):
     assert engine.health()["prefix_cache_tokens"] > 0
     engine.update_weights(state_dict=make_codemoe_model(1).state_dict())
     assert engine.health()["prefix_cache_tokens"] == 0
+
+
+TASK = "class Stack:\n    def __init__(self):\n        self.items = []\n"
+
+
+def _same_samples(got, want):
+    for g, w in zip(got, want):
+        assert [s.token_ids for s in g.samples] == [s.token_ids for s in w.samples]
+        for a, b in zip(g.samples, w.samples):
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+            assert torch.equal(a.routing, b.routing)
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-decode", "model-forward"])
+def test_groups_with_a_common_start_read_it_once_and_sample_the_same(codemoe_model, tokenizer, lean):
+    """Several samples' next turns start with the task prompt: it becomes one root, read once a step."""
+    on = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(common_prefix_tokens=8, lean_decode=lean))
+    off = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(common_prefix_tokens=0, lean_decode=lean))
+    task = on.encode(TASK)
+    prompts = [task + on.encode(tail) for tail in ("    def push", "    def pop", "    def peek(self):")]
+    prompts.append(on.encode("import os"))  # shares nothing: no root
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=10, seed=4, ignore_eos=True)
+    got = on.generate(prompts, params)
+    assert on.health()["common_prefix_tokens_saved"] >= 2 * len(task)  # three groups, one copy
+    assert on.health()["common_prefixes"] == 0  # freed with their groups
+    _same_samples(got, off.generate(prompts, params))  # `off` is checked against teacher forcing
+
+
+def test_roots_are_joined_and_freed_while_groups_come_and_go(codemoe_model, tokenizer):
+    """Groups arrive while others run and join the running root; the first root to lose all its
+    groups frees its slot and the other root moves in while its groups decode."""
+    narrow = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(common_prefix_tokens=8, max_batch_size=8))
+    # roots take slots in prompt order: the first one's groups finish first
+    first, second = sorted([narrow.encode(TASK), narrow.encode("def fib(n):\n    return n if n < 2 else fib(n - 1)\n")])
+    starts = [first, first, second, second, first, second]
+    tails = ["x = 1", "y = 2", "z = 3", "w = 4", "a = 5", "b = 6"]  # first tokens all differ
+    budgets = [3, 5, 14, 12, 6, 4]  # group 4 joins the first root, group 5 the second after it moved
+
+    def run(engine):
+        jobs = []
+        for i, (start, tail, budget) in enumerate(zip(starts, tails, budgets)):
+            ids = start + engine.encode(tail)
+            params = SamplingParams(n=2, temperature=1.0, max_new_tokens=budget, ignore_eos=True)
+            jobs.append((ids, engine.submit(ids, params, seed=8, prompt_index=i)))
+        return [engine.collect(ids, parts) for ids, parts in jobs]
+
+    got = run(narrow)
+    # two roots of two groups each, then one group joining each: two copies of each start saved
+    assert narrow.health()["common_prefix_tokens_saved"] == 2 * len(first) + 2 * len(second)
+    assert narrow.health()["common_prefixes"] == 0 and narrow.health()["running"] == 0
+    _same_samples(got, run(EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(common_prefix_tokens=0))))
+
+
+def test_next_turns_of_one_task_share_its_prompt_and_keep_their_histories(codemoe_model, tokenizer):
+    """Three turns of four samples: histories come from the prefix cache, their common start is a root,
+    and what is kept at the end of turn two (root + rest + own tokens) serves turn three."""
+    config = {"prefix_cache_tokens": 8192, "common_prefix_tokens": 8}
+    on = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(**config))
+    off = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(**{**config, "common_prefix_tokens": 0}))
+    reply = on.encode("\n# tool: ok\n")
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=6, seed=1, ignore_eos=True)
+    prompts = [on.encode(TASK)]
+    for turn in range(3):
+        got, want = on.generate(prompts, params), off.generate(prompts, params)
+        _same_samples(got, want)
+        prompts = [o.prompt_token_ids + s.token_ids + reply for o in got for s in o.samples][:4]
+        params = SamplingParams(n=1, temperature=1.0, max_new_tokens=6, seed=2 + turn, ignore_eos=True)
+    assert on.health()["common_prefix_tokens_saved"] > 0
+    assert on.health()["prefix_cache_reused_tokens"] == off.health()["prefix_cache_reused_tokens"] > 0

@@ -83,11 +83,38 @@ def decode_attention(query: torch.Tensor, cache: PrefixKVCache, layer: int, scal
     else:
         out_pre = out_pre[plan.row_group, :, plan.row_member]
         lse_pre = lse_pre[plan.row_group, :, plan.row_member]
-    # softmax over prompt + own tokens = the two partial softmaxes weighted by their mass
-    lse = torch.logaddexp(lse_pre, lse_own)
-    out = out_pre * torch.exp(lse_pre - lse)[..., None].to(out_pre.dtype)
-    out = out + out_own * torch.exp(lse_own - lse)[..., None].to(out_own.dtype)
+    parts = [(out_pre, lse_pre), (out_own, lse_own)]
+    if plan.root_mask is not None:
+        parts.append(_root_part(q, cache, layer, scale))
+    # softmax over all the keys = the partial softmaxes weighted by their mass
+    lse = parts[0][1]
+    for _, part_lse in parts[1:]:
+        lse = torch.logaddexp(lse, part_lse)
+    out = sum(part * torch.exp(part_lse - lse)[..., None].to(part.dtype) for part, part_lse in parts)
     return out.reshape(batch, 1, heads, dim)
+
+
+def _root_part(q: torch.Tensor, cache: PrefixKVCache, layer: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows' attention to their roots: each root's rows as one query block, like a group's
+    prompt. ``q [B, Hkv, g, D]`` -> (out ``[B, Hkv, g, D]``, lse ``[B, Hkv, g]``; -inf, 0 for rows
+    without a root)."""
+    plan = cache.plan
+    _, kv_heads, per_kv, dim = q.shape
+    rk, rv = cache.root_views(layer)
+    roots, members = rk.shape[0], plan.root_members
+    rows = q if plan.root_rows is None else q[plan.root_rows]
+    stacked = q.new_zeros(roots, members, kv_heads, per_kv, dim)
+    stacked[plan.row_root, plan.root_member] = rows
+    stacked = stacked.permute(0, 2, 1, 3, 4).reshape(roots, kv_heads, members * per_kv, dim)
+    out, lse = attend_with_lse(stacked, rk, rv, plan.root_mask, scale)
+    out = out.reshape(roots, kv_heads, members, per_kv, dim)[plan.row_root, :, plan.root_member]
+    lse = lse.reshape(roots, kv_heads, members, per_kv)[plan.row_root, :, plan.root_member]
+    if plan.root_rows is None:
+        return out, lse
+    full_out = q.new_zeros(q.shape)
+    full_lse = torch.full(q.shape[:-1], float("-inf"), dtype=lse.dtype, device=q.device)
+    full_out[plan.root_rows], full_lse[plan.root_rows] = out, lse
+    return full_out, full_lse
 
 
 def supports_shared_prefix_attention(model: torch.nn.Module) -> bool:

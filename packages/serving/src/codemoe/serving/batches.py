@@ -73,12 +73,15 @@ def decode_batch(
     gather: bool,
     device: torch.device,
     dtype: torch.dtype,
+    group_root: list[int] | None = None,
+    root_len: list[int] | None = None,
 ) -> DecodeBatch:
     """Inputs for one decode step.
 
     Row ``b`` has ``lengths[b]`` tokens in the cache, ``row_prompt[b]`` of them its group's prompt;
     it belongs to prefix slot ``row_group[b]`` as member ``row_member[b]``; ``group_prompt[g]`` is
-    the prompt length in prefix slot ``g``.
+    the prompt length held in prefix slot ``g``. With roots, prefix slot ``g`` belongs to root slot
+    ``group_root[g]`` (-1: none), which holds ``root_len[r]`` tokens.
     """
     lengths_t = torch.tensor(lengths, device=device)
     suffix_pos = lengths_t - torch.tensor(row_prompt, device=device)  # [B] write position in own tokens
@@ -102,7 +105,29 @@ def decode_batch(
         in_group_order=len(row_group) == len(group_prompt) * members
         and all(g == b // members and m == b % members for b, (g, m) in enumerate(zip(row_group, row_member))),
     )
+    if root_len:
+        _add_roots(plan, row_group, group_root, root_len, device, dtype)
     # gathered keys are the prompt's then the row's own, so the mask is the two side by side
     mask = torch.cat([prefix_mask[plan.row_group], suffix_mask], dim=-1) if gather else None
     ids = torch.tensor(last_tokens, device=device)[:, None]
     return DecodeBatch(ids, lengths_t[:, None], mask, plan)
+
+
+def _add_roots(plan: StepPlan, row_group: list[int], group_root: list[int], root_len: list[int], device, dtype):
+    """Which rows read which root, and as which member of its query block."""
+    rows, roots, members = [], [], []
+    count = [0] * len(root_len)
+    for b, g in enumerate(row_group):
+        r = group_root[g]
+        if r >= 0:
+            rows.append(b)
+            roots.append(r)
+            members.append(count[r])
+            count[r] += 1
+    lengths = torch.tensor(root_len, device=device)
+    keys = torch.arange(int(lengths.max()), device=device)
+    plan.root_mask = _additive((keys[None, :] < lengths[:, None])[:, None, None], dtype)  # [R, 1, 1, L]
+    plan.root_rows = None if len(rows) == len(row_group) else torch.tensor(rows, device=device)
+    plan.row_root = torch.tensor(roots, device=device)
+    plan.root_member = torch.tensor(members, device=device)
+    plan.root_members = max(count)

@@ -8,6 +8,9 @@
 - Reuse across turns (``prefix_cache_tokens`` > 0): finished samples' keys/values are kept, and a
   prompt that starts with one (an agent's next turn) prefills only what follows
   (:mod:`codemoe.serving.prefix_cache`).
+- Common prefixes (``common_prefix_tokens``): groups admitted together whose prompts start with the
+  same tokens (the next turns of one task's samples all start with the task prompt) keep those
+  tokens once, as a root, and decode reads them once for all their rows.
 - Determinism: each sample draws from its own random stream (:mod:`codemoe.serving.sampling`),
   so its tokens do not depend on what else is batched with it.
 
@@ -18,6 +21,7 @@ does), and each call to :meth:`EmbeddedEngine.step` advances every request in fl
 from __future__ import annotations
 
 import inspect
+import itertools
 import secrets
 import threading
 from collections import deque
@@ -32,7 +36,7 @@ from codemoe.serving.attention import shared_prefix_attention, supports_shared_p
 from codemoe.serving.batches import decode_batch, prefill_batch
 from codemoe.serving.kv_cache import PrefixKVCache
 from codemoe.serving.lean_decode import LeanDecoder
-from codemoe.serving.prefix_cache import CachedSequence, PrefixCache
+from codemoe.serving.prefix_cache import CachedSequence, PrefixCache, common_prefix
 from codemoe.serving.routing import RoutingRecorder
 from codemoe.serving.sampling import sample_key, sample_next
 from codemoe.serving.stopping import StopChecker, eos_token_ids
@@ -52,6 +56,7 @@ class EmbeddedEngineConfig:
     shared_prefix_attention: bool = True  # decode reads each prompt once per group (AttentionInterface models)
     lean_decode: bool = True  # decode steps of Qwen3(-MoE) models computed from the weights, without the module stack
     prefix_cache_tokens: int = 0  # keep finished samples' KV (this many tokens) for prompts that extend them
+    common_prefix_tokens: int = 64  # groups sharing at least this many leading tokens read them once (0: off)
 
 
 @dataclass
@@ -80,6 +85,19 @@ class _Sequence:
 
 
 @dataclass(eq=False)
+class _Root:
+    """Leading prompt tokens that running groups have in common, kept once in a root slot."""
+
+    slot: int
+    tokens: list[int]
+    groups: int  # running groups that read it
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(eq=False)
 class _Group:
     """One prompt with the samples it still owes."""
 
@@ -92,6 +110,7 @@ class _Group:
     finished: list[_Sequence] = field(default_factory=list)
     prompt_routing: torch.Tensor | None = None
     slot: int = -1  # prefix slot while running
+    root: _Root | None = None  # its prompt's first root.length tokens live there, the rest in its slot
     reused: CachedSequence | None = None  # kept sequence this prompt starts with
     reused_len: int = 0  # how many of its tokens the prefill skips
     error: BaseException | None = None  # set when a step failed while this group was in flight
@@ -127,6 +146,15 @@ def _inference_mode(modules: list[torch.nn.Module]) -> Iterator[None]:
             module.__dict__["record_statistics"] = True
 
 
+def _starts_with(prompt: list[int], head: list[int]) -> bool:
+    """``prompt`` starts with ``head`` and has at least one token more."""
+    return len(prompt) > len(head) and prompt[: len(head)] == head
+
+
+def _root_length(group: _Group) -> int:
+    return group.root.length if group.root is not None else 0
+
+
 def _forward_argument_names(model: torch.nn.Module) -> tuple[str, bool]:
     """The model's name for the cache argument, and whether it accepts ``logits_to_keep``."""
     params = inspect.signature(model.forward).parameters
@@ -149,6 +177,7 @@ class EmbeddedEngine:
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.weights_version = 0
         self.tokens_generated = 0
+        self.common_prefix_tokens_saved = 0  # tokens kept (and read) once for several groups, not per group
         self._cache_arg, self._has_logits_to_keep = _forward_argument_names(model)
         self._recorder = RoutingRecorder.for_model(model)
         self._shared_attention = self.config.shared_prefix_attention and supports_shared_prefix_attention(model)
@@ -158,6 +187,7 @@ class EmbeddedEngine:
         self._kept = PrefixCache(self.config.prefix_cache_tokens) if self.config.prefix_cache_tokens > 0 else None
         self._active: list[_Sequence] = []  # running samples, in suffix slot order
         self._groups: list[_Group] = []  # running groups, in prefix slot order
+        self._roots: list[_Root] = []  # in root slot order
         self._waiting: deque[_Group] = deque()
         self._lock = threading.RLock()
 
@@ -268,6 +298,8 @@ class EmbeddedEngine:
                 "routing": self._recorder is not None,
                 "prefix_cache_tokens": self._kept.tokens if self._kept is not None else 0,
                 "prefix_cache_reused_tokens": self._kept.reused_tokens if self._kept is not None else 0,
+                "common_prefixes": len(self._roots),
+                "common_prefix_tokens_saved": self.common_prefix_tokens_saved,
             }
 
     def encode(self, prompt: str | list[int]) -> list[int]:
@@ -337,6 +369,7 @@ class EmbeddedEngine:
             group.done.set()
         self._active.clear()
         self._groups.clear()
+        self._roots.clear()
         self._waiting.clear()
 
     def _forward(
@@ -369,14 +402,15 @@ class EmbeddedEngine:
         longest = 0
         while self._waiting:
             group = self._waiting[0]
-            padded = max(longest, len(group.prompt)) * (len(admitted) + 1)
+            fresh = len(group.prompt) - (self._kept.reusable(group.prompt) if self._kept is not None else 0)
+            padded = max(longest, fresh) * (len(admitted) + 1)  # the prefill computes only what is not reused
             if slots + group.n > self.config.max_batch_size or (admitted and padded > self.config.max_prefill_tokens):
                 break
             admitted.append(self._waiting.popleft())
             if self._kept is not None:
                 group.reused, group.reused_len = self._kept.lookup(group.prompt)
             slots += group.n
-            longest = max(longest, len(group.prompt))
+            longest = max(longest, fresh)
         return admitted
 
     def _prefill(self, groups: list[_Group]) -> None:
@@ -401,8 +435,51 @@ class EmbeddedEngine:
         routing = None
         if self._recorder is not None:  # [R, S, layers, k]
             routing = self._recorder.last.reshape(*batch.ids.shape, *self._recorder.last.shape[1:])
+        if self._shared_attention and self.config.common_prefix_tokens > 0:
+            self._split_roots(groups)
         for row, (group, tokens) in enumerate(zip(groups, fresh)):
             self._start(group, logits[row], None if routing is None else routing[row, : len(tokens)])
+
+    def _split_roots(self, groups: list[_Group]) -> None:
+        """Give prefilled groups whose prompts start with a running root's tokens that root; among
+        the others, give those that start with the same ``common_prefix_tokens`` or more a new one.
+
+        Prompts are sorted, so groups with a common start are neighbours; a run of neighbours whose
+        common prefixes are all long enough shares the shortest of them. Every group keeps at least
+        one token of its own.
+        """
+        alone = []
+        for group in groups:
+            root = next((r for r in self._roots if _starts_with(group.prompt, r.tokens)), None)
+            if root is None:
+                alone.append(group)
+            else:
+                self._join(group, root)
+        order = sorted(alone, key=lambda g: g.prompt)
+        runs: list[tuple[list[_Group], int]] = []
+        for before, group in itertools.pairwise(order):
+            common = min(common_prefix(before.prompt, group.prompt), len(before.prompt) - 1, len(group.prompt) - 1)
+            if common < self.config.common_prefix_tokens:
+                continue
+            if runs and runs[-1][0][-1] is before:
+                runs[-1] = ([*runs[-1][0], group], min(runs[-1][1], common))
+            else:
+                runs.append(([before, group], common))
+        for members, length in runs:
+            root = _Root(len(self._roots), members[0].prompt[:length], 0)
+            self._roots.append(root)
+            self._cache.reserve(0, 0, 0, 0, len(self._roots), length)
+            self._cache.write_root(root.slot, members[0].slot, length)
+            for group in members:
+                self._join(group, root)
+
+    def _join(self, group: _Group, root: _Root) -> None:
+        """``group``'s prompt starts with ``root``'s tokens: read them there, keep the rest in its slot."""
+        self._cache.drop_leading(group.slot, root.length, len(group.prompt))
+        if root.groups > 0:
+            self.common_prefix_tokens_saved += root.length
+        root.groups += 1
+        group.root = root
 
     def _start(self, group: _Group, logits: torch.Tensor, routing: torch.Tensor | None) -> None:
         """Put a prefilled group's samples in the batch and draw their first tokens from ``logits [V]``."""
@@ -428,10 +505,12 @@ class EmbeddedEngine:
             [len(s.group.prompt) for s in seqs],
             [s.group.slot for s in seqs],
             [s.member for s in seqs],
-            [len(g.prompt) for g in self._groups],
+            [len(g.prompt) - _root_length(g) for g in self._groups],  # what each prefix slot holds
             gather=not self._shared_attention,
             device=self.device,
             dtype=self.dtype,
+            group_root=[g.root.slot if g.root is not None else -1 for g in self._groups],
+            root_len=[r.length for r in self._roots],
         )
         self._cache.plan = batch.plan
         if self._lean is not None:
@@ -500,7 +579,10 @@ class EmbeddedEngine:
     def _keep(self, seq: _Sequence, row: int) -> None:
         """Put a finished sample's prompt and completion (all but its last token, never fed) in the prefix cache."""
         prompt, generated = len(seq.group.prompt), len(seq.tokens) - 1
-        keys, values = self._cache.sequence(seq.group.slot, prompt, row, generated)
+        root = seq.group.root
+        keys, values = self._cache.sequence(
+            seq.group.slot, prompt, row, generated, *((root.slot, root.length) if root is not None else ())
+        )
         routing = None
         if seq.group.prompt_routing is not None:
             # position p's experts: the prompt's, then those that produced tokens 1 .. G-1
@@ -511,9 +593,18 @@ class EmbeddedEngine:
         """Free a finished group's prefix slot by moving the last running group into it."""
         moved = self._groups.pop()
         if moved is not group:
-            self._cache.move_group(moved.slot, group.slot, len(moved.prompt))
+            self._cache.move_group(moved.slot, group.slot, len(moved.prompt) - _root_length(moved))
             moved.slot = group.slot
             self._groups[group.slot] = moved
+        root = group.root
+        if root is not None:
+            root.groups -= 1
+            if root.groups == 0:  # free its slot: the last root moves in
+                last = self._roots.pop()
+                if last is not root:
+                    self._cache.move_root(last.slot, root.slot, last.length)
+                    last.slot = root.slot
+                    self._roots[root.slot] = last
 
     def _output(self, prompt_ids: list[int], parts: list[_Group]) -> GenerationOutput:
         seqs = sorted((s for g in parts for s in g.finished), key=lambda s: s.index)

@@ -7,8 +7,14 @@ Per layer, two preallocated stores that grow by doubling:
 - suffix ``[slots, kv_heads, generation_capacity, head_dim]``: the generated tokens of each running
   sample.
 
-Running samples occupy suffix slots ``0 .. B-1`` and running groups prefix slots ``0 .. G-1``;
-a finished one's slot is refilled by moving the last one in, so reads are views, never copies.
+- root ``[root_slots, kv_heads, root_capacity, head_dim]``: the leading tokens that several groups
+  admitted together have in common (an agent's next turns: every sample's history starts with the
+  task prompt). A group with a root keeps only the rest of its prompt in its prefix slot, shifted
+  to position 0 after its prefill (:meth:`PrefixKVCache.drop_leading`).
+
+Running samples occupy suffix slots ``0 .. B-1``, running groups prefix slots ``0 .. G-1`` and
+roots root slots ``0 .. R-1``; a finished one's slot is refilled by moving the last one in, so reads
+are views, never copies.
 A decode step attends to its group's prefix and its own suffix: either with
 :mod:`codemoe.serving.attention` (the prefix read once per group), or, for models that do not
 dispatch attention through ``transformers``' interface, by gathering both into one key sequence.
@@ -45,6 +51,13 @@ class StepPlan:
     gather: bool = False  # return prefix + suffix keys from update (models without the engine attention)
     same_pos: int = -1  # the write position when every row writes at the same one (a slice, not a scatter)
     in_group_order: bool = False  # rows are groups 0..G-1 in turn, each with all its members in order
+    # decode with roots: rows ``root_rows`` (all rows when None) also attend to root slot
+    # ``row_root`` as member ``root_member`` of its query block, masked by ``root_mask``
+    root_mask: torch.Tensor | None = None  # [R, 1, 1, L] additive
+    root_rows: torch.Tensor | None = None  # [B'] rows that have a root
+    row_root: torch.Tensor | None = None  # [B'] root slot of each of those rows
+    root_member: torch.Tensor | None = None  # [B'] index of each of those rows within its root's block
+    root_members: int = 0  # most rows any root has
 
 
 class PrefixKVCache:
@@ -54,18 +67,32 @@ class PrefixKVCache:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.sizes = {"groups": 0, "prompt": 0, "slots": 0, "generation": 0}
+        self.sizes = {"groups": 0, "prompt": 0, "slots": 0, "generation": 0, "roots": 0, "root_len": 0}
         self.prefix: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.suffix: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.root: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.plan = StepPlan()
 
-    def reserve(self, groups: int, prompt: int, slots: int, generation: int) -> None:
-        """Make room, keeping the contents, for this many group slots / prompt tokens / sample slots / tokens."""
-        wanted = {"groups": groups, "prompt": prompt, "slots": slots, "generation": generation}
+    _STORES = (("prefix", "groups", "prompt"), ("suffix", "slots", "generation"), ("root", "roots", "root_len"))
+
+    def reserve(self, groups: int, prompt: int, slots: int, generation: int, roots: int = 0, root_len: int = 0) -> None:
+        """Make room, keeping the contents, for this many group slots / prompt tokens / sample slots /
+        tokens / root slots / root tokens."""
+        wanted = {
+            "groups": groups,
+            "prompt": prompt,
+            "slots": slots,
+            "generation": generation,
+            "roots": roots,
+            "root_len": root_len,
+        }
         grown = {k: max(v, 2 * self.sizes[k]) if v > self.sizes[k] else self.sizes[k] for k, v in wanted.items()}
         if grown == self.sizes:
             return
-        for store, (rows, cols) in ((self.prefix, ("groups", "prompt")), (self.suffix, ("slots", "generation"))):
+        for name, rows, cols in self._STORES:
+            store = getattr(self, name)
+            if (grown[rows], grown[cols]) == (self.sizes[rows], self.sizes[cols]):
+                continue
             for layer, pair in store.items():
                 store[layer] = tuple(
                     self._grow(t, self.sizes[rows], self.sizes[cols], grown[rows], grown[cols]) for t in pair
@@ -81,9 +108,9 @@ class PrefixKVCache:
     def _stores(self, layer: int, like: torch.Tensor):
         if layer not in self.prefix:
             heads, dim = like.shape[1], like.shape[3]
-            for store, rows, cols in ((self.prefix, "groups", "prompt"), (self.suffix, "slots", "generation")):
+            for name, rows, cols in self._STORES:
                 shape = (self.sizes[rows], heads, self.sizes[cols], dim)
-                store[layer] = (like.new_zeros(shape), like.new_zeros(shape))
+                getattr(self, name)[layer] = (like.new_zeros(shape), like.new_zeros(shape))
         return self.prefix[layer], self.suffix[layer]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
@@ -129,6 +156,30 @@ class PrefixKVCache:
             sv[:batch, :, :generated],
         )
 
+    def root_views(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys, values) of the running roots, as long as the longest."""
+        roots, length = self.plan.root_mask.shape[0], self.plan.root_mask.shape[-1]
+        rk, rv = self.root[layer]
+        return rk[:roots, :, :length], rv[:roots, :, :length]
+
+    def write_root(self, root: int, slot: int, length: int) -> None:
+        """Copy the first ``length`` prompt tokens of prefix ``slot`` into root slot ``root``."""
+        for layer, pair in self.prefix.items():
+            for buf, root_buf in zip(pair, self.root[layer]):
+                root_buf[root, :, :length] = buf[slot, :, :length]
+
+    def drop_leading(self, slot: int, start: int, length: int) -> None:
+        """Shift prefix ``slot``'s tokens ``start .. length-1`` to position 0 (the rest now lives in a root)."""
+        for pair in self.prefix.values():
+            for buf in pair:
+                buf[slot, :, : length - start] = buf[slot, :, start:length].clone()
+
+    def move_root(self, source: int, target: int, length: int) -> None:
+        """Move a root to another root slot (compaction after its last group finished)."""
+        for pair in self.root.values():
+            for buf in pair:
+                buf[target, :, :length] = buf[source, :, :length]
+
     def write_prefix(
         self, slot: int, keys: dict[int, torch.Tensor], values: dict[int, torch.Tensor], length: int
     ) -> None:
@@ -138,13 +189,21 @@ class PrefixKVCache:
             pk[slot, :, :length] = k[:, :length]
             pv[slot, :, :length] = values[layer][:, :length]
 
-    def sequence(self, slot: int, prompt: int, row: int, generated: int) -> tuple[dict, dict]:
-        """Copies of one sample's keys/values: its prompt then its first ``generated`` own tokens."""
+    def sequence(
+        self, slot: int, prompt: int, row: int, generated: int, root: int = -1, root_len: int = 0
+    ) -> tuple[dict, dict]:
+        """Copies of one sample's keys/values: its prompt (its root's ``root_len`` tokens, then the
+        ``prompt - root_len`` of its group's slot) then its first ``generated`` own tokens."""
         keys, values = {}, {}
         for layer in self.prefix:
             (pk, pv), (sk, sv) = self.prefix[layer], self.suffix[layer]
-            keys[layer] = torch.cat([pk[slot, :, :prompt], sk[row, :, :generated]], dim=1)
-            values[layer] = torch.cat([pv[slot, :, :prompt], sv[row, :, :generated]], dim=1)
+            head_k, head_v = [], []
+            if root >= 0:
+                rk, rv = self.root[layer]
+                head_k, head_v = [rk[root, :, :root_len]], [rv[root, :, :root_len]]
+            rest = prompt - root_len
+            keys[layer] = torch.cat([*head_k, pk[slot, :, :rest], sk[row, :, :generated]], dim=1)
+            values[layer] = torch.cat([*head_v, pv[slot, :, :rest], sv[row, :, :generated]], dim=1)
         return keys, values
 
     def move_row(self, source: int, target: int, length: int) -> None:
@@ -164,4 +223,5 @@ class PrefixKVCache:
 
     def memory_bytes(self) -> int:
         """Bytes held by the stores."""
-        return sum(t.numel() * t.element_size() for s in (self.prefix, self.suffix) for p in s.values() for t in p)
+        stores = (self.prefix, self.suffix, self.root)
+        return sum(t.numel() * t.element_size() for s in stores for p in s.values() for t in p)

@@ -9,11 +9,12 @@ New weights clear the cache (its keys were computed with the old ones).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CachedSequence", "PrefixCache"]
+__all__ = ["CachedSequence", "PrefixCache", "common_prefix"]
 
 
 @dataclass
@@ -26,9 +27,23 @@ class CachedSequence:
     routing: torch.Tensor | None = None  # [len(tokens), moe_layers, k]
 
 
-def _common_prefix(a: tuple[int, ...], b: list[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences of the same type (tuple or list).
+
+    Compares slices (C speed) in a binary search: an agent's history of thousands of tokens
+    against every kept sequence must not cost a Python loop per token.
+    """
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class PrefixCache:
@@ -37,6 +52,7 @@ class PrefixCache:
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.entries: OrderedDict[tuple[int, ...], CachedSequence] = OrderedDict()
+        self._by_first: dict[int, dict[tuple[int, ...], None]] = {}  # first token -> keys: the candidates
         self.tokens = 0
         self.reused_tokens = 0  # prompt tokens served from the cache instead of a prefill
 
@@ -46,27 +62,42 @@ class PrefixCache:
         At most ``len(prompt) - 1`` tokens are reused: the last prompt token is always computed,
         its logits give the first sampled token.
         """
-        best, best_len = None, 0
-        for key, entry in self.entries.items():
-            length = min(_common_prefix(key, prompt), len(prompt) - 1)
-            if length > best_len:
-                best, best_len = entry, length
+        best, best_len = self._longest(prompt)
         if best is not None:
             self.entries.move_to_end(tuple(best.tokens))
             self.reused_tokens += best_len
         return best, best_len
 
+    def reusable(self, prompt: list[int]) -> int:
+        """How many of ``prompt``'s tokens :meth:`lookup` would reuse (nothing else changes)."""
+        return self._longest(prompt)[1]
+
+    def _longest(self, prompt: list[int]) -> tuple[CachedSequence | None, int]:
+        best, best_len = None, 0
+        tokens = tuple(prompt)
+        for key in self._by_first.get(tokens[0], ()) if tokens else ():
+            length = min(common_prefix(key, tokens), len(prompt) - 1)
+            if length > best_len:
+                best, best_len = self.entries[key], length
+        return best, best_len
+
     def add(self, entry: CachedSequence) -> None:
         """Keep ``entry``, evicting the least recently used ones to stay within the budget."""
         key = tuple(entry.tokens)
-        if len(key) > self.budget or key in self.entries:
+        if not key or len(key) > self.budget or key in self.entries:
             return
         while self.tokens + len(key) > self.budget:
-            _, old = self.entries.popitem(last=False)
-            self.tokens -= len(old.tokens)
+            old, _ = self.entries.popitem(last=False)
+            self.tokens -= len(old)
+            same_start = self._by_first[old[0]]
+            del same_start[old]
+            if not same_start:
+                del self._by_first[old[0]]
         self.entries[key] = entry
+        self._by_first.setdefault(key[0], {})[key] = None
         self.tokens += len(key)
 
     def clear(self) -> None:
         self.entries.clear()
+        self._by_first.clear()
         self.tokens = 0
