@@ -102,13 +102,18 @@ def _root_part(q: torch.Tensor, cache: PrefixKVCache, layer: int, scale: float) 
     _, kv_heads, per_kv, dim = q.shape
     rk, rv = cache.root_views(layer)
     roots, members = rk.shape[0], plan.root_members
-    rows = q if plan.root_rows is None else q[plan.root_rows]
-    stacked = q.new_zeros(roots, members, kv_heads, per_kv, dim)
-    stacked[plan.row_root, plan.root_member] = rows
+    if plan.roots_in_order:  # the rows already are the roots' blocks
+        stacked = q.reshape(roots, members, kv_heads, per_kv, dim)
+    else:
+        stacked = q.new_zeros(roots, members, kv_heads, per_kv, dim)
+        stacked[plan.row_root, plan.root_member] = q if plan.root_rows is None else q[plan.root_rows]
     stacked = stacked.permute(0, 2, 1, 3, 4).reshape(roots, kv_heads, members * per_kv, dim)
     out, lse = attend_with_lse(stacked, rk, rv, plan.root_mask, scale)
-    out = out.reshape(roots, kv_heads, members, per_kv, dim)[plan.row_root, :, plan.root_member]
-    lse = lse.reshape(roots, kv_heads, members, per_kv)[plan.row_root, :, plan.root_member]
+    out = out.reshape(roots, kv_heads, members, per_kv, dim)
+    lse = lse.reshape(roots, kv_heads, members, per_kv)
+    if plan.roots_in_order:
+        return out.permute(0, 2, 1, 3, 4).reshape(q.shape), lse.permute(0, 2, 1, 3).reshape(q.shape[:-1])
+    out, lse = out[plan.row_root, :, plan.root_member], lse[plan.row_root, :, plan.root_member]
     if plan.root_rows is None:
         return out, lse
     full_out = q.new_zeros(q.shape)

@@ -131,3 +131,7 @@ def _add_roots(plan: StepPlan, row_group: list[int], group_root: list[int], root
     plan.row_root = torch.tensor(roots, device=device)
     plan.root_member = torch.tensor(members, device=device)
     plan.root_members = max(count)
+    per = plan.root_members
+    plan.roots_in_order = len(rows) == len(row_group) == len(root_len) * per and all(
+        r == b // per and m == b % per for b, (r, m) in enumerate(zip(roots, members))
+    )

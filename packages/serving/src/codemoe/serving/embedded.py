@@ -465,6 +465,7 @@ class EmbeddedEngine:
                 runs[-1] = ([*runs[-1][0], group], min(runs[-1][1], common))
             else:
                 runs.append(([before, group], common))
+        runs.sort(key=lambda run: min(g.slot for g in run[0]))  # root slots in row order: reads are views
         for members, length in runs:
             root = _Root(len(self._roots), members[0].prompt[:length], 0)
             self._roots.append(root)

@@ -58,6 +58,7 @@ class StepPlan:
     row_root: torch.Tensor | None = None  # [B'] root slot of each of those rows
     root_member: torch.Tensor | None = None  # [B'] index of each of those rows within its root's block
     root_members: int = 0  # most rows any root has
+    roots_in_order: bool = False  # every row has a root; rows are roots 0..R-1 in turn, all members in order
 
 
 class PrefixKVCache:
