@@ -68,12 +68,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _send_events(self, status: int, events: Iterator[str]) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        try:
+        try:  # the client may leave at any point, the headers included: its generation stops then
+            self.send_response(status)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
             for event in events:
                 self._chunk(f"data: {event}\n\n".encode())
             self._chunk(b"data: [DONE]\n\n")
