@@ -121,3 +121,23 @@ def test_next_turns_of_one_task_share_its_prompt_and_keep_their_histories(codemo
         params = SamplingParams(n=1, temperature=1.0, max_new_tokens=6, seed=2 + turn, ignore_eos=True)
     assert on.health()["common_prefix_tokens_saved"] > 0
     assert on.health()["prefix_cache_reused_tokens"] == off.health()["prefix_cache_reused_tokens"] > 0
+
+
+def test_root_runs_split_neighbours_to_save_the_most_tokens():
+    from codemoe.serving.embedded import root_runs
+
+    # two tasks' histories, all starting with a 200-token system prompt: a root per task saves more
+    assert root_runs([456, 460, 200, 500, 470], 64) == [(0, 2, 456), (3, 5, 470)]
+    assert root_runs([300, 300, 300], 64) == [(0, 3, 300)]  # one start in common: one root
+    assert root_runs([100, 30, 100], 64) == [(0, 1, 100), (2, 3, 100)]  # under the minimum: apart
+    assert root_runs([10], 64) == [] and root_runs([], 64) == []
+
+
+def test_histories_of_two_tasks_behind_one_system_prompt_get_a_root_each(codemoe_model, tokenizer):
+    engine = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(common_prefix_tokens=8))
+    system = engine.encode("import os\nprint(os.getcwd())\n")
+    tasks = [system + engine.encode(TASK), system + engine.encode("def fib(n):\n    return n\n")]
+    prompts = [task + engine.encode(tail) for task in tasks for tail in ("x = 1", "y = 2", "z = 3")]
+    engine.generate(prompts, SamplingParams(max_new_tokens=2, seed=0, ignore_eos=True))
+    # two roots of three histories each (one root of all six would save 5 * len(system))
+    assert engine.health()["common_prefix_tokens_saved"] == 2 * len(tasks[0]) + 2 * len(tasks[1])

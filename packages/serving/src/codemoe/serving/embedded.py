@@ -146,6 +146,41 @@ def _inference_mode(modules: list[torch.nn.Module]) -> Iterator[None]:
             module.__dict__["record_statistics"] = True
 
 
+def root_runs(common: list[int], minimum: int) -> list[tuple[int, int, int]]:
+    """Split sorted prompts ``0 .. len(common)`` into runs of neighbours that share a root, saving
+    the most tokens.
+
+    ``common[i]`` is how many leading tokens prompts ``i`` and ``i + 1`` share. A run ``i .. j``
+    (``j > i``) shares ``min(common[i:j])`` tokens, at least ``minimum``, and keeps them once instead
+    of ``j - i + 1`` times. Returns the runs ``(first, last, shared)`` of a best split (dynamic
+    programming over where runs end); prompts in no run get no root. Agents' next turns are why the
+    best split matters: every history starts with the same system prompt and each task's histories
+    with their task prompt too, so one run of all of them would keep only the system prompt once.
+    """
+    n = len(common) + 1
+    saved = [0] * (n + 1)  # saved[j]: the most tokens saved among prompts 0 .. j-1
+    last_run: list[tuple[int, int] | None] = [None] * (n + 1)  # (first prompt, shared) of the run ending at j-1
+    for j in range(1, n + 1):
+        saved[j] = saved[j - 1]  # prompt j-1 in no run
+        shared = None
+        for i in range(j - 2, -1, -1):  # the run i .. j-1
+            shared = common[i] if shared is None else min(shared, common[i])
+            if shared < minimum:
+                break
+            if saved[i] + (j - 1 - i) * shared > saved[j]:
+                saved[j], last_run[j] = saved[i] + (j - 1 - i) * shared, (i, shared)
+    runs = []
+    j = n
+    while j > 0:
+        if last_run[j] is None:
+            j -= 1
+            continue
+        first, shared = last_run[j]
+        runs.append((first, j - 1, shared))
+        j = first
+    return runs[::-1]
+
+
 def _starts_with(prompt: list[int], head: list[int]) -> bool:
     """``prompt`` starts with ``head`` and has at least one token more."""
     return len(prompt) > len(head) and prompt[: len(head)] == head
@@ -444,9 +479,8 @@ class EmbeddedEngine:
         """Give prefilled groups whose prompts start with a running root's tokens that root; among
         the others, give those that start with the same ``common_prefix_tokens`` or more a new one.
 
-        Prompts are sorted, so groups with a common start are neighbours; a run of neighbours whose
-        common prefixes are all long enough shares the shortest of them. Every group keeps at least
-        one token of its own.
+        Prompts are sorted, so groups with a common start are neighbours; :func:`root_runs` splits
+        them into the runs that save the most tokens. Every group keeps at least one token of its own.
         """
         alone = []
         for group in groups:
@@ -456,15 +490,11 @@ class EmbeddedEngine:
             else:
                 self._join(group, root)
         order = sorted(alone, key=lambda g: g.prompt)
-        runs: list[tuple[list[_Group], int]] = []
-        for before, group in itertools.pairwise(order):
-            common = min(common_prefix(before.prompt, group.prompt), len(before.prompt) - 1, len(group.prompt) - 1)
-            if common < self.config.common_prefix_tokens:
-                continue
-            if runs and runs[-1][0][-1] is before:
-                runs[-1] = ([*runs[-1][0], group], min(runs[-1][1], common))
-            else:
-                runs.append(([before, group], common))
+        common = [
+            min(common_prefix(a.prompt, b.prompt), len(a.prompt) - 1, len(b.prompt) - 1)
+            for a, b in itertools.pairwise(order)
+        ]
+        runs = [(order[i : j + 1], shared) for i, j, shared in root_runs(common, self.config.common_prefix_tokens)]
         runs.sort(key=lambda run: min(g.slot for g in run[0]))  # root slots in row order: reads are views
         for members, length in runs:
             root = _Root(len(self._roots), members[0].prompt[:length], 0)
