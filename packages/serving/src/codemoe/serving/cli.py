@@ -24,6 +24,12 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         default=0,
         help="keep finished samples' KV (this many tokens) so a prompt that extends one prefills only the rest",
     )
+    p.add_argument(
+        "--common-prefix-tokens",
+        type=int,
+        default=64,
+        help="prompts sharing at least this many leading tokens keep and read them once (default 64; 0: off)",
+    )
     p.set_defaults(handler=_serve)
 
 
@@ -33,7 +39,13 @@ def _serve(args: argparse.Namespace) -> int:
     from codemoe.serving.server import ApiServer
 
     path = Path(args.model_dir)
-    config = EmbeddedEngineConfig(model_dir=str(path), max_batch_size=args.max_batch_size, max_context=args.max_context)
+    config = EmbeddedEngineConfig(
+        model_dir=str(path),
+        max_batch_size=args.max_batch_size,
+        max_context=args.max_context,
+        prefix_cache_tokens=args.prefix_cache_tokens,
+        common_prefix_tokens=args.common_prefix_tokens,
+    )
     engine = build_embedded_engine(config)
     app = ServingApp(engine, args.served_model_name or path.resolve().name, str(path))
     server = ApiServer(app, args.host, args.port)
