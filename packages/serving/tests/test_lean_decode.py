@@ -147,3 +147,20 @@ def test_a_dense_qwen3_model_decodes_lean_too(tokenizer):
         assert [s.token_ids for s in x.samples] == [s.token_ids for s in y.samples]
         for a, b in zip(x.samples, y.samples):
             torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+
+
+def test_the_device_check_passes_on_cpu(tmp_path):
+    """``python -m codemoe.serving.device_check`` repeats these contracts on a GPU; here it runs on CPU."""
+    import json
+
+    from codemoe.serving.device_check import main
+
+    assert main(["--device", "cpu", "--json", str(tmp_path / "check.json")]) == 0
+    checks = json.loads((tmp_path / "check.json").read_text())["checks"]
+    assert set(checks) == {
+        "logprobs_match_teacher_forcing",
+        "roots_formed",
+        "sharing_and_roots_give_the_same_samples",
+        "greedy_equals_transformers_generate",
+    }
+    assert checks["logprobs_match_teacher_forcing"]["max_abs_diff"] <= 1e-4
