@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from codemoe.rl.rollout import Rollouts, SamplingRequest, Score
+from codemoe.rl.rollout import Rollouts, SamplingRequest, Score, padded_rows, score_fields
 
 __all__ = ["Environment", "Turn", "run_episodes"]
 
@@ -147,17 +147,12 @@ def _ids(engine: Any, value: str | list[int], what: str) -> list[int]:
 
 
 def _to_rollouts(episodes: list[_Episode], group: int, width: int, pad_id: int) -> Rollouts:
-    b = len(episodes)
-    completions = torch.full((b, width), pad_id, dtype=torch.long)
-    mask = torch.zeros(b, width)
-    engine_logp = torch.full((b, width), math.nan)
-    step_rewards = torch.zeros(b, width)
+    completions, mask, engine_logp = padded_rows(
+        [e.tokens for e in episodes], [e.action for e in episodes], [e.logprobs for e in episodes], width, pad_id
+    )
+    step_rewards = torch.zeros(len(episodes), width)
     scores = []
     for row, episode in enumerate(episodes):
-        n = len(episode.tokens)
-        completions[row, :n] = torch.tensor(episode.tokens, dtype=torch.long)
-        mask[row, :n] = torch.tensor(episode.action, dtype=torch.float32)
-        engine_logp[row, :n] = torch.tensor(episode.logprobs, dtype=torch.float32)
         outcome = episode.env.outcome()
         for index, reward in episode.rewards:
             step_rewards[row, index] += reward
@@ -169,10 +164,8 @@ def _to_rollouts(episodes: list[_Episode], group: int, width: int, pad_id: int) 
         completions=completions,
         mask=mask,
         engine_logp=engine_logp,
-        rewards=torch.tensor([s.reward for s in scores], dtype=torch.float32),
-        passed=torch.tensor([s.passed for s in scores], dtype=torch.bool),
         group_size=group,
         texts=["\n".join(e.texts) for e in episodes],
-        components=[s.components for s in scores],
         step_rewards=step_rewards,
+        **score_fields(scores),
     )

@@ -119,30 +119,47 @@ def _join(values: list[Any]) -> Any:
 
 def build_rollouts(outputs: list[Any], scores: list[Score], horizon: int, pad_id: int) -> Rollouts:
     """Engine outputs (one per prompt, ``n`` samples each) and their scores -> padded tensors."""
-    group_size = len(outputs[0].samples)
     rows = [(out.prompt_token_ids, sample) for out in outputs for sample in out.samples]
-    b = len(rows)
-    completions = torch.full((b, horizon), pad_id, dtype=torch.long)
-    mask = torch.zeros(b, horizon)
-    engine_logp = torch.full((b, horizon), float("nan"))
-    for i, (_, sample) in enumerate(rows):
-        n = min(len(sample.token_ids), horizon)
-        completions[i, :n] = torch.tensor(sample.token_ids[:n], dtype=torch.long)
-        mask[i, :n] = 1.0
-        if sample.logprobs:
-            engine_logp[i, :n] = torch.tensor(sample.logprobs[:n], dtype=torch.float32)
+    cut = [sample.token_ids[:horizon] for _, sample in rows]
+    completions, mask, engine_logp = padded_rows(
+        cut, [[1.0] * len(t) for t in cut], [sample.logprobs[:horizon] for _, sample in rows], horizon, pad_id
+    )
     return Rollouts(
         prompt_ids=[list(prompt) for prompt, _ in rows],
         completions=completions,
         mask=mask,
         engine_logp=engine_logp,
-        rewards=torch.tensor([s.reward for s in scores], dtype=torch.float32),
-        passed=torch.tensor([s.passed for s in scores], dtype=torch.bool),
-        group_size=group_size,
+        group_size=len(outputs[0].samples),
         texts=[sample.text for _, sample in rows],
-        components=[dict(s.components) for s in scores],
         routes=_engine_routes(outputs, horizon),
+        **score_fields(scores),
     )
+
+
+def padded_rows(
+    tokens: list[list[int]], mask: list[list[float]], logprobs: list[list[float]], width: int, pad_id: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-row completion tokens, loss mask and engine log-probs (none: NaN) as ``[B, width]``
+    tensors: (completions padded with ``pad_id``, mask padded with 0, log-probs padded with NaN)."""
+    b = len(tokens)
+    completions = torch.full((b, width), pad_id, dtype=torch.long)
+    padded_mask = torch.zeros(b, width)
+    engine_logp = torch.full((b, width), float("nan"))
+    for i, (ids, keep, logp) in enumerate(zip(tokens, mask, logprobs)):
+        completions[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        padded_mask[i, : len(keep)] = torch.tensor(keep, dtype=torch.float32)
+        if logp:
+            engine_logp[i, : len(logp)] = torch.tensor(logp, dtype=torch.float32)
+    return completions, padded_mask, engine_logp
+
+
+def score_fields(scores: list[Score]) -> dict[str, Any]:
+    """The :class:`Rollouts` fields that come from the rows' scores."""
+    return {
+        "rewards": torch.tensor([s.reward for s in scores], dtype=torch.float32),
+        "passed": torch.tensor([s.passed for s in scores], dtype=torch.bool),
+        "components": [dict(s.components) for s in scores],
+    }
 
 
 def _engine_routes(outputs: list[Any], horizon: int) -> list[Tensor] | None:
