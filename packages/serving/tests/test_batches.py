@@ -49,29 +49,14 @@ def test_decode_masks_split_prompt_and_own_tokens():
 
 
 def test_decode_plan_spots_grpo_layout_for_views_instead_of_scatters():
-    # two groups of two samples, started together: rows are the groups' blocks, all at one position
-    plan = decode_batch(
-        [1, 2, 3, 4],
-        [7, 7, 9, 9],
-        [5, 5, 7, 7],
-        [0, 0, 1, 1],
-        [0, 1, 0, 1],
-        [5, 7],
-        gather=False,
-        device=CPU,
-        dtype=torch.float32,
-    ).plan
-    assert plan.same_pos == 2 and plan.in_group_order
+    def plan(row_group, row_member):
+        """Two groups of two samples (prompts of 5 and 7 tokens), every row at its second own token."""
+        args = ([1, 2, 3, 4], [7, 7, 9, 9], [5, 5, 7, 7], row_group, row_member, [5, 7])
+        return decode_batch(*args, gather=False, device=CPU, dtype=torch.float32).plan
+
+    # started together: rows are the groups' blocks, all at one position
+    grpo = plan([0, 0, 1, 1], [0, 1, 0, 1])
+    assert grpo.same_pos == 2 and grpo.in_group_order
     # after compaction a group's rows may come out of order
-    plan = decode_batch(
-        [1, 2, 3, 4],
-        [7, 7, 9, 9],
-        [5, 5, 7, 7],
-        [0, 1, 0, 1],
-        [0, 0, 1, 1],
-        [5, 7],
-        gather=False,
-        device=CPU,
-        dtype=torch.float32,
-    ).plan
-    assert plan.same_pos == 2 and not plan.in_group_order
+    shuffled = plan([0, 1, 0, 1], [0, 0, 1, 1])
+    assert shuffled.same_pos == 2 and not shuffled.in_group_order

@@ -437,13 +437,15 @@ class EmbeddedEngine:
         longest = 0
         while self._waiting:
             group = self._waiting[0]
-            fresh = len(group.prompt) - (self._kept.reusable(group.prompt) if self._kept is not None else 0)
+            found = self._kept.find(group.prompt) if self._kept is not None else (None, 0)
+            fresh = len(group.prompt) - found[1]
             padded = max(longest, fresh) * (len(admitted) + 1)  # the prefill computes only what is not reused
             if slots + group.n > self.config.max_batch_size or (admitted and padded > self.config.max_prefill_tokens):
                 break
             admitted.append(self._waiting.popleft())
             if self._kept is not None:
-                group.reused, group.reused_len = self._kept.lookup(group.prompt)
+                group.reused, group.reused_len = found
+                self._kept.use(*found)
             slots += group.n
             longest = max(longest, fresh)
         return admitted

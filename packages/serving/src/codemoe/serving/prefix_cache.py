@@ -57,22 +57,19 @@ class PrefixCache:
         self.reused_tokens = 0  # prompt tokens served from the cache instead of a prefill
 
     def lookup(self, prompt: list[int]) -> tuple[CachedSequence | None, int]:
-        """The kept sequence sharing the longest prefix with ``prompt``, and that length.
+        """The kept sequence sharing the longest prefix with ``prompt``, and that length, taken for
+        reuse (:meth:`find`, then :meth:`use`)."""
+        best, best_len = self.find(prompt)
+        self.use(best, best_len)
+        return best, best_len
+
+    def find(self, prompt: list[int]) -> tuple[CachedSequence | None, int]:
+        """The kept sequence sharing the longest prefix with ``prompt``, and that length; nothing
+        changes until :meth:`use`.
 
         At most ``len(prompt) - 1`` tokens are reused: the last prompt token is always computed,
         its logits give the first sampled token.
         """
-        best, best_len = self._longest(prompt)
-        if best is not None:
-            self.entries.move_to_end(tuple(best.tokens))
-            self.reused_tokens += best_len
-        return best, best_len
-
-    def reusable(self, prompt: list[int]) -> int:
-        """How many of ``prompt``'s tokens :meth:`lookup` would reuse (nothing else changes)."""
-        return self._longest(prompt)[1]
-
-    def _longest(self, prompt: list[int]) -> tuple[CachedSequence | None, int]:
         best, best_len = None, 0
         tokens = tuple(prompt)
         for key in self._by_first.get(tokens[0], ()) if tokens else ():
@@ -80,6 +77,12 @@ class PrefixCache:
             if length > best_len:
                 best, best_len = self.entries[key], length
         return best, best_len
+
+    def use(self, entry: CachedSequence | None, length: int) -> None:
+        """``length`` tokens of ``entry`` (from :meth:`find`) are reused: it becomes the most recent."""
+        if entry is not None:
+            self.entries.move_to_end(tuple(entry.tokens))
+            self.reused_tokens += length
 
     def add(self, entry: CachedSequence) -> None:
         """Keep ``entry``, evicting the least recently used ones to stay within the budget."""
