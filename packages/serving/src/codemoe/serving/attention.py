@@ -59,7 +59,7 @@ def decode_attention(query: torch.Tensor, cache: PrefixKVCache, layer: int, scal
     tokens in ``cache`` (the plan in progress); returns ``[B, 1, Hq, D]``."""
     plan = cache.plan
     batch, heads, _, dim = query.shape  # query: [B, Hq, 1, D]
-    groups, members = plan.prefix_mask.shape[0], plan.members
+    groups = plan.prefix_mask.shape[0]
     scale = scaling if scaling is not None else dim**-0.5
     pk, pv, sk, sv = cache.layer_views(layer, groups, batch)
     kv_heads = pk.shape[1]
@@ -67,22 +67,10 @@ def decode_attention(query: torch.Tensor, cache: PrefixKVCache, layer: int, scal
     q = query.reshape(batch, kv_heads, per_kv, dim)  # the query heads sharing one key/value head
     # own tokens: each row's queries against its suffix
     out_own, lse_own = attend_with_lse(q, sk, sv, plan.suffix_mask, scale)  # [B, Hkv, g, D], [B, Hkv, g]
-    # the prompt: all rows of a group as one query block [G, Hkv, members * g, D]
-    if plan.in_group_order:  # GRPO's usual layout: the rows already are the groups' blocks
-        stacked = q.reshape(groups, members, kv_heads, per_kv, dim)
-    else:
-        stacked = q.new_zeros(groups, members, kv_heads, per_kv, dim)
-        stacked[plan.row_group, plan.row_member] = q
-    stacked = stacked.permute(0, 2, 1, 3, 4).reshape(groups, kv_heads, members * per_kv, dim)
-    out_pre, lse_pre = attend_with_lse(stacked, pk, pv, plan.prefix_mask, scale)
-    out_pre = out_pre.reshape(groups, kv_heads, members, per_kv, dim)
-    lse_pre = lse_pre.reshape(groups, kv_heads, members, per_kv)
-    if plan.in_group_order:
-        out_pre = out_pre.permute(0, 2, 1, 3, 4).reshape(batch, kv_heads, per_kv, dim)
-        lse_pre = lse_pre.permute(0, 2, 1, 3).reshape(batch, kv_heads, per_kv)
-    else:
-        out_pre = out_pre[plan.row_group, :, plan.row_member]
-        lse_pre = lse_pre[plan.row_group, :, plan.row_member]
+    # the prompt: all rows of a group as one query block
+    out_pre, lse_pre = _block_attention(
+        q, pk, pv, plan.prefix_mask, scale, plan.row_group, plan.row_member, plan.members, plan.in_group_order
+    )
     parts = [(out_pre, lse_pre), (out_own, lse_own)]
     if plan.root_mask is not None:
         parts.append(_root_part(q, cache, layer, scale))
@@ -94,26 +82,46 @@ def decode_attention(query: torch.Tensor, cache: PrefixKVCache, layer: int, scal
     return out.reshape(batch, 1, heads, dim)
 
 
-def _root_part(q: torch.Tensor, cache: PrefixKVCache, layer: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows' attention to their roots: each root's rows as one query block, like a group's
-    prompt. ``q [B, Hkv, g, D]`` -> (out ``[B, Hkv, g, D]``, lse ``[B, Hkv, g]``; -inf, 0 for rows
-    without a root)."""
-    plan = cache.plan
-    _, kv_heads, per_kv, dim = q.shape
-    rk, rv = cache.root_views(layer)
-    roots, members = rk.shape[0], plan.root_members
-    if plan.roots_in_order:  # the rows already are the roots' blocks
-        stacked = q.reshape(roots, members, kv_heads, per_kv, dim)
+def _block_attention(q, keys, values, mask, scale: float, block, member, members: int, in_order: bool, rows=None):
+    """Rows' attention to keys they share: row ``r`` of ``q [B, Hkv, g, D]`` (or of ``q[rows]``) is
+    member ``member[r]`` of block ``block[r]``, and each block's rows are one query block against its
+    keys ``[N, Hkv, K, D]`` (masked by ``mask [N, 1, 1, K]``), so a block's keys are read once.
+    ``in_order``: the rows already are the blocks in turn, each with all its members (views, not a
+    scatter). Returns (out ``[B', Hkv, g, D]``, lse ``[B', Hkv, g]``) in row order."""
+    count, (kv_heads, per_kv, dim) = keys.shape[0], q.shape[1:]
+    if in_order:
+        stacked = q.reshape(count, members, kv_heads, per_kv, dim)
     else:
-        stacked = q.new_zeros(roots, members, kv_heads, per_kv, dim)
-        stacked[plan.row_root, plan.root_member] = q if plan.root_rows is None else q[plan.root_rows]
-    stacked = stacked.permute(0, 2, 1, 3, 4).reshape(roots, kv_heads, members * per_kv, dim)
-    out, lse = attend_with_lse(stacked, rk, rv, plan.root_mask, scale)
-    out = out.reshape(roots, kv_heads, members, per_kv, dim)
-    lse = lse.reshape(roots, kv_heads, members, per_kv)
-    if plan.roots_in_order:
-        return out.permute(0, 2, 1, 3, 4).reshape(q.shape), lse.permute(0, 2, 1, 3).reshape(q.shape[:-1])
-    out, lse = out[plan.row_root, :, plan.root_member], lse[plan.row_root, :, plan.root_member]
+        stacked = q.new_zeros(count, members, kv_heads, per_kv, dim)
+        stacked[block, member] = q if rows is None else q[rows]
+    stacked = stacked.permute(0, 2, 1, 3, 4).reshape(count, kv_heads, members * per_kv, dim)
+    out, lse = attend_with_lse(stacked, keys, values, mask, scale)
+    out = out.reshape(count, kv_heads, members, per_kv, dim)
+    lse = lse.reshape(count, kv_heads, members, per_kv)
+    if in_order:
+        return out.permute(0, 2, 1, 3, 4).reshape(-1, kv_heads, per_kv, dim), lse.permute(0, 2, 1, 3).reshape(
+            -1, kv_heads, per_kv
+        )
+    return out[block, :, member], lse[block, :, member]
+
+
+def _root_part(q: torch.Tensor, cache: PrefixKVCache, layer: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows' attention to their roots, each root's rows one query block like a group's prompt:
+    (out ``[B, Hkv, g, D]``, lse ``[B, Hkv, g]``; 0 and -inf for rows without a root)."""
+    plan = cache.plan
+    rk, rv = cache.root_views(layer)
+    out, lse = _block_attention(
+        q,
+        rk,
+        rv,
+        plan.root_mask,
+        scale,
+        plan.row_root,
+        plan.root_member,
+        plan.root_members,
+        plan.roots_in_order,
+        plan.root_rows,
+    )
     if plan.root_rows is None:
         return out, lse
     full_out = q.new_zeros(q.shape)
