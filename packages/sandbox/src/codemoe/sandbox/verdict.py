@@ -32,6 +32,7 @@ class Observation:
     max_file_mb: float
     stderr_tail: str  # last bytes of stderr, decoded
     messages: list[dict[str, Any]] = field(default_factory=list)  # from the result channel
+    oom_kill: bool = False  # the execution's cgroup counted an OOM kill (a trusted observation)
 
 
 def decide(obs: Observation) -> tuple[str, str, dict[str, str]]:
@@ -89,6 +90,8 @@ def _cpu_limited(obs: Observation) -> bool:
 
 
 def _memory(obs: Observation) -> bool:
+    if obs.oom_kill:
+        return True
     if _first(obs, "memory") is not None:
         return True
     report = _report(obs)
