@@ -379,7 +379,9 @@ def finish_execution(plan: IsolationPlan, work: str) -> None:
 
 
 def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) -> None:
-    """In the cloned child, before any untrusted code: network, own session, user id, no privileges."""
+    """In the cloned child, before any untrusted code: network, own session, user id, no
+    capability (in every mode: as root of a user namespace too), no new privileges.
+    """
     if plan.net_per_execution and not network:
         linux.loopback_up()  # the clone made a fresh network namespace
     elif network and state.host_net is not None:
@@ -390,9 +392,11 @@ def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) 
     linux.parent_death_signal(signal.SIGKILL)
     uid = state.uid
     if uid is not None:
+        linux.drop_bounding_set()  # needs CAP_SETPCAP, which setresuid takes away
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    linux.drop_capabilities()  # as root of a user namespace the child would keep every capability there
     linux.no_new_privs()
     os.chdir(work)
 
@@ -557,6 +561,8 @@ def _limits_protections(plan: IsolationPlan, root: bool) -> list[Protection]:
                    else "RLIMIT_NPROC on the worker's user" if nproc else
                    "root ignores RLIMIT_NPROC and no separate user id is possible: fork bombs are only "
                    "stopped by the time limit"),
+        Protection("no capabilities", True, "bounding, ambient, effective, permitted and inheritable "
+                   "sets emptied in every execution (root of a user namespace included)"),
         Protection("no new privileges", True, "PR_SET_NO_NEW_PRIVS: setuid binaries do not elevate"),
         Protection("scrubbed environment", True, "fixed PATH, HOME, LANG, TZ=UTC, PYTHONHASHSEED=0; "
                    "nothing inherited from the host"),

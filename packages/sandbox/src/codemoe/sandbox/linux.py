@@ -1,13 +1,14 @@
 """Thin wrappers over the Linux system calls the sandbox needs and Python 3.10 lacks.
 
 ``clone`` with namespace flags (so one system call gives the child its own PID, network, mount,
-IPC and UTS namespaces), ``unshare``, ``mount``, ``prctl``, ``sethostname`` and bringing the
-loopback interface up. Each raises ``OSError`` with the errno, like the ``os`` module does.
+IPC and UTS namespaces), ``unshare``, ``mount``, ``prctl`` (dumpable, no-new-privs, dropping every
+capability), ``sethostname`` and bringing the loopback interface up. Each raises ``OSError`` with the errno, like the ``os`` module does.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import os
 import platform
@@ -30,11 +31,14 @@ __all__ = [
     "MS_REC",
     "MS_REMOUNT",
     "clone",
+    "drop_bounding_set",
+    "drop_capabilities",
     "loopback_up",
     "mount",
     "mount_points",
     "no_new_privs",
     "parent_death_signal",
+    "set_dumpable",
     "sethostname",
     "setns",
     "umount",
@@ -76,6 +80,11 @@ _OPTION_FLAGS = {
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220, "ppc64le": 120, "s390x": 120}
 _MNT_DETACH = 2
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522  # two 32-bit words per set
 _PR_SET_NO_NEW_PRIVS = 38
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
@@ -84,6 +93,26 @@ _IFF_UP = 0x1
 _libc = ctypes.CDLL(None, use_errno=True)  # the C library is already loaded; ctypes.util would import subprocess
 _libc.syscall.restype = ctypes.c_long
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+
+def _last_capability() -> int:
+    """The highest capability number this kernel knows (read once, in the worker)."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63  # every possible one; the kernel answers EINVAL past its last
+
+
+_CAP_LAST = _last_capability()
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
 def _check(ret: int, what: str) -> int:
@@ -163,6 +192,46 @@ def _unescape(path: str) -> str:
 def parent_death_signal(signum: int) -> None:
     """Have the kernel send ``signum`` to this process when its parent dies."""
     _check(_libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+
+
+def set_dumpable(flag: bool) -> None:
+    """``prctl(PR_SET_DUMPABLE)``: a non-dumpable process cannot be ptraced by, nor have its
+    ``/proc/<pid>/{mem,fd,environ}`` opened by, other processes of the same user.
+    """
+    _check(_libc.prctl(_PR_SET_DUMPABLE, int(bool(flag)), 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+
+
+def drop_bounding_set() -> None:
+    """Empty the capability bounding set, so no exec can ever grant a capability again.
+
+    Each ``PR_CAPBSET_DROP`` needs ``CAP_SETPCAP``; without it (or past this kernel's last
+    capability) the kernel answers EPERM / EINVAL, which are ignored. The capabilities the process
+    holds now are kept: a root process can still change its user ids afterwards.
+    """
+    for cap in range(_CAP_LAST + 1):
+        if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == -1:
+            err = ctypes.get_errno()
+            if err not in (errno.EINVAL, errno.EPERM):
+                raise OSError(err, f"prctl(PR_CAPBSET_DROP, {cap}): {os.strerror(err)}")
+
+
+def drop_capabilities() -> None:
+    """Hold no capability any more, and never gain one back.
+
+    Empties the bounding set (:func:`drop_bounding_set`; a process that has lost ``CAP_SETPCAP``
+    already cannot, so call that one first when you change user ids), clears the ambient set,
+    then sets the effective, permitted and inheritable sets to nothing with ``capset(2)``. Called as root of a user namespace, it removes what that root holds
+    inside it (CAP_SYS_PTRACE, CAP_SYS_ADMIN, ...); called after ``setresuid`` to a non-root user,
+    the kernel has cleared those sets already and this makes sure of it.
+    """
+    drop_bounding_set()
+    if _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == -1:
+        err = ctypes.get_errno()
+        if err != errno.EINVAL:  # a kernel before 4.3 has no ambient set
+            raise OSError(err, f"prctl(PR_CAP_AMBIENT_CLEAR_ALL): {os.strerror(err)}")
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()  # all zero
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
 
 
 def no_new_privs() -> None:
