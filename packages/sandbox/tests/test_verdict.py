@@ -27,7 +27,8 @@ def _obs(**kwargs) -> Observation:
         ({"exit_code": None, "signal": 9, "output_limit": True}, "output-limit", "max_output_bytes"),
         ({"exit_code": 1, "stderr_tail": "Traceback ...\nMemoryError\n"}, "memory", "memory"),
         ({"exit_code": 1, "stderr_tail": "OSError: [Errno 27] File too large\n"}, "failed", "file-size limit"),
-        ({"exit_code": 120, "messages": [{"kind": "setup-error", "message": "boom"}]}, "error", "sandbox: boom"),
+        ({"exit_code": 120, "messages": [{"kind": "setup-error", "message": "boom", "nonce": "n1"}]}, "error",
+         "sandbox: boom"),
     ],
 )
 def test_command_verdicts(kwargs, status, reason):
@@ -42,7 +43,7 @@ def test_asserts_need_the_right_nonce_and_a_clean_exit():
     assert decide(_obs(runner="asserts", messages=[{"kind": "done", "nonce": "n2"}]))[0] == "failed"
     assert decide(_obs(runner="asserts", messages=done, exit_code=1))[0] == "failed"
     assert decide(_obs(runner="asserts"))[1].endswith("no completion nonce")
-    compile_error = [{"kind": "compile-error", "file": "program.py", "message": "SyntaxError: x"}]
+    compile_error = [{"kind": "compile-error", "file": "program.py", "message": "SyntaxError: x", "nonce": "n1"}]
     assert decide(_obs(runner="asserts", exit_code=1, messages=compile_error))[:2] == (
         "error", "compile: program.py: SyntaxError: x")
 
@@ -59,3 +60,58 @@ def test_pytest_report_counts_only_with_the_nonce():
         "error", "no tests collected")
     memory = {**report, "tests": {"t::a": "failed"}, "exitstatus": 1, "memory": True}
     assert decide(_obs(runner="pytest", exit_code=1, messages=[memory]))[0] == "memory"
+
+
+def test_messages_without_the_nonce_count_for_nothing():
+    """Every kind of message is authenticated, not only the completion: a "sandbox fault" or a
+    memory report written without the nonce does not turn a failure into status error or memory.
+    """
+    for kind in ({"kind": "setup-error", "message": "boom"}, {"kind": "memory"}):
+        status, reason, _ = decide(_obs(exit_code=3, messages=[kind]))
+        assert (status, reason) == ("failed", "exit code 3")
+        assert decide(_obs(exit_code=3, messages=[{**kind, "nonce": "n1"}]))[0] in ("error", "memory")
+
+
+def test_a_setup_error_after_the_runner_started_is_the_programs_not_the_sandboxs():
+    start = {"kind": "start", "nonce": "n1"}
+    fault = {"kind": "setup-error", "message": "worker crashed", "nonce": "n1"}
+    assert decide(_obs(runner="pytest", exit_code=120, messages=[fault, start]))[:2] == (
+        "error", "sandbox: worker crashed")
+    status, reason, _ = decide(_obs(runner="pytest", exit_code=120, messages=[start, fault]))
+    assert status == "failed" and "no valid test report" in reason
+
+
+CANARIES = {"tests/test_edge_case.py::test_round_trip": "passed",
+            "tests/test_edge_case.py::test_split_keys": "failed"}
+
+
+def _graded(tests: dict[str, str], exitstatus: int, exit_code: int, **kwargs) -> tuple[str, str, dict[str, str]]:
+    report = {"kind": "pytest", "nonce": "n1", "tests": tests, "exitstatus": exitstatus, **kwargs}
+    return decide(_obs(runner="pytest", exit_code=exit_code, messages=[report], canaries=CANARIES))
+
+
+def test_graded_pytest_passes_when_only_the_failing_canary_failed_and_hides_the_canaries():
+    honest = {"tests/test_a.py::test_x": "passed", **CANARIES}
+    assert _graded(honest, 1, 1) == ("passed", "", {"tests/test_a.py::test_x": "passed"})
+    failing = {"tests/test_a.py::test_x": "failed", **CANARIES}
+    status, reason, tests = _graded(failing, 1, 1)
+    assert (status, tests) == ("failed", {"tests/test_a.py::test_x": "failed"}) and "1 of 1" in reason
+
+
+def test_a_report_whose_failing_canary_passed_or_that_lost_the_canaries_is_forged():
+    blanket = {"tests/test_a.py::test_x": "passed", "tests/test_a.py::test_y": "passed",
+               **dict.fromkeys(CANARIES, "passed")}
+    status, reason, tests = _graded(blanket, 0, 0)
+    assert status == "failed" and reason.startswith("forged test report: canary test")
+    assert tests == {"tests/test_a.py::test_x": "failed", "tests/test_a.py::test_y": "failed"}
+    dropped = {"tests/test_a.py::test_x": "passed"}  # failures (the canary among them) left out
+    status, reason, tests = _graded(dropped, 0, 0)
+    assert (status, tests) == ("failed", {"tests/test_a.py::test_x": "failed"}) and "missing" in reason
+
+
+def test_canaries_may_be_missing_when_collection_failed_or_options_deselect_them():
+    broken = {"tests/test_a.py": "error"}
+    status, reason, _ = _graded(broken, 2, 2, collect_errors=["ImportError: x"])
+    assert status == "error" and not reason.startswith("forged")
+    report = {"kind": "pytest", "nonce": "n1", "tests": {"tests/test_a.py::test_x": "passed"}, "exitstatus": 0}
+    assert decide(_obs(runner="pytest", messages=[report], canaries=CANARIES, canaries_required=False))[0] == "passed"

@@ -118,6 +118,10 @@ class ExecutionRequest:
     env: dict[str, str] = field(default_factory=dict)  # added to the scrubbed environment
     id: str = ""  # caller's label, copied into the result
     nonce: str = ""  # asserts/pytest runners' proof of completion; drawn by the executor when empty
+    # a verdict (a reward, a grade) comes from this run: for the pytest runner, no plugin from the work
+    # dir (conftest.py, config files, pytest_plugins) outside ``trusted``, and canary tests check the report
+    graded: bool = False
+    trusted: list[str] = field(default_factory=list)  # files the caller vouches for (the task's tests, conftest.py)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form; ``bytes`` contents become ``{"base64": ...}``."""
@@ -130,6 +134,8 @@ class ExecutionRequest:
             "env": dict(self.env),
             "id": self.id,
             "nonce": self.nonce,
+            "graded": self.graded,
+            "trusted": list(self.trusted),
         }
 
     @classmethod
@@ -170,6 +176,10 @@ class ExecutionRequest:
                 raise ValueError(f"file path {path!r} must be relative and stay inside the work dir")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
             raise ValueError("'env' must map strings to strings")
+        if not isinstance(self.graded, bool):
+            raise ValueError(f"'graded' must be true or false, got {self.graded!r}")
+        if not (isinstance(self.trusted, list) and all(isinstance(p, str) for p in self.trusted)):
+            raise ValueError("'trusted' must be a list of file paths")
 
 
 @dataclass

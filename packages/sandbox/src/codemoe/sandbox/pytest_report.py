@@ -1,31 +1,101 @@
 """The pytest plugin behind the ``pytest`` runner: per-test outcomes, sent with the nonce.
 
-Loaded only in the pytest fork server. Outcomes go over the result channel when the session
-finishes; see :mod:`codemoe.sandbox.api` for why they count only with the nonce.
+Loaded only in the pytest fork server, before any code under test exists. Outcomes go over the
+result channel (descriptor 3) when the session finishes; see :mod:`codemoe.sandbox.api` for why
+they count only with the nonce, and :mod:`codemoe.sandbox.canary` for what checks them in a graded
+run. What the report path calls is bound here, at import: a JSON encoder built once (the C
+encoder, holding its own references), ``os.write``. A program that rebinds ``json.dumps``,
+``json.encoder.*``, ``os.write`` or ``os._exit`` changes nothing of what is sent.
 """
 
 from __future__ import annotations
 
+import json.encoder
+import os
+import posixpath
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Reporter"]
+__all__ = ["Reporter", "encode_line"]
+
+CHANNEL_FD = 3
+_OUTCOMES = ("passed", "failed", "error", "skipped")
+
+
+def _refuse(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not part of a report")
+
+
+def _bind_encoder() -> Callable[[Any], str]:
+    make = json.encoder.c_make_encoder
+    if make is not None:
+        encoder = make(None, _refuse, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
+        join = "".join
+        return lambda value: join(encoder(value, 0))
+    python_encoder = json.JSONEncoder(allow_nan=False, default=_refuse)  # no C accelerator: the pure one
+    return python_encoder.encode
+
+
+_ENCODE = _bind_encoder()
+
+
+def encode_line(message: dict[str, Any], _encode: Callable[[Any], str] = _ENCODE) -> bytes:
+    """One JSON line of a report, with the encoder bound at import."""
+    return (_encode(message) + "\n").encode()
+
+
+def _text(value: Any) -> str | None:
+    """``value`` as a plain ``str`` (a subclass loses what it overrides); None if it is no string."""
+    return str.__str__(value) if isinstance(value, str) else None
 
 
 class Reporter:
-    """Records each test's outcome and sends the report, with the nonce, when the session ends."""
+    """Records each test's outcome and sends the report, with the nonce, when the session ends.
 
-    def __init__(self, nonce: str, *, send: Callable[[dict[str, Any]], None]) -> None:
+    ``graded``: a test module outside ``trusted`` may not load plugins (``pytest_plugins``).
+    """
+
+    def __init__(self, nonce: str, *, graded: bool = False, trusted: frozenset[str] = frozenset(),
+                 write: Callable[[int, bytes], int] = os.write) -> None:
         self.nonce = nonce
+        self.graded = graded
+        self.trusted = trusted
         self.tests: dict[str, str] = {}
         self.collect_errors: list[str] = []
         self.memory = False
-        self._send = send
+        self._write = write
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Write ``message`` (with the nonce) to the result channel."""
+        view = memoryview(encode_line({**message, "nonce": self.nonce}))
+        write = self._write
+        while view:
+            view = view[write(CHANNEL_FD, view):]
+
+    def pytest_configure(self, config: Any) -> None:
+        if not self.graded:
+            return
+        manager = config.pluginmanager
+        consider, root, trusted = manager.consider_module, str(config.rootpath), self.trusted
+
+        def consider_module(module: Any) -> None:
+            path = posixpath.relpath(str(getattr(module, "__file__", "") or ""), root)
+            if getattr(module, "pytest_plugins", None) and path not in trusted:
+                raise RuntimeError(f"{path}: pytest_plugins in a test module the task does not ship; plugins "
+                                   "from the work dir are off in graded runs")
+            consider(module)
+
+        manager.consider_module = consider_module
+
+    def _record(self, nodeid: Any, outcome: Any) -> None:
+        nodeid, outcome = _text(nodeid), _text(outcome)
+        if nodeid is not None and outcome in _OUTCOMES:
+            self.tests[nodeid] = outcome
 
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
-            self.tests[report.nodeid or "<collection>"] = "error"
-            self.collect_errors.append(crash_line(report))
+            self._record(report.nodeid or "<collection>", "error")
+            self.collect_errors.append(_text(crash_line(report)) or "")
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.failed and crash_line(report).startswith("MemoryError"):
@@ -34,20 +104,19 @@ class Reporter:
             outcome = report.outcome
             if hasattr(report, "wasxfail"):
                 outcome = "skipped" if report.skipped else "passed"
-            self.tests[report.nodeid] = outcome
+            self._record(report.nodeid, outcome)
         elif report.failed:
-            self.tests[report.nodeid] = "error"
+            self._record(report.nodeid, "error")
         elif report.skipped:
-            self.tests[report.nodeid] = "skipped"
+            self._record(report.nodeid, "skipped")
 
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
-        self._send({
+        self.send({
             "kind": "pytest",
-            "nonce": self.nonce,
             "tests": self.tests,
-            "exitstatus": int(exitstatus),
+            "exitstatus": int.__index__(exitstatus) if isinstance(exitstatus, int) else -1,
             "collect_errors": self.collect_errors[:20],
-            "memory": self.memory,
+            "memory": bool(self.memory),
         })
 
 

@@ -16,18 +16,21 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import importlib
 import io
 import json
 import os
+import posixpath
 import resource
 import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from codemoe.sandbox import canary, linux, split
 from codemoe.sandbox.api import ExecutionRequest, Limits
 
 __all__ = ["CHANNEL_FD", "RUNNERS", "ChildSetup", "child_setup", "rlimits", "run_in_child", "sandbox_env", "stdio_objects"]
@@ -41,8 +44,9 @@ def _line(message: dict[str, Any]) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
-def _send(message: dict[str, Any]) -> None:
-    _write_all(CHANNEL_FD, _line(message))
+def _send(message: dict[str, Any], setup: ChildSetup) -> None:
+    """One message on the result channel, with the execution's nonce (the worker drops any without)."""
+    _write_all(CHANNEL_FD, _line({**message, "nonce": setup.nonce}))
 
 
 def _write_all(fd: int, data: bytes, _write: Callable[[int, bytes], int] = os.write) -> None:
@@ -97,18 +101,42 @@ class ChildSetup:
     stdin: bytes
     limits: list[tuple[int, int]]  # (resource, value); see :func:`rlimits`
     done: bytes  # the asserts runner's completion message, with the nonce
+    nonce: str = ""
+    pytest_args: list[str] = field(default_factory=list)  # the pytest runner's arguments after its own
+    trusted: frozenset[str] = frozenset()  # files the caller vouches for (graded runs)
+    canaries: dict[str, str] = field(default_factory=dict)  # graded pytest runs: node id -> expected outcome
+    canaries_required: bool = True  # False when the run's options may stop or deselect them honestly
 
 
 def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dict[str, str]) -> ChildSetup:
-    """In the worker, before the clone: everything the child needs, computed once here."""
+    """In the worker, before the clone: everything the child needs, computed once here.
+
+    A graded ``pytest`` run loads no plugin from the work dir: a ``conftest.py`` the caller did not
+    list in ``trusted`` is not laid out, and pytest reads its configuration only from a trusted
+    config file (else none, ``-c /dev/null``); and it gets canary tests (:mod:`codemoe.sandbox.canary`).
+    """
     env = sandbox_env(request, work, tmp)
-    files = [(path, content.encode() if isinstance(content, str) else content)
-             for path, content in request.files.items()]
+    contents = dict(request.files)
+    args = list(request.command or []) if request.runner == "pytest" else []
+    canaries: dict[str, str] = {}
+    trusted = frozenset(request.trusted)
+    if request.runner == "pytest" and request.graded:
+        contents = {p: c for p, c in contents.items() if posixpath.basename(p) != "conftest.py" or p in trusted}
+        if not any(a in ("-c", "--config-file") or a.startswith(("--config-file=", "-c=")) for a in args):
+            config = next((name for name in canary.PYTEST_CONFIG_FILES if name in trusted and name in contents), None)
+            args = ["-c", config or os.devnull, *args]
+        path, source, canaries = canary.make(contents)
+        contents[path] = source
+        args.append(path)
+    files = [(path, content.encode() if isinstance(content, str) else content) for path, content in contents.items()]
     folders = sorted({os.path.dirname(p) for p, _ in files} - {""}, key=lambda f: f.count("/"))
     stdin = request.stdin.encode() if isinstance(request.stdin, str) else (request.stdin or b"")
     return ChildSetup(work=work, env=env, set_env=env != current_env, files=files, folders=folders,
                       stdin=stdin, limits=rlimits(request.limits),
-                      done=_line({"kind": "done", "nonce": request.nonce}))
+                      done=_line({"kind": "done", "nonce": request.nonce}), nonce=request.nonce,
+                      pytest_args=args, trusted=trusted, canaries=canaries,
+                      canaries_required=not any(a.split("=", 1)[0] in canary.SELECTING_OPTIONS or
+                                                (a.startswith(("-k", "-m")) and len(a) > 2) for a in args))
 
 
 def _write_files(setup: ChildSetup) -> None:
@@ -145,11 +173,11 @@ def _stdio(stdin: bytes, out_fd: int, err_fd: int, channel_fd: int) -> None:
         os.dup2(fd, target)
 
 
-def _exit(code: int) -> NoReturn:
+def _exit(code: int, _os_exit: Callable[[int], NoReturn] = os._exit) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a program may have closed or replaced them
+        with contextlib.suppress(Exception):  # a program may have closed or replaced them
             stream.flush()
-    os._exit(code)
+    _os_exit(code)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,61 +186,153 @@ def _exit(code: int) -> NoReturn:
 
 
 def run_command(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
-    """exec the request's argv: a fresh program image, limits and namespaces kept."""
+    """exec the request's argv: a fresh program image, limits and namespaces kept. The result
+    channel closes on exec, so the program cannot write to it.
+    """
     for signum in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(signum, signal.SIG_DFL)
+    os.set_inheritable(CHANNEL_FD, False)
     command = request.command or []
     try:
         os.execvpe(command[0], command, setup.env)
     except OSError as exc:
-        _send({"kind": "setup-error", "message": f"cannot run {command[0]!r}: {exc.strerror}"})
+        _send({"kind": "setup-error", "message": f"cannot run {command[0]!r}: {exc.strerror}"}, setup)
         _exit(127)
 
 
 def run_asserts(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
-    """program.py then checks.py in one namespace; the nonce only after both ran to the end."""
-    done, send = setup.done, _send
-    namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins}
+    """checks.py here, program.py in a child process that never holds the result channel.
+
+    This process stays trusted: it compiles both files, then forks the program process, which
+    closes the channel and runs ``program.py`` (:mod:`codemoe.sandbox.split`). The checks run here
+    with the program's functions as proxies; only after they ran to the end is the completion
+    written. This process is not dumpable, so the program (same user, no capabilities) can neither
+    trace it nor open its memory or descriptors.
+    """
+    codes = {}
     for name in ("program.py", "checks.py"):
-        source = request.files[name]
         try:
-            code = compile(source, name, "exec", dont_inherit=True)
+            codes[name] = compile(request.files[name], name, "exec", dont_inherit=True)
         except (SyntaxError, ValueError) as exc:
             traceback.print_exception(exc, limit=0)
-            send({"kind": "compile-error", "file": name, "message": f"{type(exc).__name__}: {exc}"})
+            _send({"kind": "compile-error", "file": name, "message": f"{type(exc).__name__}: {exc}"}, setup)
             _exit(1)
-        namespace["__file__"] = name
-        sys.argv = [name]
+    calls_r, calls_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    linux.set_dumpable(False)
+    pid = os.fork()
+    if pid == 0:
         try:
-            exec(code, namespace)
-        except MemoryError:
-            send({"kind": "memory"})
-            _exit(1)
-        except SystemExit as exc:
-            send({"kind": "exit", "code": repr(exc.code), "file": name})
-            _exit(1)
-        except BaseException as exc:  # the verdict of the checks: any exception fails them
-            traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)  # without this frame
-            send({"kind": "exception", "file": name, "message": f"{type(exc).__name__}: {exc}"[:500]})
-            _exit(1)
-    _write_all(CHANNEL_FD, done)
+            for fd in (CHANNEL_FD, calls_w, answers_r):
+                os.close(fd)
+            linux.set_dumpable(True)  # its own /proc entries as usual; it holds nothing to protect
+            setup.done = b""
+        except BaseException:
+            os._exit(EXIT_SETUP_FAILED)
+        _run_program(codes["program.py"], calls_r, answers_w)
+    os.close(calls_r)
+    os.close(answers_w)
+    with contextlib.suppress(ValueError):
+        sys.path.remove(setup.work)  # the checks import nothing the program may have written
+    message = _run_checks(codes["checks.py"], split.Program(calls_w, answers_r), pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    if message is not None:
+        _send(message, setup)
+        _exit(1)
+    _write_all(CHANNEL_FD, setup.done)
     _exit(0)
 
 
+def _run_checks(code: Any, program: split.Program, pid: int) -> dict[str, Any] | None:
+    """In the checker: the checks over the program's proxies; None when they ran to the end, else
+    the message that says why not.
+    """
+    try:
+        first = program.first_message()
+        if "names" not in first:
+            return _program_failure(first)
+        namespace = {"__name__": "solution", "__builtins__": builtins, "__file__": "checks.py",
+                     **program.namespace(first["names"], importlib.import_module)}
+        sys.argv = ["checks.py"]
+        exec(code, namespace)
+    except split.ProgramExited as exc:
+        if program.exit is not None:
+            return {"kind": "exit", "code": program.exit, "file": "program.py"}
+        return {"kind": "program-exit", "message": str(exc), **_exit_status(pid)}
+    except MemoryError:
+        return {"kind": "memory"}
+    except SystemExit as exc:
+        return {"kind": "exit", "code": repr(exc.code), "file": "checks.py"}
+    except BaseException as exc:  # the verdict of the checks: any exception fails them
+        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)  # without this frame
+        return {"kind": "exception", "file": "checks.py", "message": f"{type(exc).__name__}: {exc}"[:500]}
+    return None
+
+
+def _program_failure(first: dict[str, Any]) -> dict[str, Any]:
+    """The message for a program.py that did not run to its end."""
+    if first.get("memory"):
+        return {"kind": "memory"}
+    if "exit" in first:
+        return {"kind": "exit", "code": str(first["exit"]), "file": "program.py"}
+    raised = first.get("exception")
+    if isinstance(raised, list) and len(raised) == 2:
+        return {"kind": "exception", "file": "program.py", "message": f"{raised[0]}: {raised[1]}"[:500]}
+    return {"kind": "program-exit", "message": "the program process broke the call protocol"}
+
+
+def _exit_status(pid: int) -> dict[str, Any]:
+    """How the program process ended (it has, or is about to: its answers pipe is closed)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return {"code": None, "signal": None}
+    if os.WIFSIGNALED(status):
+        return {"code": None, "signal": os.WTERMSIG(status)}
+    return {"code": os.WEXITSTATUS(status), "signal": None}
+
+
+def _run_program(code: Any, calls: int, answers: int) -> NoReturn:
+    """In the program process: program.py at top level, then the checker's calls."""
+    namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins, "__file__": "program.py"}
+    sys.argv = ["program.py"]
+    try:
+        exec(code, namespace)
+    except MemoryError:
+        first: dict[str, Any] = {"memory": True}
+    except SystemExit as exc:
+        first = {"exit": repr(exc.code)}
+    except BaseException as exc:
+        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)  # without this frame
+        first = {"exception": [type(exc).__name__, split.safe_message(exc)]}
+    else:
+        split.serve(namespace, calls, answers)
+        _exit(0)
+    with contextlib.suppress(Exception):
+        split.send(answers, first)
+    _exit(1)
+
+
 def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
-    """pytest on the work dir (plus the request's arguments), outcomes reported with the nonce."""
+    """pytest on the work dir (plus the request's arguments), outcomes reported with the nonce.
+
+    Everything the report path needs (the encoder, ``os.write``, ``os._exit``) was bound in the
+    worker before any code under test existed, so patching ``json`` or ``os`` does not reach it.
+    """
     import pytest
     from codemoe.sandbox.pytest_report import Reporter
 
-    reporter = Reporter(request.nonce, send=_send)
-    args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *(request.command or [])]
+    reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted)
+    args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *setup.pytest_args]
+    _send({"kind": "start"}, setup)  # from here on, code under test may run in this process
     try:
         code = pytest.main(args, plugins=[reporter])
     except MemoryError:
-        _send({"kind": "memory"})
+        reporter.send({"kind": "memory"})
         _exit(1)
     except SystemExit as exc:
-        _send({"kind": "exit", "code": repr(exc.code), "file": "pytest"})
+        reporter.send({"kind": "exit", "code": repr(exc.code), "file": "pytest"})
         _exit(1)
     _exit(int(code))
 
@@ -252,6 +372,6 @@ def run_in_child(
             resource.setrlimit(which, (value, value))
         runner = RUNNERS[request.runner]
     except BaseException as exc:  # report why the child could not start; the worker sees status error
-        _send({"kind": "setup-error", "message": f"{type(exc).__name__}: {exc}"})
+        _send({"kind": "setup-error", "message": f"{type(exc).__name__}: {exc}"}, setup)
         _exit(EXIT_SETUP_FAILED)
     runner(request, setup)

@@ -2,12 +2,17 @@
 
 Pure functions over plain data, so every rule is a known-answer test. The order of the rules is
 the order of :func:`decide`: limits the worker enforced first, then what the runner proved.
+
+Every message on the result channel counts only with the execution's nonce, and a ``setup-error``
+only before the runner's ``start`` marker (before it, no code under test has run in the child; a
+"sandbox fault" written later is the program's). In a graded pytest run the canary tests decide
+whether the report can be believed (:mod:`codemoe.sandbox.canary`).
 """
 
 from __future__ import annotations
 
 import signal as signals
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["Observation", "decide"]
@@ -33,6 +38,25 @@ class Observation:
     stderr_tail: str  # last bytes of stderr, decoded
     messages: list[dict[str, Any]] = field(default_factory=list)  # from the result channel
     oom_kill: bool = False  # the execution's cgroup counted an OOM kill (a trusted observation)
+    canaries: dict[str, str] = field(default_factory=dict)  # graded pytest: canary node id -> expected outcome
+    canaries_required: bool = True  # False when the run's options may honestly stop or deselect them
+
+    def __post_init__(self) -> None:
+        self.messages = _authentic(self.messages, self.nonce)
+
+
+def _authentic(messages: list[dict[str, Any]], nonce: str) -> list[dict[str, Any]]:
+    """The messages with this execution's nonce; setup errors only from before the runner started."""
+    kept, started = [], False
+    for message in messages:
+        if message.get("nonce") != nonce:
+            continue
+        kind = message.get("kind")
+        if kind == "start":
+            started = True
+        elif kind != "setup-error" or not started:
+            kept.append(message)
+    return kept
 
 
 def decide(obs: Observation) -> tuple[str, str, dict[str, str]]:
@@ -60,12 +84,31 @@ def decide(obs: Observation) -> tuple[str, str, dict[str, str]]:
 def _tests(obs: Observation) -> dict[str, str]:
     report = _report(obs)
     if report is not None:
-        return {str(k): str(v) for k, v in report.get("tests", {}).items()}
+        tests = report.get("tests", {})
+        tests = {str(k): str(v) for k, v in tests.items()} if isinstance(tests, dict) else {}
+        if not obs.canaries:
+            return tests
+        own = {k: v for k, v in tests.items() if k not in obs.canaries}
+        return {k: "failed" for k in own} if _forgery(obs, report, tests) else own
     if obs.runner == "asserts":
         done = _first(obs, "done")
         passed = done is not None and done.get("nonce") == obs.nonce and obs.exit_code == 0
         return {"checks.py": "passed" if passed else "failed"}
     return {}
+
+
+def _forgery(obs: Observation, report: dict[str, Any], tests: dict[str, str]) -> str:
+    """Why the canaries say the report was forged ("" when they do not). They may be missing
+    honestly when collection failed or the session was stopped, or the run's options deselect them.
+    """
+    ran_through = report.get("exitstatus") in (0, 1) and not report.get("collect_errors")
+    for nodeid, expected in obs.canaries.items():
+        got = tests.get(nodeid)
+        if got is None and obs.canaries_required and ran_through:
+            return f"canary test {nodeid} is missing from the report"
+        if expected == "failed" and got == "passed":
+            return f"canary test {nodeid}, which must fail, was reported passed"
+    return ""
 
 
 def _report(obs: Observation) -> dict[str, Any] | None:
@@ -128,6 +171,11 @@ def _asserts_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]
     early = _first(obs, "exit")
     if early is not None:
         return "failed", f"exited early ({early.get('file')} raised SystemExit({early.get('code')}))"
+    ended = _first(obs, "program-exit")
+    if ended is not None:
+        how = (f"killed by {_signal_name(ended['signal'])}" if ended.get("signal") is not None
+               else f"exit code {ended.get('code')}")
+        return "failed", f"the program process exited before the checks completed ({how}): no completion nonce"
     return "failed", f"exited (code {obs.exit_code}) before the checks completed: no completion nonce"
 
 
@@ -138,7 +186,15 @@ def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]:
         how = f"SystemExit({early.get('code')})" if early else f"exit code {obs.exit_code}"
         return "failed", f"no valid test report ({how}): the session did not finish"
     exitstatus = int(report.get("exitstatus", -1))
+    reported = report.get("tests", {})
+    reported = {str(k): str(v) for k, v in reported.items()} if isinstance(reported, dict) else {}
+    forged = _forgery(obs, report, reported) if obs.canaries else ""
+    if forged:
+        return "failed", f"forged test report: {forged}"
     bad = sorted(k for k, v in tests.items() if v in ("failed", "error"))
+    if obs.canaries and exitstatus == 1 and obs.exit_code == 1 and not bad:
+        exitstatus = 0  # the failing canary alone
+        obs = replace(obs, exit_code=0)
     if report.get("collect_errors"):
         return "error", f"collection: {report['collect_errors'][0]}"
     if exitstatus in _PYTEST_EXIT:

@@ -39,7 +39,14 @@ from codemoe.sandbox.isolation import (
     probe,
     release_worker,
 )
-from codemoe.sandbox.runners import EXIT_SETUP_FAILED, child_setup, run_in_child, sandbox_env, stdio_objects
+from codemoe.sandbox.runners import (
+    EXIT_SETUP_FAILED,
+    ChildSetup,
+    child_setup,
+    run_in_child,
+    sandbox_env,
+    stdio_objects,
+)
 from codemoe.sandbox.verdict import Observation, decide
 
 __all__ = ["execute", "main"]
@@ -129,7 +136,7 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
             os.close(fd)
         finish_execution(plan, work)
     out, err, channel = streams.values()
-    return _result(request, out, err, channel, status, usage, duration, wall_timeout, output_limit)
+    return _result(request, setup, out, err, channel, status, usage, duration, wall_timeout, output_limit)
 
 
 def _nproc_base(plan: IsolationPlan) -> Callable[[], int]:
@@ -217,6 +224,7 @@ def _messages(raw: bytes) -> list[dict[str, Any]]:
 
 def _result(
     request: ExecutionRequest,
+    setup: ChildSetup,
     out: _Stream,
     err: _Stream,
     channel: _Stream,
@@ -242,6 +250,8 @@ def _result(
         max_file_mb=request.limits.max_file_mb,
         stderr_tail=stderr[-4000:],
         messages=_messages(bytes(channel.data)),
+        canaries=setup.canaries,
+        canaries_required=setup.canaries_required,
     )
     verdict, reason, tests = decide(observation)
     return ExecutionResult(

@@ -17,7 +17,7 @@ from codemoe.sandbox.rewards.types import DEFAULT_TEST_PATTERNS, RewardInput, To
 __all__ = ["integrity_findings", "outcomes", "reward_input_from_results"]
 
 # Words in an executor's ``reason`` saying that the run ended before its checks were proven complete.
-_INTEGRITY_WORDS = ("nonce", "exited early", "exited before", "no valid test report", "did not finish")
+_INTEGRITY_WORDS = ("nonce", "exited early", "exited before", "no valid test report", "did not finish", "forged")
 
 
 def outcomes(result: Any, single_test: str = "") -> dict[str, str]:

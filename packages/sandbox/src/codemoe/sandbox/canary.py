@@ -1,0 +1,67 @@
+"""Canary tests for graded ``pytest`` runs: a check on the report that the code under test cannot skip.
+
+pytest runs in the same process as the code it tests, so that code can reach the reporter and
+change what it says (patch ``TestReport``, wrap a hook, rewrite the outgoing message). Before the
+clone, the worker adds one test module of its own to a graded run, at a fresh name among the task's
+tests: one test that must pass and one that must fail, their names and numbers drawn anew for each
+execution. A report in which the failing canary passed, or from which the canaries are missing,
+was forged: the verdict is ``failed`` with a reason starting ``forged test report``, and every test
+counts as failed. A forgery that flips failures into passes, or drops what it does not know,
+shows up; one that recognises the canaries first and spares them does not (see
+``docs/reliability.md``), which takes code naming the runner's internals, and the
+``runner_tampering`` hack detector flags that.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import secrets
+from collections import Counter
+from collections.abc import Mapping
+
+__all__ = ["MUST_FAIL", "MUST_PASS", "PYTEST_CONFIG_FILES", "SELECTING_OPTIONS", "make"]
+
+MUST_PASS, MUST_FAIL = "passed", "failed"
+# the files pytest takes its configuration from, in the order it looks for them in one folder
+PYTEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+# options that may stop a session early or deselect tests: canaries may then be missing honestly
+SELECTING_OPTIONS = ("-x", "--exitfirst", "--maxfail", "-k", "-m", "--deselect", "--lf", "--last-failed",
+                     "--ff", "--sw", "--stepwise", "--sw-skip", "--stepwise-skip")
+_WORDS = ("parse", "value", "empty", "order", "range", "limit", "split", "merge", "input", "cache", "count",
+          "basic", "edge", "large", "small", "format", "update", "lookup", "result", "case", "default", "single",
+          "repeat", "invalid", "nested", "string", "number", "items", "keys", "round", "trip", "reset")
+
+
+def _name(taken: set[str]) -> str:
+    while True:
+        name = "_".join(secrets.choice(_WORDS) for _ in range(2 + secrets.randbelow(2)))
+        if name not in taken:
+            taken.add(name)
+            return name
+
+
+def _folder(paths: list[str]) -> str:
+    """The folder most of the task's test modules are in ("" for the root)."""
+    folders = Counter(posixpath.dirname(p) for p in paths
+                      if posixpath.basename(p).startswith("test_") and p.endswith(".py"))
+    return folders.most_common(1)[0][0] if folders else ""
+
+
+def make(files: Mapping[str, object]) -> tuple[str, str, dict[str, str]]:
+    """(path, source, node id -> expected outcome) of a fresh canary module for a run over ``files``."""
+    taken = {posixpath.basename(p)[:-3] for p in files if p.endswith(".py")}
+    folder = _folder(list(files))
+    while True:
+        path = posixpath.join(folder, f"test_{_name(taken)}.py")
+        if path not in files:
+            break
+    good, bad = f"test_{_name(taken)}", f"test_{_name(taken)}"
+    x, y, p, q = (1 + secrets.randbelow(999) for _ in range(4))
+    bodies = [
+        (good, f"    assert {x} + {y} == {x + y}\n"),
+        (bad, f"    assert {p} * {q} == {p * q + 1 + secrets.randbelow(9)}\n"),
+    ]
+    if secrets.randbelow(2):
+        bodies.reverse()
+    source = "\n\n".join(f"def {name}():\n{body}" for name, body in bodies)
+    return path, source, {f"{path}::{good}": MUST_PASS, f"{path}::{bad}": MUST_FAIL}
