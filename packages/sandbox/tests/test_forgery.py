@@ -257,3 +257,37 @@ def test_json_and_exit_patches_do_not_reach_an_ungraded_report_either(executor):
     result = executor.run(_graded({"calc.py": PATCH_JSON_AND_EXIT + BUGGY}, graded=False))
     assert result.status == "failed"
     assert result.tests == {"tests/test_calc.py::test_add": "failed", "tests/test_calc.py::test_more": "failed"}
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end: an agent episode on a repository task
+# ---------------------------------------------------------------------------------------------
+
+
+def test_an_agent_that_forges_the_report_instead_of_fixing_the_bug_is_not_resolved(executor):
+    """The bug stays; the agent's source module rewrites every test report, and its conftest.py
+    would too. The episode is not resolved, and the reward voids the test terms.
+    """
+    from pathlib import Path
+
+    import yaml
+    from codemoe.sandbox.agent import RepoEnvironment, ToolCall, load_task, render_tool_call, run_episode
+    from codemoe.sandbox.agent.policies import _Scripted
+    from codemoe.sandbox.rewards import build_reward
+
+    root = Path(__file__).resolve().parents[3]
+    task = load_task(root / "registry" / "suites" / "agentic-core" / "bugfix-median-even")
+    source = task.repo_files()["stats/core.py"]
+    conftest = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+                "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
+    calls = [ToolCall("write_file", {"path": "stats/core.py", "content": FLIP_REPORTS + source}),
+             ToolCall("write_file", {"path": "conftest.py", "content": conftest}),
+             ToolCall("submit", {"summary": "done"})]
+    with RepoEnvironment(executor=executor) as env:
+        episode = run_episode(env, task, _Scripted([render_tool_call(c) for c in calls]))
+    assert episode.stop_reason == "submitted"
+    assert not episode.resolved
+    assert episode.hidden_after and all(v != "passed" for v in episode.hidden_after.values())
+    recipe = build_reward(yaml.safe_load((root / "registry" / "rewards" / "seed2-weighted.yaml").read_text()))
+    result = recipe(episode.to_reward_input())
+    assert result.metrics.get("hacked") == 1.0, result.explanations

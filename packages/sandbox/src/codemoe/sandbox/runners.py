@@ -112,8 +112,9 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
     """In the worker, before the clone: everything the child needs, computed once here.
 
     A graded ``pytest`` run loads no plugin from the work dir: a ``conftest.py`` the caller did not
-    list in ``trusted`` is not laid out, and pytest reads its configuration only from a trusted
-    config file (else none, ``-c /dev/null``); and it gets canary tests (:mod:`codemoe.sandbox.canary`).
+    list in ``trusted`` is not laid out, and while any pytest config file is not trusted, its
+    ``addopts`` (where ``-p plugin`` would go) is overridden to nothing; it also gets canary tests
+    (:mod:`codemoe.sandbox.canary`).
     """
     env = sandbox_env(request, work, tmp)
     contents = dict(request.files)
@@ -122,9 +123,8 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
     trusted = frozenset(request.trusted)
     if request.runner == "pytest" and request.graded:
         contents = {p: c for p, c in contents.items() if posixpath.basename(p) != "conftest.py" or p in trusted}
-        if not any(a in ("-c", "--config-file") or a.startswith(("--config-file=", "-c=")) for a in args):
-            config = next((name for name in canary.PYTEST_CONFIG_FILES if name in trusted and name in contents), None)
-            args = ["-c", config or os.devnull, *args]
+        if any(posixpath.basename(p) in canary.PYTEST_CONFIG_FILES and p not in trusted for p in contents):
+            args = ["-o", "addopts=", *args]  # its other options (pythonpath, markers) may be the task's fix
         path, source, canaries = canary.make(contents)
         contents[path] = source
         args.append(path)

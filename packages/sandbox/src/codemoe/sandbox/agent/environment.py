@@ -25,6 +25,7 @@ from codemoe.sandbox.agent.tasks import Task
 from codemoe.sandbox.agent.tools import ToolOutput, ToolSet
 from codemoe.sandbox.agent.workspace import ToolError, Workspace
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, Executor, Limits
+from codemoe.sandbox.canary import PYTEST_CONFIG_FILES
 
 __all__ = ["RepoEnvironment", "RepoEnvironmentConfig", "StepResult", "build_repo_environment"]
 
@@ -227,11 +228,23 @@ class RepoEnvironment:
 
 
 def grading_request(task: Task, files: dict[str, str], limits: Limits, label: str) -> ExecutionRequest:
-    """One execution that runs the visible and the hidden tests on ``files`` plus the hidden overlay."""
+    """One graded execution of the visible and the hidden tests on ``files`` plus the hidden overlay.
+
+    The hidden tests and the task's own ``conftest.py`` files (as the task ships them) are laid over
+    the agent's files and are trusted; so is a pytest config file the agent left unchanged. A
+    conftest the agent added is not loaded, a config file it changed keeps its options but not its
+    ``addopts``, and canaries check the report (:func:`codemoe.sandbox.runners.child_setup`).
+    """
+    original = task.repo_files()
+    conftests = {path: text for path, text in original.items() if path.rsplit("/", 1)[-1] == "conftest.py"}
     overlay = {path: text for path, text in files.items() if not task.is_hidden(path)}
+    overlay.update(conftests)
     overlay.update(task.hidden_files)
+    unchanged_configs = {path for path, text in overlay.items()
+                         if path.rsplit("/", 1)[-1] in PYTEST_CONFIG_FILES and original.get(path) == text}
     return ExecutionRequest(files=dict(overlay), command=pytest_args(task.grading_command()), runner="pytest",
-                            limits=limits, id=f"{task.id}/{label}")
+                            limits=limits, id=f"{task.id}/{label}", graded=True,
+                            trusted=sorted({*conftests, *task.hidden_files, *unchanged_configs}))
 
 
 def _default_executor() -> Executor:
