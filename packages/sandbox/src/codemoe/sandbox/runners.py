@@ -249,7 +249,7 @@ def _run_checks(code: Any, program: split.Program, pid: int) -> dict[str, Any] |
     the message that says why not.
     """
     try:
-        first = program.first_message()
+        first = program.first_message(split.referenced_names(code))
         if "names" not in first:
             return _program_failure(first)
         namespace = {"__name__": "solution", "__builtins__": builtins, "__file__": "checks.py",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import json
 import math
 import os
@@ -31,7 +32,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAX_MESSAGE", "Program", "ProgramExited", "decode", "encode", "exported_names", "safe_message", "send", "serve"]
+__all__ = ["MAX_MESSAGE", "Program", "ProgramExited", "decode", "encode", "exported_names", "receive", "referenced_names",
+           "safe_message", "send", "serve"]
 
 MAX_MESSAGE = 64 << 20  # bytes of one call or answer; more is a failed check, not a full memory
 _MAX_DEPTH = 200  # nesting of a literal value
@@ -131,7 +133,7 @@ def send(fd: int, message: Any) -> None:
         data = data[os.write(fd, data):]
 
 
-def _receive(fd: int) -> Any:
+def receive(fd: int) -> Any:
     header = _read(fd, _HEADER.size)
     size = _HEADER.unpack(header)[0]
     if size > MAX_MESSAGE:
@@ -155,15 +157,27 @@ def _read(fd: int, size: int) -> bytes:
 # ---------------------------------------------------------------------------------------------
 
 
-def exported_names(namespace: dict[str, Any]) -> dict[str, Any]:
-    """What the checks may use of the program's globals: functions (and other callables) by name,
-    modules by module name (the checker imports its own copy), literal constants by value. Names
-    of builtins are never exported: a program cannot redefine ``abs`` or ``len`` for the checks.
+def referenced_names(code: types.CodeType) -> list[str]:
+    """Every global name ``code`` (and the functions and classes it defines) may look up."""
+    names, stack = set(), [code]
+    while stack:
+        current = stack.pop()
+        names.update(current.co_names)
+        stack.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return sorted(names)
+
+
+def exported_names(namespace: dict[str, Any], wanted: list[str]) -> dict[str, Any]:
+    """What the checks use of the program's globals (the ``wanted`` names it has): functions (and
+    other callables) by name, modules by module name (the checker imports its own copy), literal
+    constants by value. Names of builtins are never exported: a program cannot redefine ``abs`` or
+    ``len`` for the checks.
     """
     names: dict[str, Any] = {}
-    for name, value in list(namespace.items()):
-        if not isinstance(name, str) or name.startswith("__") or hasattr(builtins, name):
+    for name in wanted:
+        if type(name) is not str or name.startswith("__") or hasattr(builtins, name) or name not in namespace:
             continue
+        value = namespace[name]
         if isinstance(value, types.ModuleType):
             module_name = getattr(value, "__name__", None)
             if isinstance(module_name, str):
@@ -179,11 +193,17 @@ def exported_names(namespace: dict[str, Any]) -> dict[str, Any]:
 
 
 def serve(namespace: dict[str, Any], calls: int, answers: int) -> None:
-    """Answer the checker's calls until it closes ``calls``. Runs in the program process."""
-    send(answers, {"names": exported_names(namespace)})
+    """Answer the checker's calls until it closes ``calls``. Runs in the program process: first
+    the names the checks use (the checker sends them), then one call at a time.
+    """
+    try:
+        wanted = receive(calls)
+    except ProgramExited:
+        return
+    send(answers, {"names": exported_names(namespace, wanted if isinstance(wanted, list) else [])})
     while True:
         try:
-            name, args, kwargs = _receive(calls)
+            name, args, kwargs = receive(calls)
         except ProgramExited:
             return
         try:
@@ -222,9 +242,11 @@ class Program:
         self.exit: str | None = None  # SystemExit(code) raised by a program function
         self._classes: dict[str, type] = {}
 
-    def first_message(self) -> dict[str, Any]:
-        """What program.py ended with: ``names``, or why it did not get there."""
-        message = _receive(self.answers)
+    def first_message(self, wanted: list[str]) -> dict[str, Any]:
+        """Ask for the ``wanted`` names; what program.py ended with: ``names``, or why it did not get there."""
+        with contextlib.suppress(BrokenPipeError):  # it ended already: its answer says why
+            send(self.calls, wanted)
+        message = receive(self.answers)
         if type(message) is not dict:
             raise ProgramExited("the program process broke the call protocol")
         return message
@@ -258,7 +280,7 @@ class Program:
         if self.exit is not None:
             raise ProgramExited(f"the program exited earlier (SystemExit({self.exit}))")
         send(self.calls, [name, [encode(a) for a in args], {str(k): encode(v) for k, v in kwargs.items()}])
-        answer = _receive(self.answers)
+        answer = receive(self.answers)
         if type(answer) is not dict or len(answer) != 1:
             raise ProgramExited("the program process broke the call protocol")
         if "return" in answer:
