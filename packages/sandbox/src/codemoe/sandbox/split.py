@@ -38,7 +38,6 @@ __all__ = ["MAX_MESSAGE", "Program", "ProgramExited", "decode", "encode", "expor
 MAX_MESSAGE = 64 << 20  # bytes of one call or answer; more is a failed check, not a full memory
 _MAX_DEPTH = 200  # nesting of a literal value
 _HEADER = struct.Struct(">Q")
-_TAGS = ("l", "t", "s", "fs", "d", "b", "c", "f")
 # the exceptions whose name a program can make the checker raise as the builtin class itself
 _RAISABLE = {name: obj for name, obj in vars(builtins).items()
              if isinstance(obj, type) and issubclass(obj, Exception)}
@@ -64,7 +63,9 @@ def encode(value: Any, depth: int = 0) -> Any:
     if value is None or value is True or value is False:
         return value
     if isinstance(value, int):
-        return int.__index__(value)
+        number = int.__index__(value)
+        # past ~4300 digits int <-> str conversion is refused; hexadecimal has no such limit
+        return number if number.bit_length() < 4096 else {"x": hex(number)}
     if isinstance(value, float):
         number = float.__float__(value)
         return number if math.isfinite(number) else {"f": repr(number)}
@@ -96,6 +97,8 @@ def decode(data: Any, depth: int = 0) -> Any:
     (tag, body), = data.items()
     if tag == "f" and body in ("nan", "inf", "-inf"):
         return float(body)
+    if tag == "x" and type(body) is str:
+        return int(body, 16)
     if tag == "b" and type(body) is str:
         return base64.b64decode(body, validate=True)
     if type(body) is not list:
