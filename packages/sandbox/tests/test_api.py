@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from codemoe.sandbox import ExecutionRequest, ExecutionResult, Executor, Limits, LocalExecutor, function_task_request
@@ -40,6 +42,8 @@ def test_result_round_trips_and_rejects_unknown_status():
         ({"files": {"/etc/passwd": "x"}, "command": ["true"]}, "relative"),
         ({"files": {"a/../../x": "x"}, "command": ["true"]}, "inside the work dir"),
         ({"command": ["true"], "limits": {"timeout_s": -1}}, "positive"),
+        ({"command": ["true"], "limits": {"timeout_s": float("nan")}}, "limits.timeout_s"),
+        ({"command": ["true"], "limits": {"memory_mb": 2.5}}, "whole number"),
         ({"command": ["true"], "limits": {"timeout": 1}}, "unknown limits field"),
         ({"command": ["true"], "limits": {"network": "yes"}}, "true or false"),
         ({"command": ["true"], "files": {"a": {"base64": "!!"}}}, "invalid base64"),
@@ -63,3 +67,132 @@ def test_function_task_request_builds_the_humaneval_program():
 
 def test_executors_satisfy_the_protocol():
     assert issubclass(LocalExecutor, Executor) and issubclass(RemoteExecutor, Executor)
+
+
+# --- limits at the edge: finite, bounded, refused before they reach a worker ---------------------
+
+_INF, _NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "shown"),
+    [
+        ("timeout_s", _INF, "got inf"),
+        ("timeout_s", _NAN, "got nan"),
+        ("timeout_s", -_INF, "got -inf"),
+        ("timeout_s", 1e300, "got 1e+300"),
+        ("timeout_s", 86_400.5, "got 86400.5"),
+        ("cpu_s", 0, "got 0"),
+        ("cpu_s", -1.0, "got -1.0"),
+        ("cpu_s", True, "got True"),
+        ("memory_mb", 512.0, "got 512.0"),
+        ("memory_mb", (4 << 20) + 1, "got 4194305"),
+        pytest.param("memory_mb", 10 ** 400, "an integer of 1329 bits", id="memory_mb-10**400"),
+        ("max_processes", 0, "got 0"),
+        ("max_processes", False, "got False"),
+        ("max_file_mb", "16", "got '16'"),
+        ("max_output_bytes", None, "got None"),
+        ("max_open_files", [256], "got a list"),
+        ("disk_mb", -256, "got -256"),
+        ("disk_mb", _NAN, "got nan"),
+    ],
+)
+def test_limits_out_of_range_are_refused_naming_the_field_the_value_and_the_range(field, value, shown):
+    with pytest.raises(ValueError, match=rf"limits\.{field} must be a positive.* at most \d+") as info:
+        Limits(**{field: value})
+    assert shown in str(info.value)
+    # the same through the request's JSON form, as the service gets it
+    with pytest.raises(ValueError, match=rf"limits\.{field}"):
+        ExecutionRequest.from_dict({"command": ["true"], "limits": {field: value}})
+
+
+def test_limits_at_their_bounds_are_taken():
+    top = Limits(timeout_s=86_400, cpu_s=86_400.0, memory_mb=4 << 20, max_processes=1 << 16, max_file_mb=1 << 20,
+                 max_output_bytes=1 << 30, max_open_files=1 << 20, disk_mb=1 << 20, network=True)
+    assert Limits.from_dict(json.loads(json.dumps(top.to_dict()))) == top
+    assert Limits(timeout_s=0.001, cpu_s=1, memory_mb=1).timeout_s == 0.001
+
+
+def test_limits_changed_after_construction_are_refused_before_a_worker_and_workers_keep_serving(executor):
+    from codemoe.sandbox import wire
+
+    pids = list(executor.worker_pids)
+    for field, value in [("timeout_s", 1e300), ("timeout_s", _INF), ("cpu_s", _NAN), ("disk_mb", 0)]:
+        request = ExecutionRequest(command=["true"], id="bad")
+        setattr(request.limits, field, value)  # past the constructor's check
+        with pytest.raises(ValueError, match=rf"limits\.{field}"):
+            executor.run(request)
+        with pytest.raises(ValueError, match=rf"limits\.{field}"):
+            executor.run_batch([ExecutionRequest(command=["true"]), request])
+    # a message straight to a worker (what a client bypassing the checks would send) is refused
+    # there with a reason, and the same worker serves the next request
+    worker = executor._idle.get()
+    try:
+        bad = ExecutionRequest(command=["true"], id="raw").to_dict()
+        bad["limits"]["cpu_s"] = _NAN
+        wire.send(worker.process.stdin.fileno(), bad)
+        answer = ExecutionResult.from_dict(wire.receive(worker.process.stdout.fileno()))
+        assert answer.status == "error" and "limits.cpu_s" in answer.reason and answer.id == "raw"
+        again = worker.execute(ExecutionRequest(command=["python", "-c", "print(5)"]))
+        assert again.status == "passed" and again.stdout == "5\n"
+    finally:
+        executor._idle.put(worker)
+    assert executor.run(ExecutionRequest(command=["python", "-c", "print(6)"])).stdout == "6\n"
+    assert executor.worker_pids == pids  # no worker died or was replaced
+
+
+WORKER_ERRORS = """
+import json, os, sys
+from codemoe.sandbox import worker
+from codemoe.sandbox.api import ExecutionRequest
+from codemoe.sandbox.isolation import IsolationPlan, prepare_worker, probe, release_worker
+
+marker, kind = sys.argv[1:]
+plan = probe() if kind == "namespaces" else IsolationPlan()  # one per process: the first enters namespaces
+
+def mounts():
+    with open("/proc/self/mountinfo") as f:
+        return len(f.read().splitlines())
+
+def children_left():
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return True
+
+report = {}
+state = prepare_worker(plan)
+base = mounts()
+for field, value in (("timeout_s", 1e300), ("timeout_s", float("inf")), ("cpu_s", float("nan"))):
+    request = ExecutionRequest(command=["sh", "-c", f"sleep 1000.{marker} & exec sleep 1001.{marker}"])
+    setattr(request.limits, field, value)  # past every check: execute itself must clean up
+    try:
+        worker.execute(request, plan, state)
+        error = None
+    except Exception as exc:
+        error = type(exc).__name__
+    left = os.listdir(state.fallback_root) if state.fallback_root else []
+    report[f"{field}={value}"] = [error, children_left(), mounts() - base, left]
+after = worker.execute(ExecutionRequest(command=["python", "-c", "print(7)"]), plan, state)
+report["after"] = [after.status, after.stdout]
+release_worker(state)
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.parametrize("kind", ["namespaces", "fallback"])
+def test_worker_error_paths_kill_and_reap_the_child_and_drop_the_work_dir(kind, marker, processes_with):
+    """Limits no check stopped: an oversized timeout fails supervision after the clone (it used to
+    leave the child running, unreaped), NaN fails before it (it used to leak the execution's mounts).
+    """
+    done = subprocess.run([sys.executable, "-c", WORKER_ERRORS, marker, kind], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report.pop("after") == ["passed", "7\n"]  # the worker serves on
+    assert len(report) == 3
+    for case, (error, children_left, mounts_leaked, files_left) in report.items():
+        assert error is not None, case  # the caller (the worker's loop) answers it as an error
+        assert (children_left, mounts_leaked, files_left) == (False, 0, []), case
+    assert processes_with(f"1000.{marker}") == [] and processes_with(f"1001.{marker}") == []

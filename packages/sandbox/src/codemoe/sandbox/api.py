@@ -73,9 +73,45 @@ RUNNERS: tuple[str, ...] = ("pytest", "asserts")
 TEST_OUTCOMES: tuple[str, ...] = ("passed", "failed", "error", "skipped")
 
 
+# The range each limit may take: (largest value, unit, the largest in words or ""). Every limit is more
+# than 0 and finite; numbers of seconds are any number, the others whole numbers. The ceilings are
+# far past any real execution and keep each value inside what the worker and the kernel take
+# (a wall-clock deadline in epoll overflows past 24.8 days; rlimits and tmpfs sizes are 64-bit).
+_LIMIT_RANGES: dict[str, tuple[int, str, str]] = {
+    "timeout_s": (86_400, "seconds", "24 h"),
+    "cpu_s": (86_400, "seconds", "24 h"),
+    "memory_mb": (4 << 20, "MiB", "4 TiB"),
+    "max_processes": (1 << 16, "processes", ""),
+    "max_file_mb": (1 << 20, "MiB", "1 TiB"),
+    "max_output_bytes": (1 << 30, "bytes", "1 GiB"),
+    "max_open_files": (1 << 20, "descriptors", "the kernel's default nr_open"),
+    "disk_mb": (1 << 20, "MiB", "1 TiB"),
+}
+
+
+def _shown(value: Any) -> str:
+    """A short rendering of a rejected value for an error message (which a client reads in a 4xx)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value[:32]) + ("..." if len(value) > 32 else "")
+    return f"a {type(value).__name__}"
+
+
 @dataclass
 class Limits:
-    """Resource limits of one execution; every limit is enforced by the OS, not by the program."""
+    """Resource limits of one execution; every limit is enforced by the OS, not by the program.
+
+    Every limit is more than 0, finite and at most a ceiling far past any real execution:
+    ``timeout_s`` and ``cpu_s`` at most 86400 (24 h), ``memory_mb`` 4194304 (4 TiB),
+    ``max_processes`` 65536, ``max_file_mb`` and ``disk_mb`` 1048576 (1 TiB), ``max_output_bytes``
+    2**30 (1 GiB), ``max_open_files`` 1048576. The ``_s`` limits take any number, the others whole
+    numbers (an ``int``, not ``2.0``), ``network`` a bool. Anything else raises ``ValueError``
+    naming the field, the value and the range, when the limits are made and again in
+    :meth:`ExecutionRequest.validate`, so a value changed after construction is refused too.
+    """
 
     timeout_s: float = 10.0  # wall-clock limit; the whole process tree is killed when it passes
     cpu_s: float = 10.0  # CPU-time limit per process (RLIMIT_CPU)
@@ -88,13 +124,26 @@ class Limits:
     network: bool = False  # True keeps the host network; False gives a namespace with loopback only
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first limit out of its range, its value and the range."""
         for name, kind in _field_types(Limits):
             value = getattr(self, name)
             if kind == "bool":
                 if not isinstance(value, bool):
-                    raise ValueError(f"limits.{name} must be true or false, got {value!r}")
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"limits.{name} must be a positive number, got {value!r}")
+                    raise ValueError(f"limits.{name} must be true or false, got {_shown(value)}")
+                continue
+            top, unit, words = _LIMIT_RANGES[name]
+            if kind == "int":
+                ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= top
+                what = f"a positive whole number of {unit}"
+            else:  # a float: NaN fails both comparisons, inf the second
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= top
+                what = f"a positive, finite number of {unit}"
+            if not ok:
+                top_shown = f"{top} ({words})" if words else str(top)
+                raise ValueError(f"limits.{name} must be {what}, at most {top_shown}; got {_shown(value)}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -158,6 +207,9 @@ class ExecutionRequest:
 
     def validate(self) -> None:
         """Raise ``ValueError`` with a readable message when the request cannot be run."""
+        if not isinstance(self.limits, Limits):
+            raise ValueError("'limits' must be a Limits object (a JSON object of limits)")
+        self.limits.validate()  # again: a field may have been changed since construction
         if self.runner is not None and self.runner not in RUNNERS:
             raise ValueError(f"unknown runner {self.runner!r}: use one of {', '.join(RUNNERS)} or none")
         if self.runner is None and not self.command:

@@ -92,21 +92,21 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
     """
     limits = request.limits
     work = prepare_execution(plan, state, limits.disk_mb)
-    setup = child_setup(request, work, "/tmp" if plan.mount_ns else work, state.environ)  # a private tmpfs, or the work dir
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    chan_r, chan_w = os.pipe()
-    streams = {
-        out_r: _Stream(out_r, limits.max_output_bytes),
-        err_r: _Stream(err_r, limits.max_output_bytes),
-        chan_r: _Stream(chan_r, _CHANNEL_CAP, counts=False),
-    }
-    poller = select.epoll()
-    for fd in streams:
-        poller.register(fd, select.EPOLLIN)
-    start = time.monotonic()
-    write_ends = [out_w, err_w, chan_w]  # the child's; this process closes them once it is forked
+    # From here on every path, whatever raises, kills and reaps the child and drops the work dir.
+    pid = 0  # the child, from the clone until it is reaped
+    streams: dict[int, _Stream] = {}
+    write_ends: list[int] = []  # the child's; this process closes them once it is forked
+    poller = None
     try:
+        setup = child_setup(request, work, "/tmp" if plan.mount_ns else work, state.environ)  # a private tmpfs, or the work dir
+        poller = select.epoll()
+        for cap, counts in ((limits.max_output_bytes, True), (limits.max_output_bytes, True), (_CHANNEL_CAP, False)):
+            read_end, write_end = os.pipe()  # stdout, stderr, the result channel
+            streams[read_end] = _Stream(read_end, cap, counts=counts)
+            write_ends.append(write_end)
+            poller.register(read_end, select.EPOLLIN)
+        out_w, err_w, chan_w = write_ends
+        start = time.monotonic()
         flags = plan.clone_flags(limits.network)
         pid = linux.clone(flags) if flags else os.fork()
         if pid == 0:
@@ -124,14 +124,24 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
             os.close(write_ends.pop())
         wall_timeout, output_limit = _supervise(pid, poller, streams, start + limits.timeout_s)
         _, status, usage = os.wait4(pid, 0)
+        reaped, pid = pid, 0
         duration = time.monotonic() - start
         if not plan.pid_ns:
-            _kill_group(pid)
+            _kill_group(reaped)
         _drain(poller, streams)
+    except BaseException:
+        if pid > 0:  # supervision or the wait failed: the child must not outlive this call
+            _kill(pid)
+            if not plan.pid_ns:
+                _kill_group(pid)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        raise
     finally:
-        for fd in write_ends:  # the fork failed
+        for fd in write_ends:  # the fork failed, or never came
             os.close(fd)
-        poller.close()
+        if poller is not None:
+            poller.close()
         for fd in streams:
             os.close(fd)
         finish_execution(plan, work)
