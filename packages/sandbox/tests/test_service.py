@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
-from codemoe.sandbox import ExecutionRequest, Limits, RemoteError, RemoteExecutor, function_task_request
+from codemoe.sandbox import (
+    ExecutionRequest,
+    ExecutionResult,
+    Limits,
+    RemoteError,
+    RemoteExecutor,
+    function_task_request,
+)
 from codemoe.sandbox.service import TOKEN_ENV, SandboxService
 
 TOKEN = "test-token-4f1d"
@@ -130,3 +141,199 @@ def test_serve_command_serves_until_interrupted(stop, launch):
             server.kill()  # leave no service behind when it ignored the signal
             raise
     assert code == 0
+
+
+# --- the service's edge: every malformed, slow or surplus request gets an answer ---------------
+
+
+class _StubExecutor:
+    """Answers every request after ``delay_s`` (or once ``gate`` is set), so load tests need no
+    sandbox workers.
+    """
+
+    size = 1
+
+    def __init__(self, delay_s: float = 0.0, gate: threading.Event | None = None) -> None:
+        self.delay_s, self.gate, self.calls = delay_s, gate, 0
+
+    def run(self, request: ExecutionRequest) -> ExecutionResult:
+        self.calls += 1
+        if self.gate is not None:
+            self.gate.wait(30)
+        time.sleep(self.delay_s)
+        return ExecutionResult(status="passed", exit_code=0, id=request.id)
+
+    def run_batch(self, requests: list[ExecutionRequest]) -> list[ExecutionResult]:
+        return [self.run(r) for r in requests]
+
+    def close(self) -> None:
+        pass
+
+
+def _raw(service, data: bytes, *, timeout_s: float = 5.0, then: bytes = b"") -> tuple[int, dict, dict]:
+    """Send ``data`` (then ``then``) on a raw socket, keep it open, read the answer until the
+    server closes; (status, headers, JSON body). A reset or a silent close fails the test.
+    """
+    host, port = service.server.server_address[:2]
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.sendall(data)
+        if then:
+            with contextlib.suppress(OSError):
+                sock.sendall(then)
+        answer = b""
+        while chunk := sock.recv(1 << 16):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head, "the connection was closed without an answer"
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    assert headers.get("content-type") == "application/json", answer[:200]
+    return int(lines[0].split()[1]), headers, json.loads(body)
+
+
+def _post_head(length: str | None, *, extra: str = "") -> bytes:
+    lines = ["POST /run HTTP/1.1", "Host: x", f"Authorization: Bearer {TOKEN}"]
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    return ("\r\n".join(lines) + "\r\n" + extra + "\r\n").encode()
+
+
+def test_bad_content_lengths_get_a_json_4xx_and_nothing_past_the_limit_is_read(service):
+    limit = service.server.max_request_bytes
+    # -1 used to be read as "until the end", past the limit, and the client never got an answer
+    status, _, payload = _raw(service, _post_head("-1"), then=b"x" * (limit + 1000))
+    assert status == 400 and "Content-Length '-1'" in payload["error"] and "whole number" in payload["error"]
+    for bad in ("abc", "1.5", "+12", "0x10", "12 13", "\u0661\u0662"):
+        status, _, payload = _raw(service, _post_head(bad))
+        assert status == 400 and "Content-Length" in payload["error"], (bad, payload)
+    status, _, payload = _raw(service, _post_head(None))
+    assert status == 411 and "Content-Length" in payload["error"]
+    status, _, payload = _raw(service, _post_head(None, extra="Transfer-Encoding: chunked\r\n"), then=b"0\r\n\r\n")
+    assert status == 411 and "chunked" in payload["error"]
+    status, _, payload = _raw(service, _post_head("5", extra="Content-Length: 6\r\n"), then=b"{}")
+    assert status == 400 and "conflicting" in payload["error"]
+    # an oversized body is refused from its headers, before any of it is sent (the old server read
+    # up to 256 MiB away first, so this client, which sends nothing, waited for ever)
+    started = time.monotonic()
+    for huge in (str(10 ** 12), "9" * 40):
+        status, _, payload = _raw(service, _post_head(huge))
+        assert status == 413 and f"over the limit of {limit} bytes" in payload["error"]
+    assert time.monotonic() - started < 4.0
+    # a body that ends early is a 400, not a hang
+    host, port = service.server.server_address[:2]
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(_post_head("100") + b'{"command":')
+        sock.shutdown(socket.SHUT_WR)
+        assert b" 400 " in sock.recv(1 << 16).split(b"\r\n")[0]
+
+
+def test_deep_nesting_non_finite_numbers_and_bad_fields_are_400_with_the_reason(service):
+    cases = [
+        (b"[" * 30_000, "nested too deeply"),  # the connection used to close without an answer
+        (b'{"requests": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", "nested too deeply"),
+        (b'{"command": ["true"], "limits": {"timeout_s": NaN}}', "NaN"),  # used to answer 200
+        (b'{"command": ["true"], "limits": {"cpu_s": Infinity}}', "Infinity"),
+        (b'{"command": ["true"], "limits": {"memory_mb": -Infinity}}', "-Infinity"),
+        (b'{"command": ["true"], "limits": {"timeout_s": 1e999}}', "1e999"),
+        (b'{"command": ["true"], "limits": {"timeout_s": 1e300}}', "limits.timeout_s"),
+        (b'{"command": ["true"], "limits": {"memory_mb": 1.5}}', "limits.memory_mb"),
+        (b'{"command": ["true"], "env": ["A=1"]}', "bad request"),  # used to drop the connection
+    ]
+    for body, reason in cases:
+        status, payload = _post(service, "/batch" if b"requests" in body else "/run", body)
+        assert status == 400 and reason in payload["error"], (body[:60], payload)
+    # what http.server refuses by itself is JSON too, and a 4xx
+    assert _raw(service, b"GARBAGE\r\n\r\n")[0] == 400
+    assert _raw(service, b"GET /health HTTP/1.1\r\nX: " + b"y" * 70_000 + b"\r\n\r\n")[0] == 431
+    assert _raw(service, b"BREW /run HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 501
+
+
+def test_half_sent_requests_are_dropped_after_the_read_timeout_and_others_are_served(executor):
+    with SandboxService(executor, token=TOKEN, read_timeout_s=1.0) as svc:
+        host, port = svc.server.server_address[:2]
+        head = _post_head("200")
+        halves = [head[:10], head[:40], head + b'{"command": ["tr']  # request line, headers, body
+        slow = []
+        for i in range(60):
+            sock = socket.create_connection((host, port), timeout=10)
+            sock.sendall(halves[i % 3])
+            slow.append(sock)
+        started = time.monotonic()
+        client = RemoteExecutor(svc.url, token=TOKEN)
+        assert client.health()["status"] == "ok"
+        served_s = time.monotonic() - started
+        answers, closed_after = [], []
+        for sock in slow:
+            data = b""
+            while chunk := sock.recv(1 << 16):  # a socket still held after 10 s fails the test
+                data += chunk
+            closed_after.append(time.monotonic() - started)
+            answers.append(data.split(b"\r\n")[0])
+            sock.close()
+        assert client.run(ExecutionRequest(command=["python", "-c", "print(1)"])).stdout == "1\n"
+    assert served_s < 0.5  # while the 60 slow clients were held, others were answered
+    assert max(closed_after) < 4.0  # all dropped one read timeout (1 s) after they started
+    assert answers == [b"HTTP/1.1 408 Request Timeout"] * 60
+
+
+def test_200_concurrent_requests_all_get_200_or_503_with_retry_after_and_none_is_reset():
+    stub = _StubExecutor(delay_s=0.2)
+    with SandboxService(stub, token=TOKEN, max_in_flight=32) as svc:
+        assert svc.server.request_queue_size >= 128  # the listen backlog (the old one was 5)
+        host, port = svc.server.server_address[:2]
+        body = json.dumps(ExecutionRequest(command=["true"]).to_dict()).encode()
+        barrier = threading.Barrier(200)
+        outcomes: list[tuple[int, str | None] | BaseException] = []
+
+        def one() -> None:
+            conn = http.client.HTTPConnection(host, port, timeout=30)
+            try:
+                barrier.wait(30)
+                conn.request("POST", "/run", body=body,
+                             headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+                response = conn.getresponse()
+                json.loads(response.read())
+                outcomes.append((response.status, response.getheader("Retry-After")))
+            except BaseException as exc:  # a reset, a refused connection, a timeout
+                outcomes.append(exc)
+            finally:
+                conn.close()
+
+        threads = [threading.Thread(target=one) for _ in range(200)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    failures = [o for o in outcomes if isinstance(o, BaseException)]
+    assert failures == [] and len(outcomes) == 200
+    ok = [o for o in outcomes if o[0] == 200]
+    busy = [o for o in outcomes if o[0] == 503]
+    assert len(ok) + len(busy) == 200 and len(ok) >= 32 and len(busy) == svc.server.busy_answers
+    assert all(retry == "1" for _, retry in busy)
+    print(f"200 concurrent: {len(ok)} x 200, {len(busy)} x 503 with Retry-After, 0 resets")
+
+
+def test_the_remote_client_waits_out_a_busy_service():
+    gate = threading.Event()
+    stub = _StubExecutor(gate=gate)
+    with SandboxService(stub, token=TOKEN, max_in_flight=1) as svc:
+        holder = threading.Thread(target=RemoteExecutor(svc.url, token=TOKEN).run,
+                                  args=(ExecutionRequest(command=["true"]),))
+        holder.start()
+        while stub.calls == 0:  # the one slot is taken
+            time.sleep(0.01)
+        with pytest.raises(RemoteError) as info:  # a client that does not wait
+            RemoteExecutor(svc.url, token=TOKEN, busy_retry_s=0).run(ExecutionRequest(command=["true"]))
+        assert info.value.status == 503 and "busy" in str(info.value)
+        def open_once_refused_again() -> None:
+            while svc.server.busy_answers < 2:
+                time.sleep(0.01)
+            gate.set()
+
+        threading.Thread(target=open_once_refused_again, daemon=True).start()
+        started = time.monotonic()
+        result = RemoteExecutor(svc.url, token=TOKEN).run(ExecutionRequest(command=["true"], id="second"))
+        waited = time.monotonic() - started
+        holder.join(10)
+    assert result.status == "passed" and result.id == "second"
+    assert svc.server.busy_answers == 2 and 1.0 <= waited < 5.0  # one Retry-After: 1 waited out
