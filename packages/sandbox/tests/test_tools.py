@@ -80,6 +80,16 @@ def test_run_tests_reports_each_test(env):
     assert text.splitlines() == ["status: passed (1 passed)", "PASSED  tests/test_stats.py::test_mean"]
 
 
+def test_run_tests_takes_a_file_named_like_an_option_as_a_path_not_a_plugin(env):
+    plugin = ("import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+              "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
+    _, record = call(env, "write_file", path="-pevil.py", content=plugin)
+    assert record.ok
+    text, record = call(env, "run_tests", targets=["-pevil.py", "tests/test_stats.py"])
+    assert record.ok and record.data["status"] == "failed"
+    assert "FAILED  tests/test_stats.py::test_median_even_length" in text
+
+
 def test_read_only_files_behave_like_production(env):
     text, record = call(env, "write_file", path="tests/test_stats.py", content="")
     assert (record.ok, record.error_kind) == (False, "permission_denied")

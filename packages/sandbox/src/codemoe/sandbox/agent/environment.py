@@ -91,7 +91,8 @@ class RepoEnvironment:
         assert self.task is not None and self.workspace is not None
         args = pytest_args(self.task.test_command)
         if targets:
-            args = [a for a in args if a.startswith("-")] + targets
+            # a target is a path: one that starts with "-" (a file named -pNAME) must not become an option
+            args = [a for a in args if a.startswith("-")] + [f"./{t}" if t.startswith("-") else t for t in targets]
         request = ExecutionRequest(files=dict(self.workspace.snapshot()), command=args, runner="pytest",
                                    limits=self._limits(self.task.timeout_s), id=f"{self.task.id}/run_tests")
         return self.executor.run(request)
