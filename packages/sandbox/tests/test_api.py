@@ -196,3 +196,12 @@ def test_worker_error_paths_kill_and_reap_the_child_and_drop_the_work_dir(kind, 
         assert error is not None, case  # the caller (the worker's loop) answers it as an error
         assert (children_left, mounts_leaked, files_left) == (False, 0, []), case
     assert processes_with(f"1000.{marker}") == [] and processes_with(f"1001.{marker}") == []
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("id", 3, "'id' must be a string"), ("nonce", ["x"], "'nonce' must be a string"),
+    ("graded", "yes", "'graded' must be true or false"), ("trusted", "a.py", "'trusted' must be a list"),
+])
+def test_request_fields_of_the_wrong_type_are_refused_by_name(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        ExecutionRequest.from_dict({"files": {}, "command": ["true"], field: value})

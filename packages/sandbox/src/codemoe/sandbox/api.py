@@ -236,6 +236,9 @@ class ExecutionRequest:
                 raise ValueError(f"file path {path!r} must be relative and stay inside the work dir")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
             raise ValueError("'env' must map strings to strings")
+        for name in ("id", "nonce"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"'{name}' must be a string, got {type(getattr(self, name)).__name__}")
         if not isinstance(self.graded, bool):
             raise ValueError(f"'graded' must be true or false, got {self.graded!r}")
         if not (isinstance(self.trusted, list) and all(isinstance(p, str) for p in self.trusted)):
