@@ -2,22 +2,28 @@
 
 The list comes from the same probe every worker runs at start-up (so it cannot disagree with what
 executions get), followed by one end-to-end check: a real execution that tries to reach the
-network, write outside its work dir, see the host's environment and read host files it must not
-see (a canary file, a file of the caller's working directory, one of the checkout's registry).
+network, write outside its work dir, see the host's environment, read host files it must not
+see (a canary file, a file of the caller's working directory, one of the checkout's registry, one
+of a package the site-packages view leaves out), store a key in the kernel keyring and make a
+user namespace.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import tempfile
 
 from codemoe.sandbox.isolation import (
+    DEFAULT_SITE_PACKAGES,
     PRIVATE_TMP,
     Protection,
     checkout_root,
     default_hidden_paths,
     probe,
+    site_dirs,
+    site_view,
     why_not_hideable,
 )
 
@@ -46,8 +52,24 @@ for path in HOST_FILES:
         found.append("read " + path)
     except OSError:
         pass
+if SYSCALLS:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    key = libc.syscall(SYSCALLS["add_key"], b"user", b"codemoe-doctor", b"x", 1, ctypes.c_long(-4))
+    if key >= 0:
+        found.append("stored a key in the kernel keyring")
+        libc.syscall(SYSCALLS["keyctl"], 21, ctypes.c_long(key), 0, 0)  # KEYCTL_INVALIDATE
+    child = libc.syscall(SYSCALLS["clone"], 0x10000000 | 17, 0, 0, 0, 0)  # CLONE_NEWUSER | SIGCHLD
+    if child == 0:
+        os._exit(0)
+    if child > 0:
+        os.waitpid(child, 0)
+        found.append("made a user namespace")
 print(";".join(found))
 """
+_SYSCALLS = {"x86_64": {"add_key": 248, "keyctl": 250, "clone": 56},
+             "aarch64": {"add_key": 217, "keyctl": 219, "clone": 220}}
 
 
 def diagnose(live: bool = True) -> list[Protection]:
@@ -66,7 +88,9 @@ def _end_to_end() -> Protection:
     os.environ[_CANARY] = "1"
     canary_dir = _canary_dir()
     host_files = _host_files(canary_dir)
-    check = f"HOST_FILES = {host_files!r}\n{_CHECK}"
+    outside_view = _outside_site_view()[:1]
+    syscalls = _SYSCALLS.get(platform.machine(), {})
+    check = f"HOST_FILES = {[*host_files, *outside_view]!r}\nSYSCALLS = {syscalls!r}\n{_CHECK}"
     try:
         with LocalExecutor(workers=1, hide_paths=[canary_dir] if canary_dir else []) as executor:
             result = executor.run(
@@ -84,8 +108,10 @@ def _end_to_end() -> Protection:
     if breaches:
         return Protection("end-to-end check", False, f"a sandboxed program could: {breaches.replace(';', ', ')}")
     return Protection("end-to-end check", True, "a sandboxed program could not reach the network, "
-                      f"write to /etc, see the host environment or read {len(host_files)} host files "
-                      "(a canary, the caller's working directory, the checkout's registry)")
+                      f"write to /etc, see the host environment, read {len(host_files)} host files "
+                      "(a canary, the caller's working directory, the checkout's registry)"
+                      + (", read a package outside the site-packages view" if outside_view else "")
+                      + (", store a kernel key or make a user namespace" if syscalls else ""))
 
 
 def _canary_dir() -> str | None:
@@ -117,6 +143,22 @@ def _host_files(canary_dir: str | None) -> list[str]:
                 files.append(os.path.join(folder, sorted(names)[0]))
                 break
     return files
+
+
+def _outside_site_view() -> list[str]:
+    """Metadata files of installed distributions the default site-packages view leaves out."""
+    _, keep = site_view(DEFAULT_SITE_PACKAGES)
+    found = []
+    for folder in site_dirs():
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            metadata = os.path.join(entry.path, "METADATA")
+            if entry.name.endswith(".dist-info") and entry.path not in keep and os.path.isfile(metadata):
+                found.append(metadata)
+    return found
 
 
 def format_report(checks: list[Protection]) -> str:

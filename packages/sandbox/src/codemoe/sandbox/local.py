@@ -44,12 +44,17 @@ class LocalExecutorConfig:
     # directories executions may still read (read-only) although they would be hidden, e.g. a
     # shared library folder under /opt that programs load
     expose_paths: list[str] = dataclasses.field(default_factory=list)
+    # what executions see of site-packages: distributions (with their dependencies) or top-level
+    # modules; None means DEFAULT_SITE_PACKAGES (pytest, pip and numpy, where installed); everything
+    # else installed there (answer keys, the trainer's own libraries) stays hidden
+    site_packages: list[str] | None = None
 
 
 def build_local_executor(config: LocalExecutorConfig) -> LocalExecutor:
     """Factory of the ``local`` executor."""
     return LocalExecutor(workers=config.workers, start_timeout_s=config.start_timeout_s,
-                         hide_paths=config.hide_paths, expose_paths=config.expose_paths)
+                         hide_paths=config.hide_paths, expose_paths=config.expose_paths,
+                         site_packages=config.site_packages)
 
 
 def default_workers() -> int:
@@ -146,11 +151,13 @@ class LocalExecutor:
         start_timeout_s: float = 60.0,
         hide_paths: list[str] | tuple[str, ...] = (),
         expose_paths: list[str] | tuple[str, ...] = (),
+        site_packages: list[str] | tuple[str, ...] | None = None,
     ) -> None:
         self.size = workers or default_workers()
         self.start_timeout_s = start_timeout_s
         # fixed now: the caller's working directory when the executor is made is the one hidden
-        self._paths = json.dumps({"hide": default_hidden_paths(hide_paths), "expose": list(expose_paths)})
+        self._paths = json.dumps({"hide": default_hidden_paths(hide_paths), "expose": list(expose_paths),
+                                  "site_packages": None if site_packages is None else list(site_packages)})
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all: list[_Worker] = []
         self._lock = threading.Lock()

@@ -34,6 +34,7 @@ from codemoe.sandbox.isolation import (
     WorkerState,
     enter,
     finish_execution,
+    oom_killed,
     prepare_execution,
     prepare_worker,
     probe,
@@ -91,7 +92,7 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
     lives, each page either process writes is copied, so both do as little as possible then.
     """
     limits = request.limits
-    work = prepare_execution(plan, state, limits.disk_mb)
+    work = prepare_execution(plan, state, limits.disk_mb, memory_mb=limits.memory_mb, processes=limits.max_processes)
     # From here on every path, whatever raises, kills and reaps the child and drops the work dir.
     pid = 0  # the child, from the clone until it is reaped
     streams: dict[int, _Stream] = {}
@@ -126,6 +127,7 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
         _, status, usage = os.wait4(pid, 0)
         reaped, pid = pid, 0
         duration = time.monotonic() - start
+        oom_kill = oom_killed(state)  # the execution's cgroup counted one (its processes are gone)
         if not plan.pid_ns:
             _kill_group(reaped)
         _drain(poller, streams)
@@ -144,9 +146,10 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
             poller.close()
         for fd in streams:
             os.close(fd)
-        finish_execution(plan, work)
+        finish_execution(plan, work, state)
     out, err, channel = streams.values()
-    return _result(request, setup, out, err, channel, status, usage, duration, wall_timeout, output_limit)
+    return _result(request, setup, out, err, channel, status, usage, duration, wall_timeout, output_limit,
+                   oom_kill=oom_kill)
 
 
 def _nproc_base(plan: IsolationPlan) -> Callable[[], int]:
@@ -243,6 +246,7 @@ def _result(
     duration: float,
     wall_timeout: bool,
     output_limit: bool,
+    oom_kill: bool = False,
 ) -> ExecutionResult:
     exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
     signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
@@ -260,6 +264,7 @@ def _result(
         max_file_mb=request.limits.max_file_mb,
         stderr_tail=stderr[-4000:],
         messages=_messages(bytes(channel.data)),
+        oom_kill=oom_kill,
         canaries=setup.canaries,
         canaries_required=setup.canaries_required,
     )
@@ -399,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(devnull, 1)
     os.close(devnull)
     stdio_objects()
-    plan = probe(hide=paths.get("hide", ()), expose=paths.get("expose", ()))
+    plan = probe(hide=paths.get("hide", ()), expose=paths.get("expose", ()), site_packages=paths.get("site_packages"))
     pytest_zygote = _start_pytest_zygote(plan)
     for name in PRELOAD:
         importlib.import_module(name)
