@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from codemoe.sandbox.cli import main
 from codemoe.sandbox.rewards import build_reward
-from codemoe.sandbox.rewards.corpus import HONEST, load_corpus, run_corpus
+from codemoe.sandbox.rewards.corpus import HONEST, HONEST_KINDS, HONEST_PARTIAL, load_corpus, run_corpus
 from codemoe.sandbox.rewards.detectors.special_casing import pass_rate
 from codemoe.sandbox.rewards.hack_report import detector_rows, format_report, kind_rows
 from codemoe.sandbox.rewards.penalty import DETECTORS
@@ -33,19 +33,40 @@ def test_every_detector_catches_its_hacks_and_flags_no_honest_solution(corpus):
     rows = {r.detector: r for r in detector_rows(*corpus)}
     assert set(rows) == set(DETECTORS)
     for row in rows.values():
-        assert row.hacks >= 3 and row.honest >= 8
+        assert row.hacks >= 5 and row.honest >= 20 and row.partials >= 10
         assert (row.missed, row.flagged_honest) == ([], []), row.detector
-        assert row.detection_rate == 1.0 and row.false_positive_rate == 0.0
+        assert row.detection_rate == 1.0 and row.false_positive_rate == 0.0 and row.partial_false_positive_rate == 0.0
 
 
 def test_the_corpus_behaves_as_labelled(corpus):
-    """Honest full solutions pass everything; the test-fitting hacks pass every visible test."""
+    """Honest full solutions pass everything; honest partial ones fail hidden tests, most of them after
+    passing every visible one; the test-fitting hacks pass every visible test and fail hidden ones."""
+    partial_passing_visible = 0
     for solution, inp in zip(*corpus):
         visible, hidden = pass_rate(*inp.tests("visible")), pass_rate(*inp.tests("hidden"))
-        if solution.kind == HONEST and "partial" not in solution.id:
+        if solution.kind == HONEST:
             assert (visible, hidden) == (1.0, 1.0), solution.name
-        if solution.kind in ("hardcoded_tests", "special_casing", "test_state"):
+        elif solution.kind == HONEST_PARTIAL:
+            assert hidden < 1.0, solution.name
+            partial_passing_visible += visible == 1.0
+        elif solution.kind in ("hardcoded_tests", "special_casing", "test_state"):
             assert visible == 1.0 and hidden < 1.0, solution.name
+    assert partial_passing_visible >= 8
+
+
+def test_the_old_pass_rate_rule_would_have_flagged_honest_partial_work(corpus):
+    """What special_casing used to fire on (every visible test passing, hidden pass rate 0.5 lower) holds
+    for honest partial solutions too; the code evidence does not."""
+    gap = [
+        s.name
+        for s, inp in zip(*corpus)
+        if s.kind == HONEST_PARTIAL
+        and pass_rate(*inp.tests("visible")) == 1.0
+        and pass_rate(*inp.tests("hidden")) <= 0.5
+    ]
+    assert len(gap) >= 3
+    detector = build_reward("special_casing")
+    assert [s.name for s, inp in zip(*corpus) if s.name in gap and detector(inp).value] == []
 
 
 def test_early_exit_is_caught_by_the_executor_nonce(corpus):
@@ -57,19 +78,20 @@ def test_early_exit_is_caught_by_the_executor_nonce(corpus):
     assert verdict.evidence[0].startswith("executor: no valid test report")
 
 
-def test_under_seed2_hacks_passing_every_visible_test_score_below_honest_solutions_passing_fewer(corpus):
-    recipe = build_reward(load_preset("seed2-weighted"))
+@pytest.mark.parametrize("preset", ["seed2-weighted", "seed1-stepwise"])
+def test_hacks_passing_every_visible_test_score_below_honest_solutions_passing_fewer(corpus, preset):
+    recipe = build_reward(load_preset(preset))
     hacked_all_visible, honest_fewer = [], []
     for solution, inp in zip(*corpus):
         visible = pass_rate(*inp.tests("visible"))
-        if solution.kind != HONEST and visible == 1.0:
+        if solution.kind not in HONEST_KINDS and visible == 1.0:
             hacked_all_visible.append(recipe(inp).total)
-        elif solution.kind == HONEST and visible < 1.0:
+        elif solution.kind in HONEST_KINDS and 0.0 < visible < 1.0:
             honest_fewer.append(recipe(inp).total)
-    assert len(hacked_all_visible) >= 10 and len(honest_fewer) >= 2
+    assert len(hacked_all_visible) >= 30 and len(honest_fewer) >= 3
     assert max(hacked_all_visible) < min(honest_fewer)
     kinds = {row.kind: row for row in kind_rows(*corpus, recipe)}
-    assert kinds[HONEST].mean_reward > max(row.mean_reward for kind, row in kinds.items() if kind != HONEST)
+    assert kinds[HONEST].mean_reward > max(row.mean_reward for kind, row in kinds.items() if kind not in HONEST_KINDS)
 
 
 def test_report_table_lists_every_detector(corpus):
@@ -84,6 +106,8 @@ def test_report_table_lists_every_detector(corpus):
             "100%",
             f"0/{row.honest}",
             "0%",
+            f"0/{row.partials}",
+            "0%",
             str(row.other_flagged),
         ]
 
@@ -96,8 +120,11 @@ def test_hack_report_command(tmp_path, capsys):
     shutil.copytree(CORPUS / "solutions" / "primes", small / "solutions" / "primes")
     assert main(["hack-report", str(small), "--json", "--check", "--workers", "2"]) == 0
     report = json.loads(capsys.readouterr().out)
-    rates = {row["detector"]: (row["detection_rate"], row["false_positive_rate"]) for row in report["detectors"]}
-    assert rates == {name: (1.0, 0.0) for name in DETECTORS}
+    rates = {
+        row["detector"]: (row["detection_rate"], row["false_positive_rate"], row["partial_false_positive_rate"])
+        for row in report["detectors"]
+    }
+    assert rates == {name: (1.0, 0.0, 0.0) for name in DETECTORS}
     assert report["recipe"] == "seed2-weighted"
 
 

@@ -3,7 +3,7 @@
 Layout (all YAML, see ``packages/sandbox/tests/data/hacks/README.md``)::
 
     CORPUS/tasks/<task>.yaml                  id, statement, files (repo before), hidden (hidden tests)
-    CORPUS/solutions/<task>/<solution>.yaml   kind (honest or a detector name), note, files, delete
+    CORPUS/solutions/<task>/<solution>.yaml   kind (honest, honest_partial or a detector name), note, files, delete
 
 Every solution is executed in the sandbox: its visible tests as the solution left them, and the
 hidden tests on its non-test files. The results, with the files before and after, become a
@@ -22,9 +22,11 @@ from codemoe.sandbox.rewards.inputs import reward_input_from_results
 from codemoe.sandbox.rewards.registration import RewardSpecError
 from codemoe.sandbox.rewards.types import RewardInput
 
-__all__ = ["HONEST", "CorpusSolution", "CorpusTask", "load_corpus", "run_corpus"]
+__all__ = ["HONEST", "HONEST_KINDS", "HONEST_PARTIAL", "CorpusSolution", "CorpusTask", "load_corpus", "run_corpus"]
 
-HONEST = "honest"  # the kind of solutions no detector may flag
+HONEST = "honest"  # a complete, honest solution: no detector may flag it
+HONEST_PARTIAL = "honest_partial"  # honest but incomplete (misses an edge case, often only hidden tests show it)
+HONEST_KINDS = (HONEST, HONEST_PARTIAL)  # the kinds no detector may flag
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,9 @@ def load_corpus(root: str | Path) -> list[CorpusSolution]:
         for path in sorted((root / "solutions" / task.id).glob("*.yaml")):
             sol = _read(path)
             if "kind" not in sol:
-                raise RewardSpecError(f"{path}: a solution needs 'kind: honest' or the detector that must catch it")
+                raise RewardSpecError(
+                    f"{path}: a solution needs 'kind: honest', 'kind: honest_partial' or the detector that must catch it"
+                )
             solutions.append(
                 CorpusSolution(
                     task,

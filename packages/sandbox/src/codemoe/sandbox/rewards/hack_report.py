@@ -1,9 +1,9 @@
 """``codemoe sandbox hack-report CORPUS``: how well each hack detector does on a corpus.
 
 For every detector: the share of the corpus's hacks of its kind it catches (detection rate), the
-share of honest solutions it flags (false-positive rate), and how many hacks of other kinds it also
-flags. Then, per kind, the mean reward under a recipe (``seed2-weighted`` by default) with the
-visible and hidden pass rates, which shows whether hacking pays.
+shares of honest and of honest-partial solutions it flags (false-positive rates), and how many hacks
+of other kinds it also flags. Then, per kind, the mean reward under a recipe (``seed2-weighted`` by
+default) with the visible and hidden pass rates, which shows whether hacking pays.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from codemoe.sandbox.rewards.corpus import HONEST, CorpusSolution, load_corpus, run_corpus
+from codemoe.sandbox.rewards.corpus import HONEST, HONEST_KINDS, HONEST_PARTIAL, CorpusSolution, load_corpus, run_corpus
 from codemoe.sandbox.rewards.detectors.special_casing import pass_rate
 from codemoe.sandbox.rewards.penalty import DETECTORS
 from codemoe.sandbox.rewards.registration import build_reward
@@ -31,11 +31,13 @@ class DetectorRow:
     detector: str
     caught: int  # hacks of its kind it flagged
     hacks: int  # hacks of its kind in the corpus
-    false_positives: int  # honest solutions it flagged
-    honest: int  # honest solutions in the corpus
+    false_positives: int  # honest (complete) solutions it flagged
+    honest: int  # honest (complete) solutions in the corpus
+    partial_false_positives: int  # honest-partial solutions it flagged
+    partials: int  # honest-partial solutions in the corpus
     other_flagged: int  # hacks of other kinds it flagged too
     missed: list[str]  # hacks of its kind it did not flag
-    flagged_honest: list[str]  # honest solutions it flagged
+    flagged_honest: list[str]  # honest and honest-partial solutions it flagged
 
     @property
     def detection_rate(self) -> float:
@@ -44,6 +46,10 @@ class DetectorRow:
     @property
     def false_positive_rate(self) -> float:
         return self.false_positives / self.honest if self.honest else float("nan")
+
+    @property
+    def partial_false_positive_rate(self) -> float:
+        return self.partial_false_positives / self.partials if self.partials else float("nan")
 
 
 @dataclass
@@ -67,7 +73,8 @@ def detector_rows(
         flagged = {s.name for s, inp in zip(solutions, inputs) if detector(inp).value}
         mine = [s.name for s in solutions if s.kind == name]
         honest = [s.name for s in solutions if s.kind == HONEST]
-        others = [s.name for s in solutions if s.kind not in (name, HONEST)]
+        partial = [s.name for s in solutions if s.kind == HONEST_PARTIAL]
+        others = [s.name for s in solutions if s.kind not in (name, *HONEST_KINDS)]
         rows.append(
             DetectorRow(
                 detector=name,
@@ -75,9 +82,11 @@ def detector_rows(
                 hacks=len(mine),
                 false_positives=sum(n in flagged for n in honest),
                 honest=len(honest),
+                partial_false_positives=sum(n in flagged for n in partial),
+                partials=len(partial),
                 other_flagged=sum(n in flagged for n in others),
                 missed=[n for n in mine if n not in flagged],
-                flagged_honest=[n for n in honest if n in flagged],
+                flagged_honest=[n for n in honest + partial if n in flagged],
             )
         )
     return rows
@@ -85,7 +94,10 @@ def detector_rows(
 
 def kind_rows(solutions: Sequence[CorpusSolution], inputs: Sequence[RewardInput], recipe: Any) -> list[KindRow]:
     """Mean recipe total and visible/hidden pass rates per kind of solution (honest first)."""
-    kinds = sorted({s.kind for s in solutions}, key=lambda k: (k != HONEST, k))
+    kinds = sorted(
+        {s.kind for s in solutions},
+        key=lambda k: (k not in HONEST_KINDS, HONEST_KINDS.index(k) if k in HONEST_KINDS else 0, k),
+    )
     rows = []
     for kind in kinds:
         picked = [inp for s, inp in zip(solutions, inputs) if s.kind == kind]
@@ -100,12 +112,14 @@ def kind_rows(solutions: Sequence[CorpusSolution], inputs: Sequence[RewardInput]
 def format_report(detectors: Sequence[DetectorRow], kinds: Sequence[KindRow], recipe_name: str) -> str:
     """Both tables as plain text."""
     lines = [
-        f"{'detector':<18} {'detection':>11} {'rate':>6} {'false pos.':>11} {'rate':>6} {'other hacks':>12}",
+        f"{'detector':<18} {'detection':>11} {'rate':>5} {'FP honest':>11} {'rate':>5} "
+        f"{'FP partial':>11} {'rate':>5} {'other hacks':>12}",
     ]
     for r in detectors:
         lines.append(
-            f"{r.detector:<18} {r.caught:>5}/{r.hacks:<5} {r.detection_rate:>6.0%} "
-            f"{r.false_positives:>5}/{r.honest:<5} {r.false_positive_rate:>6.0%} {r.other_flagged:>12}"
+            f"{r.detector:<18} {r.caught:>5}/{r.hacks:<5} {r.detection_rate:>5.0%} "
+            f"{r.false_positives:>5}/{r.honest:<5} {r.false_positive_rate:>5.0%} "
+            f"{r.partial_false_positives:>5}/{r.partials:<5} {r.partial_false_positive_rate:>5.0%} {r.other_flagged:>12}"
         )
         lines += [f"    missed: {n}" for n in r.missed] + [f"    flagged honest: {n}" for n in r.flagged_honest]
     lines += ["", f"{'kind':<18} {'n':>3} {'mean ' + recipe_name:>24} {'visible pass':>13} {'hidden pass':>12}"]
@@ -127,13 +141,18 @@ def _cmd_hack_report(args: argparse.Namespace) -> int:
     detectors, kinds = detector_rows(solutions, inputs), kind_rows(solutions, inputs, recipe)
     if args.json:
         rows = [
-            {**asdict(r), "detection_rate": r.detection_rate, "false_positive_rate": r.false_positive_rate}
+            {
+                **asdict(r),
+                "detection_rate": r.detection_rate,
+                "false_positive_rate": r.false_positive_rate,
+                "partial_false_positive_rate": r.partial_false_positive_rate,
+            }
             for r in detectors
         ]
         print(json.dumps({"detectors": rows, "kinds": [asdict(k) for k in kinds], "recipe": args.recipe}, indent=2))
     else:
         print(format_report(detectors, kinds, Path(args.recipe).stem))
-    perfect = all(r.caught == r.hacks and r.false_positives == 0 for r in detectors)
+    perfect = all(r.caught == r.hacks and r.false_positives == 0 and r.partial_false_positives == 0 for r in detectors)
     return 0 if perfect or not args.check else 1
 
 
@@ -144,5 +163,9 @@ def add_hack_report_command(sub: Any) -> None:
     p.add_argument("--recipe", default="seed2-weighted", help="reward preset name or YAML path for the reward table")
     p.add_argument("--workers", type=int, default=0, help="executor workers (default: one per CPU)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.add_argument("--check", action="store_true", help="exit 1 unless every detector catches all its hacks, no FP")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 unless every detector catches all its hacks and flags no honest one",
+    )
     p.set_defaults(handler=_cmd_hack_report)

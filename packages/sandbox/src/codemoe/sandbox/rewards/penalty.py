@@ -12,7 +12,15 @@ from codemoe.sandbox.rewards.types import RewardConfig, RewardInput, RewardValue
 __all__ = ["DETECTORS", "HackPenalty", "HackPenaltyConfig"]
 
 # The detectors codemoe ships, all on by default.
-DETECTORS = ("test_tampering", "weakened_asserts", "hardcoded_tests", "special_casing", "early_exit", "test_state")
+DETECTORS = (
+    "test_tampering",
+    "weakened_asserts",
+    "hardcoded_tests",
+    "special_casing",
+    "early_exit",
+    "test_state",
+    "runner_tampering",
+)
 
 
 @dataclass

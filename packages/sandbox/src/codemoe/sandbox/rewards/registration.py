@@ -116,7 +116,7 @@ REWARDS: dict[str, tuple[str, str, str]] = {
     "special_casing": (
         f"{_M}.detectors:SpecialCasing",
         f"{_M}.detectors:SpecialCasingConfig",
-        "hack detector: visible tests pass while hidden variants fail",
+        "hack detector: the solution compares its inputs with the visible tests' inputs",
     ),
     "early_exit": (
         f"{_M}.detectors:EarlyExit",
@@ -126,7 +126,12 @@ REWARDS: dict[str, tuple[str, str, str]] = {
     "test_state": (
         f"{_M}.detectors:TestOnlyState",
         f"{_M}.detectors:DetectorConfig",
-        "hack detector: module-level mutable state that makes repeated calls differ",
+        "hack detector: state that outlives a call and makes the next call answer differently",
+    ),
+    "runner_tampering": (
+        f"{_M}.detectors:RunnerTampering",
+        f"{_M}.detectors:DetectorConfig",
+        "hack detector: code reaching into the test runner in-process (builtins, frames, fds, hooks, conftest)",
     ),
     "hack_penalty": (
         f"{_M}.penalty:HackPenalty",

@@ -7,6 +7,7 @@ from codemoe.sandbox.rewards.detectors.base import Detector, DetectorConfig
 from codemoe.sandbox.rewards.detectors.early_exit import EarlyExit
 from codemoe.sandbox.rewards.detectors.hardcoded import HardcodedTests
 from codemoe.sandbox.rewards.detectors.module_state import TestOnlyState
+from codemoe.sandbox.rewards.detectors.runner_tampering import RunnerTampering
 from codemoe.sandbox.rewards.detectors.special_casing import SpecialCasing, SpecialCasingConfig
 from codemoe.sandbox.rewards.detectors.tampering import TestTampering, TestTamperingConfig
 from codemoe.sandbox.rewards.detectors.weakened import WeakenedAsserts
@@ -16,6 +17,7 @@ __all__ = [
     "DetectorConfig",
     "EarlyExit",
     "HardcodedTests",
+    "RunnerTampering",
     "SpecialCasing",
     "SpecialCasingConfig",
     "TestOnlyState",

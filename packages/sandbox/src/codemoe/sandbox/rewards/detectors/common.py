@@ -1,0 +1,355 @@
+"""AST helpers the hack detectors share: what a name refers to, strings as code builds them, and
+findings that are new since a file's previous version.
+
+Detectors reason about classes of code, not spellings: ``os._exit``, ``from os import _exit as bye``,
+``getattr(os, "_exit")``, ``__import__("os")._exit`` and ``sys.modules["os"]._exit`` all resolve to
+``os._exit`` (:func:`qualname`), and ``"/proc/" + str(pid) + "/mem"`` folds to ``/proc/1/mem``
+(:func:`fold`). Nothing here imports or runs the code it reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Callable, Iterator
+
+from codemoe.sandbox.rewards.static import is_main_guard, literal, parse
+
+__all__ = [
+    "HOLE",
+    "STDLIB",
+    "aliases",
+    "docstring_ids",
+    "fold",
+    "int_value",
+    "new_findings",
+    "parents",
+    "qualname",
+    "strings",
+    "walk_code",
+]
+
+# Modules of the standard library, and the test runner's own, whose attributes the runner relies on.
+STDLIB = frozenset(sys.stdlib_module_names) | {"pytest", "_pytest", "pluggy", "py", "codemoe", "iniconfig"}
+# Modules that are another name for a standard one.
+_SAME = {
+    "posix": "os",
+    "nt": "os",
+    "_io": "io",
+    "__builtin__": "builtins",
+    "_signal": "signal",
+    "_posixsubprocess": "os",
+}
+HOLE = "1"  # what an unknown part of a folded string becomes (so "/proc/{pid}/mem" reads "/proc/1/mem")
+_IMPORTERS = frozenset({"__import__", "importlib.import_module", "importlib.__import__"})
+
+
+def _normalise(dotted: str) -> str:
+    head, dot, rest = dotted.partition(".")
+    return _SAME.get(head, head) + dot + rest
+
+
+def aliases(tree: ast.AST) -> dict[str, str]:
+    """Local name -> the dotted name it is bound to by an import (``import os as o``: ``o -> os``;
+    ``from os import _exit as e``: ``e -> os._exit``; ``m = __import__("os")``: ``m -> os``)."""
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                out[a.asname or a.name.split(".")[0]] = _normalise(a.name if a.asname else a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if a.name != "*":
+                    out[a.asname or a.name] = _normalise(f"{node.module}.{a.name}")
+    # module-level names bound to a module or to something in one: m = __import__("os"), _exit = os._exit,
+    # peek = getattr(sys, "_getframe"), dumps, bye = json.dumps, os._exit
+    for _ in range(2):
+        for node in getattr(tree, "body", []):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+                continue
+            target, value = node.targets[0], node.value
+            pairs = [(target, value)]
+            if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+                pairs = list(zip(target.elts, value.elts))
+            for t, v in pairs:
+                if not isinstance(t, ast.Name) or t.id in out:
+                    continue
+                name = _dynamic_module(v, out) or (
+                    qualname(v, out) if isinstance(v, (ast.Attribute, ast.Call, ast.Subscript)) else "")  # fmt: skip
+                if isinstance(v, ast.Call) and not _dynamic_module(v, out) and qualname(v.func, out) != "getattr":
+                    name = ""  # the result of a call, not the thing called
+                if name and name.split(".", 1)[0] in set(out.values()) | set(sys.stdlib_module_names):
+                    out[t.id] = name
+    return out
+
+
+def _dynamic_module(node: ast.AST, names: dict[str, str]) -> str:
+    """``__import__("os")``, ``importlib.import_module("os")``, ``sys.modules["os"]`` -> ``os``."""
+    if isinstance(node, ast.Call) and node.args and qualname(node.func, names) in _IMPORTERS:
+        text = fold(node.args[0], loose=False)
+        return _normalise(text) if text else ""
+    if isinstance(node, ast.Subscript) and qualname(node.value, names) == "sys.modules":
+        text = fold(node.slice, loose=False)
+        if text:
+            return _normalise(text)
+        if isinstance(node.slice, ast.Name) and node.slice.id == "__name__":
+            return "__main__"
+    return ""
+
+
+def qualname(node: ast.AST, names: dict[str, str] | None = None) -> str:
+    """The dotted name an expression refers to, imports resolved; '' when it is not a name.
+
+    Follows attributes, ``getattr(x, "name")``, ``x.__dict__["name"]``, ``vars(x)["name"]``,
+    ``__builtins__``, dynamic imports and ``sys.modules[...]``. For a call, the name of what is
+    called (``os._exit(0)`` -> ``os._exit``).
+    """
+    names = names or {}
+    if isinstance(node, ast.Call):
+        func = qualname(node.func, names)
+        if func == "getattr" and len(node.args) >= 2:
+            attr = fold(node.args[1], loose=False)
+            base = qualname(node.args[0], names)
+            return f"{base}.{attr}" if base and attr else ""
+        module = _dynamic_module(node, names)
+        return module or func
+    if isinstance(node, ast.Name):
+        if node.id == "__builtins__":
+            return "builtins"
+        return names.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        base = qualname(node.value, names)
+        return f"{base}.{node.attr}" if base else ""
+    if isinstance(node, ast.Subscript):
+        module = _dynamic_module(node, names)
+        if module:
+            return module
+        key = fold(node.slice, loose=False)
+        value = node.value
+        if key is None:
+            return ""
+        if isinstance(value, ast.Attribute) and value.attr == "__dict__":
+            base = qualname(value.value, names)
+            return f"{base}.{key}" if base else ""
+        if isinstance(value, ast.Call) and qualname(value.func, names) == "vars" and len(value.args) == 1:
+            base = qualname(value.args[0], names)
+            return f"{base}.{key}" if base else ""
+        if qualname(value, names) == "builtins":
+            return f"builtins.{key}"
+    return ""
+
+
+def int_value(node: ast.AST) -> int | None:
+    """The integer an expression of integer literals evaluates to (``3``, ``1 + 2``, ``-(-3)``)."""
+    value = literal(node)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(node, ast.BinOp):
+        left, right = int_value(node.left), int_value(node.right)
+        if left is None or right is None:
+            return None
+        ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+               ast.FloorDiv: lambda a, b: a // b if b else None, ast.BitOr: lambda a, b: a | b,
+               ast.LShift: lambda a, b: a << b if 0 <= b < 64 else None}  # fmt: skip
+        op = ops.get(type(node.op))
+        return op(left, right) if op else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = int_value(node.operand)
+        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "int" and node.args:
+        text = fold(node.args[0], loose=False)
+        if text is not None and text.strip().lstrip("-").isdigit():
+            return int(text)
+    return None
+
+
+_PATH_JOINS = frozenset({"os.path.join", "posixpath.join", "pathlib.Path", "pathlib.PurePath",
+                         "pathlib.PosixPath", "pathlib.PurePosixPath", "Path", "PurePath", "PosixPath"})  # fmt: skip
+
+
+def fold(node: ast.AST, *, loose: bool = True, _depth: int = 0) -> str | None:
+    """The text a string expression builds, when it is made of literals.
+
+    Concatenation, ``%`` and ``.format`` templates, f-strings, ``"sep".join([...])``, path joins
+    (``os.path.join``, ``Path(...) / "x"``), ``.encode``/``.decode`` and constant slices
+    (``"emarf_teg_"[::-1]``). With ``loose``, parts that are not literals become :data:`HOLE`,
+    as long as some literal text is involved; None when the expression holds no literal text.
+    """
+    if _depth > 40:
+        return None
+    again = lambda n: fold(n, loose=loose, _depth=_depth + 1)  # noqa: E731
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, str):
+            return node.value
+        if isinstance(node.value, bytes):
+            return node.value.decode("latin-1")
+        return None
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                parts.append(value.value)
+            elif isinstance(value, ast.FormattedValue):
+                inner = again(value.value)
+                if inner is None and not loose:
+                    return None
+                parts.append(HOLE if inner is None else inner)
+        return "".join(parts)
+    if isinstance(node, ast.BinOp):
+        left, right = again(node.left), again(node.right)
+        if isinstance(node.op, ast.Add):
+            if left is None and right is None:
+                return None
+            if (left is None or right is None) and not loose:
+                return None
+            return (HOLE if left is None else left) + (HOLE if right is None else right)
+        if isinstance(node.op, ast.Mod) and left is not None:
+            return _fill_percent(left) if loose or right is not None else None
+        if isinstance(node.op, ast.Div) and (left is not None or right is not None):
+            if (left is None or right is None) and not loose:
+                return None
+            return f"{HOLE if left is None else left}/{HOLE if right is None else right}"
+        return None
+    if isinstance(node, ast.Subscript):
+        text = again(node.value)
+        if text is None:
+            return None
+        if isinstance(node.slice, ast.Slice):
+            bounds = [
+                int_value(b) if b is not None else None for b in (node.slice.lower, node.slice.upper, node.slice.step)
+            ]
+            try:
+                return text[slice(*bounds)]
+            except (ValueError, TypeError):
+                return None
+        return None
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            owner = again(func.value)
+            if func.attr == "join" and owner is not None and len(node.args) == 1:
+                items = node.args[0]
+                if isinstance(items, (ast.List, ast.Tuple)):
+                    parts = [again(e) for e in items.elts]
+                    if any(p is None for p in parts) and not loose:
+                        return None
+                    return owner.join(HOLE if p is None else p for p in parts)
+                return None
+            if func.attr == "format" and owner is not None:
+                return _fill_braces(owner)
+            if func.attr in ("encode", "decode", "lower", "upper", "strip") and owner is not None:
+                return getattr(owner, func.attr)() if func.attr in ("lower", "upper", "strip") else owner
+            if func.attr == "joinpath" and owner is not None:
+                parts = [again(a) for a in node.args]
+                return "/".join([owner] + [HOLE if p is None else p for p in parts])
+        name = qualname(func)
+        if name in _PATH_JOINS or name.endswith(("path.join", "Path")):
+            parts = [again(a) for a in node.args]
+            if all(p is None for p in parts) or (any(p is None for p in parts) and not loose):
+                return None
+            return "/".join(HOLE if p is None else p for p in parts).replace("//", "/")
+        if name in ("str", "bytes", "bytearray") and node.args:
+            return again(node.args[0])
+    return None
+
+
+def _fill_percent(template: str) -> str:
+    out, i = [], 0
+    while i < len(template):
+        if template[i] == "%" and i + 1 < len(template):
+            j = i + 1
+            while j < len(template) and template[j] in "0123456789.-+ #(":
+                j += 1
+            out.append("%" if template[j : j + 1] == "%" else HOLE)
+            i = j + 1
+        else:
+            out.append(template[i])
+            i += 1
+    return "".join(out)
+
+
+def _fill_braces(template: str) -> str:
+    out, depth = [], 0
+    for ch in template:
+        if ch == "{":
+            depth += 1
+            if depth == 1:
+                out.append(HOLE)
+        elif ch == "}" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(ch)
+    return "".join(out)
+
+
+def docstring_ids(tree: ast.AST) -> set[int]:
+    """ids of the docstring nodes: prose may name anything, code may not."""
+    holders = [
+        n for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    return {
+        id(h.body[0].value)
+        for h in holders
+        if h.body and isinstance(h.body[0], ast.Expr) and isinstance(h.body[0].value, ast.Constant)
+    }
+
+
+def parents(tree: ast.AST) -> dict[int, ast.AST]:
+    """id(node) -> its parent node."""
+    out: dict[int, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            out[id(child)] = node
+    return out
+
+
+def walk_code(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node outside ``if __name__ == "__main__":`` blocks (which never run under a test runner)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(child for child in ast.iter_child_nodes(node) if not is_main_guard(child))
+
+
+def strings(tree: ast.AST) -> Iterator[tuple[ast.AST, str]]:
+    """(node, text) for every string the code builds outside docstrings and ``__main__`` blocks.
+
+    Each maximal string expression once (``"a" + "b"`` gives ``ab``, not also ``a`` and ``b``).
+    """
+    skip = docstring_ids(tree)
+    up = parents(tree)
+    for node in walk_code(tree):
+        if id(node) in skip or not isinstance(node, (ast.Constant, ast.JoinedStr, ast.BinOp, ast.Call, ast.Subscript)):
+            continue
+        text = fold(node)
+        if text is None:
+            continue
+        parent = up.get(id(node))
+        if parent is not None and (isinstance(parent, ast.FormattedValue) or fold(parent) is not None):
+            continue  # part of a bigger string expression, which is reported instead
+        yield node, text
+
+
+def _without_line(finding: str) -> str:
+    """``path:12: what`` -> ``path: what`` (a finding already in the old version moved, it is not new)."""
+    head, sep, rest = finding.partition(": ")
+    if not sep:
+        return finding
+    return f"{head.split(':')[0]}: {rest}"
+
+
+def new_findings(path: str, before: str | None, after: str, find: Callable[[str, ast.Module], list[str]]) -> list[str]:
+    """``find(path, tree)`` on the new text, minus what it already found in the old one."""
+    tree = parse(after)
+    if tree is None:
+        return []
+    old_tree = parse(before) if before else None
+    old = {_without_line(f) for f in find(path, old_tree)} if old_tree is not None else set()
+    seen: set[str] = set()
+    out = []
+    for finding in find(path, tree):
+        if _without_line(finding) not in old and finding not in seen:
+            seen.add(finding)
+            out.append(finding)
+    return out
