@@ -55,7 +55,7 @@ def test_oracle_solves_every_task_with_the_maximum_seed1_reward(env, seed1):
         # the best seed-1 score an agent can reach: no compile error, no regression, every visible test
         # that failed now passes, the all-pass bonus, and no action beyond the ones the change needs
         assert result.components == {"compile_errors": 0, "regressions": 0, "newly_passing": len(failing_before),
-                                     "all_pass": 1, "step_cost": episode.steps}, task.id
+                                     "all_pass": 1, "step_cost": episode.steps, "hack_penalty": 0}, task.id
         assert result.total == pytest.approx(1.5 * len(failing_before) + 10 - 0.01 * episode.steps)
         assert len(failing_before) >= 1
 

@@ -80,6 +80,7 @@ def test_seed1_on_partial_progress_with_a_compile_error(broken_progress):
         "newly_passing": 2.0,
         "all_pass": 0.0,
         "step_cost": 12.0,
+        "hack_penalty": 0.0,
     }
     assert result.total == pytest.approx(-1.0 - 2.0 + 3.0 + 0.0 - 0.12)  # -0.12
     assert "src/n.py:1" in result.explanations["compile_errors"]
@@ -95,6 +96,7 @@ def test_seed1_on_a_solved_task(solved):
         "newly_passing": 1.5,
         "all_pass": 10.0,
         "step_cost": -0.01,
+        "hack_penalty": 0.0,
     }
 
 

@@ -24,9 +24,8 @@ __all__ = ["MUST_FAIL", "MUST_PASS", "PYTEST_CONFIG_FILES", "SELECTING_OPTIONS",
 MUST_PASS, MUST_FAIL = "passed", "failed"
 # the files pytest takes its configuration from, in the order it looks for them in one folder
 PYTEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
-# options that may stop a session early or deselect tests: canaries may then be missing honestly
-SELECTING_OPTIONS = ("-x", "--exitfirst", "--maxfail", "-k", "-m", "--deselect", "--lf", "--last-failed",
-                     "--ff", "--sw", "--stepwise", "--sw-skip", "--stepwise-skip")
+# options that may stop a session before the canaries (which run last) ran: they may then be missing honestly
+SELECTING_OPTIONS = ("-x", "--exitfirst", "--maxfail", "--sw", "--stepwise", "--sw-skip", "--stepwise-skip")
 _WORDS = ("parse", "value", "empty", "order", "range", "limit", "split", "merge", "input", "cache", "count",
           "basic", "edge", "large", "small", "format", "update", "lookup", "result", "case", "default", "single",
           "repeat", "invalid", "nested", "string", "number", "items", "keys", "round", "trip", "reset")

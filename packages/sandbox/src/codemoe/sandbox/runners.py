@@ -106,6 +106,7 @@ class ChildSetup:
     trusted: frozenset[str] = frozenset()  # files the caller vouches for (graded runs)
     canaries: dict[str, str] = field(default_factory=dict)  # graded pytest runs: node id -> expected outcome
     canaries_required: bool = True  # False when the run's options may stop or deselect them honestly
+    canary_path: str = ""  # the canary module, which the reporter adds to the collected tests
 
 
 def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dict[str, str]) -> ChildSetup:
@@ -120,23 +121,23 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
     contents = dict(request.files)
     args = list(request.command or []) if request.runner == "pytest" else []
     canaries: dict[str, str] = {}
+    canary_path = ""
     trusted = frozenset(request.trusted)
     if request.runner == "pytest" and request.graded:
         contents = {p: c for p, c in contents.items() if posixpath.basename(p) != "conftest.py" or p in trusted}
         if any(posixpath.basename(p) in canary.PYTEST_CONFIG_FILES and p not in trusted for p in contents):
             args = ["-o", "addopts=", *args]  # its other options (pythonpath, markers) may be the task's fix
-        path, source, canaries = canary.make(contents)
-        contents[path] = source
-        args.append(path)
+        canary_path, source, canaries = canary.make(contents)
+        contents[canary_path] = source
     files = [(path, content.encode() if isinstance(content, str) else content) for path, content in contents.items()]
     folders = sorted({os.path.dirname(p) for p, _ in files} - {""}, key=lambda f: f.count("/"))
     stdin = request.stdin.encode() if isinstance(request.stdin, str) else (request.stdin or b"")
     return ChildSetup(work=work, env=env, set_env=env != current_env, files=files, folders=folders,
                       stdin=stdin, limits=rlimits(request.limits),
                       done=_line({"kind": "done", "nonce": request.nonce}), nonce=request.nonce,
-                      pytest_args=args, trusted=trusted, canaries=canaries,
+                      pytest_args=args, trusted=trusted, canaries=canaries, canary_path=canary_path,
                       canaries_required=not any(a.split("=", 1)[0] in canary.SELECTING_OPTIONS or
-                                                (a.startswith(("-k", "-m")) and len(a) > 2) for a in args))
+                                                (a.startswith("-x") and a[1:].isalpha()) for a in args))
 
 
 def _write_files(setup: ChildSetup) -> None:
@@ -323,7 +324,7 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
     import pytest
     from codemoe.sandbox.pytest_report import Reporter
 
-    reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted)
+    reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path)
     args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *setup.pytest_args]
     _send({"kind": "start"}, setup)  # from here on, code under test may run in this process
     try:

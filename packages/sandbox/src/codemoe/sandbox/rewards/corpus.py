@@ -113,6 +113,11 @@ def _hidden_tree(files: dict[str, str], task: CorpusTask, probe: RewardInput) ->
     return {**kept, **task.hidden}
 
 
+def _unchanged(tree: dict[str, str], task: CorpusTask) -> list[str]:
+    """The files of ``tree`` exactly as ``task`` ships them (its repository or its hidden tests)."""
+    return sorted(p for p, text in tree.items() if task.files.get(p, task.hidden.get(p)) == text)
+
+
 def run_corpus(solutions: list[CorpusSolution], executor: Any, *, timeout_s: float = 20.0) -> list[RewardInput]:
     """Execute every solution's visible and hidden tests (and each task's, before the change).
 
@@ -133,7 +138,10 @@ def run_corpus(solutions: list[CorpusSolution], executor: Any, *, timeout_s: flo
         trees[f"{s.name}:after"] = after
         trees[f"{s.name}:after:hidden"] = _hidden_tree(after, s.task, probe)
     keys = list(trees)
-    requests = [ExecutionRequest(files=dict(trees[k]), runner="pytest", limits=limits, id=k) for k in keys]
+    # graded, as a reward's run is: files the task ships unchanged are trusted, canaries check the report
+    requests = [ExecutionRequest(files=dict(trees[k]), runner="pytest", limits=limits, id=k, graded=True,
+                                 trusted=_unchanged(trees[k], tasks[k.split(":", 1)[0].split("/", 1)[0]]))
+                for k in keys]
     results = dict(zip(keys, executor.run_batch(requests)))
     return [
         reward_input_from_results(
