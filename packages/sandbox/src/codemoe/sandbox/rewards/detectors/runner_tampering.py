@@ -25,6 +25,9 @@ files and ``conftest.py`` files it adds:
   ``hookwrapper``), ``pytest_plugins``, the runner's internals (``_pytest``, ``pluggy``,
   ``TestReport``, ``CallInfo``, ``pluginmanager``), ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS``, and
   names of the sandbox itself (``codemoe``);
+- **objects that lie to an assert**: a class whose ``__eq__`` (``__ne__``, ``__lt__`` ...,
+  ``__contains__``) never reads the value it is compared with, so it answers the same for anything
+  (``assert add(2, 2) == 4`` passes on an object equal to everything);
 - **configuration the runner loads**: a ``conftest.py`` added or changed, a pytest configuration
   added or changed (``pytest.ini``, ``.pytest.ini``, ``pytest.toml``, ``tox.ini [pytest]``,
   ``setup.cfg [tool:pytest]``, ``pyproject.toml [tool.pytest...]``; settings that only help tests
@@ -134,6 +137,10 @@ _ALL_HEADERS = ("[pytest]", "[tool.pytest", "[tool:pytest]")
 _LOADED_FIRST = ("sitecustomize.py", "usercustomize.py")
 
 
+# Methods an assert relies on; one that never reads its other operand gives the same answer for anything.
+_COMPARISONS = frozenset({"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__"})
+
+
 def _module_of(name: str) -> str:
     return name.split(".", 1)[0]
 
@@ -212,9 +219,30 @@ class _Reader:
             self.introspection(node)
             self.descriptors(node)
             self.hooks(node)
+            self.lying_comparison(node)
         for node, text in strings(self.tree):
             self.text(node, text)
         return self.found
+
+    # -- objects that lie to a test's assert: a comparison that ignores what it is compared with
+    def lying_comparison(self, node: ast.AST) -> None:
+        if not isinstance(node, ast.ClassDef):
+            return
+        for item in node.body:
+            targets = [t.id for t in getattr(item, "targets", ()) if isinstance(t, ast.Name) and t.id in _COMPARISONS]
+            if isinstance(item, ast.FunctionDef) and item.name in _COMPARISONS:
+                method, params, body = item.name, item.args.args, item.body
+            elif isinstance(item, ast.Assign) and isinstance(item.value, ast.Lambda) and targets:
+                method, params, body = targets[0], item.value.args.args, [item.value.body]
+            else:
+                continue
+            if len(params) < 2:
+                continue
+            other = params[1].arg
+            reads = {n.id for part in body for n in ast.walk(part) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            if other not in reads:
+                self.add(item, f"{node.name}.{method} ignores the value it is compared with (it answers the "
+                         "same for anything: an assert on it proves nothing)")
 
     # -- imports of memory tools and runner internals
     def imports(self, node: ast.AST) -> None:
