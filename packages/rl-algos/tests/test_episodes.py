@@ -121,13 +121,23 @@ def test_gae_known_answer_across_an_observation():
 @pytest.mark.slow
 def test_grpo_learns_a_two_step_episode(registry, tmp_path):
     """Each of two actions should be the task's target token twice; step rewards give the share of
-    hits (0.5 per perfect action), the outcome 1.0 for two perfect actions: at most 2.0 per episode."""
+    hits (0.5 per perfect action), the outcome 1.0 for two perfect actions: at most 2.0 per episode.
+
+    A uniform policy earns 1/16 per episode and solves one in 16**4. The run is chaotic (another
+    CPU's kernels or thread count give another trajectory), and this toy learns its four tasks one
+    by one, each then liable to be forgotten: so the test judges the mean of the last 10 steps
+    (640 episodes), not a step's peak, with a setting that learns robustly (16 samples a group,
+    lr 1e-2: 2e-2 collapses groups onto one wrong answer). Over 32 trajectories (seeds, policy
+    inits, 1 and 2 threads) the last 10 steps' mean reward was 0.95..1.65 and pass rate 0.25..0.73,
+    against 0.7 and 0.15 here; an update that misses either action cannot pass (< 1/256 passed).
+    """
     trainer = _trainer(
         registry,
         tmp_path,
+        {"group_size": 16},
         environment=lambda: ToyEpisodeEnvironment(turns=2),
-        steps=30,
-        lr=2e-2,
+        steps=40,
+        lr=1e-2,
         max_turns=2,
         max_new_tokens=2,
         max_observation_tokens=1,
@@ -136,7 +146,8 @@ def test_grpo_learns_a_two_step_episode(registry, tmp_path):
     rewards = [m["reward_mean"] for m in history]
     passed = [m["pass_rate"] for m in history]
     assert rewards[0] < 0.2 and passed[0] < 0.1
-    assert max(rewards[-3:]) > 1.0 and max(passed[-3:]) > 0.5, (rewards, passed)
+    late_reward, late_passed = sum(rewards[-10:]) / 10, sum(passed[-10:]) / 10
+    assert late_reward > 0.7 and late_passed > 0.15, (late_reward, late_passed, rewards, passed)
 
 
 def test_max_turns_without_an_environment_is_a_config_error(registry, tmp_path):
