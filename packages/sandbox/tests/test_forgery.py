@@ -34,11 +34,11 @@ ASSERTS_ATTACKS = {
     "rebind-exec": "import builtins\nbuiltins.exec = lambda *a, **k: None\n" + WRONG,
     # from the program's own frames up to the runner's, for the completion message and the channel
     "frame-walk-to-done": FRAME_WALK + textwrap.dedent("""
-        import os
+        import json, os
         for f in _frames():
             setup = f.f_locals.get("setup")
-            if setup is not None and getattr(setup, "done", b""):
-                os.write(3, setup.done)
+            if setup is not None and getattr(setup, "nonce", ""):
+                os.write(3, json.dumps({"kind": "done", "nonce": setup.nonce}).encode() + b"\\n")
                 os._exit(0)
         """) + WRONG,
     "nonce-from-memory": FRAME_WALK + textwrap.dedent("""
@@ -50,10 +50,27 @@ ASSERTS_ATTACKS = {
                 os.write(3, json.dumps({"kind": "done", "nonce": nonce}).encode() + b"\\n")
                 os._exit(0)
         """) + WRONG,
-    # the checker's descriptors and memory through /proc: it is PID 1 and not dumpable
-    "checker-channel-via-proc": "import os\nfd = os.open('/proc/1/fd/3', os.O_WRONLY)\n" + WRONG,
-    "checker-memory-via-proc": "open('/proc/1/mem', 'rb')\n" + WRONG,
-    "kill-the-checker": "import os, signal\nos.kill(1, signal.SIGKILL)\nimport time\ntime.sleep(2)\n" + WRONG,
+    # a transcript of calls that never happened: the checks ask for square(2), not square(5)
+    "transcript-that-lies": FRAME_WALK + textwrap.dedent("""
+        import json, os
+        for f in _frames():
+            setup = f.f_locals.get("setup")
+            if setup is not None and getattr(setup, "nonce", ""):
+                calls = [["square", [5], {}, {"return": 25}], ["square", [3], {}, {"return": 9}]]
+                message = {"kind": "transcript", "nonce": setup.nonce, "names": {"square": "callable"},
+                           "transcript": calls}
+                os.write(3, json.dumps(message).encode() + b"\\n")
+                os._exit(0)
+        """) + WRONG,
+    "two-transcripts": FRAME_WALK + textwrap.dedent("""
+        import json, os
+        for f in _frames():
+            setup = f.f_locals.get("setup")
+            if setup is not None and getattr(setup, "nonce", ""):
+                message = {"kind": "transcript", "nonce": setup.nonce, "names": {}, "transcript": []}
+                os.write(3, json.dumps(message).encode() + b"\\n")
+        """) + WRONG,
+    "read-the-checks-file": "expected = open('checks.py').read()\n" + WRONG,
     # values that lie about equality, and builtins the checks use redefined by the program
     "always-equal-int": "class E(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
                         "def square(x):\n    return E(0)\n",
@@ -69,6 +86,20 @@ def test_asserts_verdict_cannot_be_forged_by_the_program(executor, program):
     result = executor.run(function_task_request(program, CHECKS, "square", limits=Limits(timeout_s=5.0)))
     assert result.status == "failed", result
     assert result.tests == {"checks.py": "failed"}
+
+
+def test_the_checker_and_the_checks_are_out_of_the_programs_reach(executor):
+    """The program sees no process but its own, and no checks.py; a correct square still passes."""
+    program = textwrap.dedent("""
+        import os
+        print(len([p for p in os.listdir("/proc") if p.isdigit()]), os.path.exists("checks.py"))
+
+        def square(x):
+            return x * x
+        """)
+    result = executor.run(function_task_request(program, CHECKS, "square"))
+    assert result.passed, result
+    assert result.stdout.splitlines()[0] == "1 False"
 
 
 def test_builtins_the_checks_use_cannot_be_redefined_by_the_program(executor):

@@ -26,7 +26,7 @@ def test_asserts_runner_passes_a_correct_program(executor):
         ("import os\nos._exit(0)\n", "failed", "no completion nonce"),
         ("print('PASSED')\nprint('All tests passed')\nimport os\nos._exit(0)\n", "failed", "no completion nonce"),
         ("import os, json\nos.write(3, json.dumps({'kind': 'done', 'nonce': 'guess'}).encode() + b'\\n')\n"
-         "os._exit(0)\n", "failed", "program.py: OSError: [Errno 9] Bad file descriptor"),  # it holds no channel
+         "os._exit(0)\n", "failed", "no completion nonce"),  # the program's "done" counts for nothing
         ("def square(x):\n    raise SystemExit(0)\n", "failed", "exited early"),
     ],
     ids=["wrong", "syntax", "sys-exit", "os-exit", "printed-pass", "forged-channel", "exit-inside-check"],

