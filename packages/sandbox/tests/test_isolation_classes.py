@@ -369,7 +369,7 @@ def test_six_processes_of_200_mb_under_a_256_mib_limit_are_a_memory_error(execut
     assert roomy.status == "passed", (roomy.reason, roomy.stderr)
 
 
-def test_execution_cgroups_are_removed_and_the_workers_own_with_the_worker(python_request):
+def test_an_execution_cgroup_is_used_again_and_removed_with_the_worker(python_request):
     from codemoe.sandbox import LocalExecutor
     from codemoe.sandbox.cgroups import find
 
@@ -384,8 +384,9 @@ def test_execution_cgroups_are_removed_and_the_workers_own_with_the_worker(pytho
         assert all(os.path.isdir(f) for f in folders)
         left = [sorted(e for e in os.listdir(f) if e.startswith("e") and os.path.isdir(os.path.join(f, e)))
                 for f in folders]
-    assert left == [[]]  # every execution's cgroup is gone once it is over
-    assert not any(os.path.exists(f) for f in folders)  # and the worker's went with the worker
+    assert all(len(names) <= 1 for names in left)  # one execution cgroup, used again while it is empty
+    assert not any(os.path.exists(f) for f in folders)  # and everything went with the worker
+    assert len({r.stdout for r in results}) == 1  # the three executions ran in the same one
     memory_lines = [line for line in results[0].stdout.splitlines() if line.endswith(tuple("0123456789"))
                     and ("memory" in line or line.startswith("0::"))]
     assert any("codemoe-sandbox-" in line for line in memory_lines), results[0].stdout  # it ran inside one
@@ -568,3 +569,21 @@ def test_the_filter_decides_every_system_call_number_as_listed(machine):
     assert _run_filter(program, 0x40000003, 20) == 0x80000000  # i386: killed
     if machine == "x86_64":
         assert _run_filter(program, arch, 0x40000000 | 39) == 0x80000000  # x32: killed
+
+
+def test_an_oom_kill_counts_for_its_own_execution_only(python_request):
+    """The execution cgroup is used again: an OOM kill in one execution must not make the next one
+    a memory error."""
+    from codemoe.sandbox import LocalExecutor
+    from codemoe.sandbox.cgroups import find
+
+    base, why = find()
+    if base is None:
+        pytest.skip(f"no cgroup on this machine: {why}")
+    hog = ("import os\nfor _ in range(5):\n    if os.fork() == 0:\n        b = bytearray(200 << 20)\n"
+           "        import time; time.sleep(5)\n        os._exit(0)\nimport time\ntime.sleep(5)\n")
+    with LocalExecutor(workers=1) as ex:
+        first = ex.run(python_request(hog, memory_mb=256, timeout_s=10.0))
+        second = ex.run(python_request("print('fine')\n", memory_mb=256))
+    assert first.status == "memory", first
+    assert second.passed, second

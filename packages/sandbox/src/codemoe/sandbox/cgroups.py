@@ -164,6 +164,8 @@ class ExecutionCgroup:
 
     name: str
     fds: list[int] = field(default_factory=list)  # memory (v2: the only one) first, then pids (v1)
+    limits: tuple[int, int] = (0, 0)  # (memory_mb, processes) it was set up with
+    oom_base: int = 0  # OOM kills it had counted before the current execution
 
     def join(self) -> None:
         """In the execution's first process, before any untrusted code: move itself in."""
@@ -185,6 +187,7 @@ class WorkerCgroup:
         self.name = f"{_PREFIX}{os.getpid()}"
         self._count = 0
         self._pending: list[str] = []  # execution cgroups whose removal has to be tried again
+        self._current: ExecutionCgroup | None = None  # kept for the next execution
         self.fds: list[int] = []
         self._base_fds: list[int] = []  # the folders holding ours, to remove it at the end
         folders = [base.memory] if base.version == 2 else [p for p in (base.memory, base.pids) if p]
@@ -210,10 +213,21 @@ class WorkerCgroup:
             os.close(target)
 
     def start(self, memory_mb: int, processes: int) -> ExecutionCgroup:
-        """In the worker, before the clone: a fresh cgroup with the execution's limits."""
+        """In the worker, before the clone: the cgroup of the next execution, with its limits.
+
+        The last execution's cgroup is used again when it is empty (an execution's processes are
+        all gone once its PID 1 is reaped) and its limits are the same: making and removing one
+        per execution cost about 0.2 ms. Its OOM count is read as a difference.
+        """
+        current = self._current
+        if current is not None:
+            if current.limits == (int(memory_mb), int(processes)) and self._empty(current):
+                return current
+            self._current = None
+            self.finish(current)
         self._retry_pending()
         self._count += 1
-        cgroup = ExecutionCgroup(f"e{self._count}")
+        cgroup = ExecutionCgroup(f"e{self._count}", limits=(int(memory_mb), int(processes)))
         try:
             for fd in self.fds:
                 os.mkdir(cgroup.name, 0o755, dir_fd=fd)
@@ -233,7 +247,21 @@ class WorkerCgroup:
         except BaseException:
             self.finish(cgroup)
             raise
+        self._current = cgroup
         return cgroup
+
+    def _empty(self, cgroup: ExecutionCgroup) -> bool:
+        for fd in cgroup.fds:
+            try:
+                procs = os.open("cgroup.procs", os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                return False
+            try:
+                if os.read(procs, 64).strip():
+                    return False
+            finally:
+                os.close(procs)
+        return True
 
     def _optional(self, fd: int, name: str, text: str) -> None:
         """Files a kernel may lack (no swap accounting, an old kernel)."""
@@ -257,10 +285,16 @@ class WorkerCgroup:
         finally:
             os.close(fd)
         counts = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
-        return int(counts.get("oom_kill", "0"))
+        total = int(counts.get("oom_kill", "0"))
+        new, cgroup.oom_base = total - cgroup.oom_base, total
+        return new
 
     def finish(self, cgroup: ExecutionCgroup) -> None:
-        """After every process of the execution is gone: remove its cgroup."""
+        """After every process of the execution is gone: remove its cgroup (unless it is kept for
+        the next execution).
+        """
+        if cgroup is self._current:
+            return
         for fd in cgroup.fds:
             os.close(fd)
         cgroup.fds = []
@@ -300,6 +334,10 @@ class WorkerCgroup:
 
     def close(self) -> None:
         """Remove the worker's folder(s) (best effort: the worker is going away)."""
+        current, self._current = self._current, None
+        if current is not None:
+            with contextlib.suppress(OSError):
+                self.finish(current)
         with contextlib.suppress(OSError):
             self._retry_pending()
         for fd in self.fds:

@@ -118,7 +118,7 @@ class IsolationPlan:
     site_keep: list[str] = field(default_factory=list)  # what the view shows (folders and files), read-only
     site_names: list[str] = field(default_factory=list)  # the distributions and modules in the view
     seccomp: bool = False  # each execution installs the seccomp filter (codemoe.sandbox.seccomp)
-    private_pts: bool = False  # each execution gets a devpts instance of its own (MAX_PTYS ptys)
+    private_pts: bool = False  # each worker (so each execution) gets a devpts instance of its own (MAX_PTYS ptys)
     cgroup: cgroups.Base | None = None  # where each execution gets a cgroup with memory and pids limits
     protections: list[Protection] = field(default_factory=list)
 
@@ -181,6 +181,8 @@ def prepare_worker(plan: IsolationPlan) -> WorkerState:
     if plan.mount_ns:
         state.tmp_keep = _hold_tmp_paths(plan)
         _read_only_filesystem(plan)
+        if plan.private_pts:  # once per worker: an execution's ptys close with its processes
+            _mount_devpts()
     else:
         state.fallback_root = tempfile.mkdtemp(prefix="codemoe-sandbox-")
         os.chmod(state.fallback_root, 0o711)
@@ -403,9 +405,8 @@ def inodes_for(disk_mb: float) -> int:
 
 def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int, *,
                       memory_mb: float | None = None, processes: int | None = None) -> str:
-    """In the worker, before the clone: a fresh private /tmp and /dev/shm (with an inode limit), a
-    devpts of the execution's own, and its cgroup (with ``memory_mb`` and ``processes``, when
-    given); returns the work dir.
+    """In the worker, before the clone: a fresh private /tmp and /dev/shm (with an inode limit) and
+    its cgroup (with ``memory_mb`` and ``processes``, when given); returns the work dir.
     """
     uid = state.uid
     if state.cgroup is not None and memory_mb is not None and processes is not None:
@@ -418,8 +419,6 @@ def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int, *,
             _bind_back(path, fd, flags)
         if os.path.isdir("/dev/shm"):
             linux.mount("tmpfs", "/dev/shm", "tmpfs", _TMPFS_FLAGS, tmpfs)
-        if plan.private_pts:
-            _mount_devpts()
         work = WORK_DIR
         os.mkdir(work)
     else:
@@ -440,12 +439,6 @@ def _mount_devpts() -> None:
         linux.mount("/dev/pts/ptmx", "/dev/ptmx", None, linux.MS_BIND)
 
 
-def _umount_devpts() -> None:
-    if not os.path.islink("/dev/ptmx"):
-        linux.umount("/dev/ptmx")
-    linux.umount("/dev/pts")
-
-
 def oom_killed(state: WorkerState) -> bool:
     """In the worker, once the execution's processes are gone: did its cgroup count an OOM kill?"""
     if state.cgroup is None or state.execution is None:
@@ -462,8 +455,6 @@ def finish_execution(plan: IsolationPlan, work: str, state: WorkerState | None =
             linux.umount(PRIVATE_TMP)
             if os.path.isdir("/dev/shm"):
                 linux.umount("/dev/shm")
-            if plan.private_pts:
-                _umount_devpts()
         else:
             shutil.rmtree(work, ignore_errors=True)
     finally:
@@ -493,7 +484,7 @@ def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) 
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    linux.drop_capabilities()  # as root of a user namespace the child would keep every capability there
+    linux.drop_capabilities(bounding=uid is None)  # as root of a user namespace the child would keep every capability there
     linux.no_new_privs()
     os.chdir(work)
     if plan.seccomp:
@@ -670,7 +661,7 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
         Protection("separate user id", plan.drop_uid, f"runs as uid {BASE_UID}+worker pid, no capabilities"
                    if plan.drop_uid else f"unavailable ({error_uid})"),
         _site_protection(plan, error_view),
-        Protection("private devpts", plan.private_pts, f"a devpts instance per execution, at most {MAX_PTYS} "
+        Protection("private devpts", plan.private_pts, f"a devpts instance per worker, at most {MAX_PTYS} "
                    "pseudo-terminals; the host's pool is out of reach" if plan.private_pts else
                    f"unavailable ({error_pts}); an execution can take the host's pseudo-terminals"),
         Protection("tmpfs inode limit", plan.mount_ns, f"/tmp and /dev/shm hold at most {_INODES_PER_MB} inodes "

@@ -215,7 +215,7 @@ def drop_bounding_set() -> None:
                 raise OSError(err, f"prctl(PR_CAPBSET_DROP, {cap}): {os.strerror(err)}")
 
 
-def drop_capabilities() -> None:
+def drop_capabilities(*, bounding: bool = True) -> None:
     """Hold no capability any more, and never gain one back.
 
     Empties the bounding set (:func:`drop_bounding_set`; a process that has lost ``CAP_SETPCAP``
@@ -224,7 +224,8 @@ def drop_capabilities() -> None:
     inside it (CAP_SYS_PTRACE, CAP_SYS_ADMIN, ...); called after ``setresuid`` to a non-root user,
     the kernel has cleared those sets already and this makes sure of it.
     """
-    drop_bounding_set()
+    if bounding:  # False: the caller emptied it already (before it changed user ids)
+        drop_bounding_set()
     if _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == -1:
         err = ctypes.get_errno()
         if err != errno.EINVAL:  # a kernel before 4.3 has no ambient set
