@@ -5,12 +5,11 @@ bounds the execution as a whole: six processes of 200 MB each exceed a 256 MiB `
 although each stays under its own limit, and the kernel memory a program makes the kernel use
 (inodes, page tables, socket buffers) counts too.
 
-Layout: each worker makes ``codemoe-sandbox-<pid>`` under a base cgroup (:func:`find`), and one
-child ``e<n>`` of it per execution with ``memory.max`` = ``memory_mb``, no swap, ``pids.max`` =
-``max_processes`` and group OOM kills; the execution's first process moves itself in (it writes
-``0`` to ``cgroup.procs`` before it runs any untrusted code, through a descriptor the worker opened,
-so the read-only file system of the sandbox does not get in the way); after the execution the
-worker reads the OOM kills it counted and removes it.
+Layout: each worker makes ``codemoe-sandbox-<pid>`` under a base cgroup (:func:`find`), and in it
+the cgroup ``e`` its executions run in, with ``memory.max`` = ``memory_mb``, no swap, ``pids.max``
+= ``max_processes`` (+1, the worker itself) and group OOM kills, set before each execution; the
+worker lives in ``e`` itself, so executions are born inside it (see :class:`WorkerCgroup` for why
+nothing moves per execution); after an execution the worker reads the OOM kills it counted.
 
 cgroup v2 is used where its hierarchy offers the ``memory`` and ``pids`` controllers to a base the
 worker may write; on a v1 (or hybrid) machine the ``memory`` and ``pids`` hierarchies are used the
@@ -24,7 +23,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import time
 from dataclasses import dataclass, field
 
 __all__ = ["Base", "ExecutionCgroup", "WorkerCgroup", "check", "find"]
@@ -178,18 +176,27 @@ class ExecutionCgroup:
 
 
 class WorkerCgroup:
-    """A worker's own cgroup folder(s) under a :class:`Base`; opened before the worker's mount
-    namespace makes ``/sys`` read-only (the descriptors keep reaching the writable mount).
+    """A worker's cgroup folder(s) under a :class:`Base`, and in it the cgroup its executions run in.
+
+    The worker moves itself into that execution cgroup once, so every execution is born inside it
+    (a fork stays in its parent's cgroup): moving a process into a cgroup takes the kernel's
+    threadgroup lock, which waits for an RCU grace period, 10-15 ms after a busy execution, so a
+    move per execution cost more than the execution. The worker and its checker count for nothing
+    there: the worker is one process of ``pids.max`` (set one higher), allocates little between
+    executions, and is the OOM killer's last choice (see :meth:`enter`); the checker lives in a leaf
+    of its own.
+    Descriptors are opened before the worker's mount namespace makes ``/sys`` read-only (they keep
+    reaching the writable mount).
     """
 
     def __init__(self, base: Base) -> None:
         self.base = base
         self.name = f"{_PREFIX}{os.getpid()}"
-        self._count = 0
-        self._pending: list[str] = []  # execution cgroups whose removal has to be tried again
-        self._current: ExecutionCgroup | None = None  # kept for the next execution
         self.fds: list[int] = []
-        self._base_fds: list[int] = []  # the folders holding ours, to remove it at the end
+        self._base_fds: list[int] = []  # the folders holding ours, to leave and remove it at the end
+        self._limits: tuple[int, int] | None = None
+        self.execution = ExecutionCgroup("e")
+        self.checker = ExecutionCgroup("checker")
         folders = [base.memory] if base.version == 2 else [p for p in (base.memory, base.pids) if p]
         try:
             for folder in folders:
@@ -200,9 +207,37 @@ class WorkerCgroup:
                 self.fds.append(_high(os.open(self.name, _FLAGS, dir_fd=self._base_fds[-1])))
             if base.version == 2:
                 self._write(self.fds[0], "cgroup.subtree_control", "+memory +pids")
+            for leaf in (self.execution, self.checker):
+                for fd in self.fds:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(leaf.name, 0o755, dir_fd=fd)
+                    leaf.fds.append(_high(os.open(leaf.name, _FLAGS, dir_fd=fd)))
+            if base.version == 2:
+                self._optional(self.execution.fds[0], "memory.swap.max", "0")
         except BaseException:
             self.close()
             raise
+
+    def enter(self) -> None:
+        """In the worker, once: into the execution cgroup, as the OOM killer's last choice there.
+
+        With ``CAP_SYS_RESOURCE`` the worker is never chosen (-1000; then a v2 OOM may end the
+        whole execution, ``memory.oom.group``, which spares it); without, executions make
+        themselves the first choice instead (:func:`codemoe.sandbox.isolation.enter` sets theirs
+        to 1000, which needs no privilege).
+        """
+        try:
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, b"-1000")
+            finally:
+                os.close(fd)
+            immune = True
+        except OSError:
+            immune = False
+        if immune and self.base.version == 2:
+            self._optional(self.execution.fds[0], "memory.oom.group", "1")  # an OOM ends the whole execution
+        self.execution.join()
 
     @staticmethod
     def _write(fd: int, name: str, text: str) -> None:
@@ -213,55 +248,24 @@ class WorkerCgroup:
             os.close(target)
 
     def start(self, memory_mb: int, processes: int) -> ExecutionCgroup:
-        """In the worker, before the clone: the cgroup of the next execution, with its limits.
-
-        The last execution's cgroup is used again when it is empty (an execution's processes are
-        all gone once its PID 1 is reaped) and its limits are the same: making and removing one
-        per execution cost about 0.2 ms. Its OOM count is read as a difference.
-        """
-        current = self._current
-        if current is not None:
-            if current.limits == (int(memory_mb), int(processes)) and self._empty(current):
-                return current
-            self._current = None
-            self.finish(current)
-        self._retry_pending()
-        self._count += 1
-        cgroup = ExecutionCgroup(f"e{self._count}", limits=(int(memory_mb), int(processes)))
-        try:
-            for fd in self.fds:
-                os.mkdir(cgroup.name, 0o755, dir_fd=fd)
-                cgroup.fds.append(_high(os.open(cgroup.name, _FLAGS, dir_fd=fd)))
-            memory = str(int(memory_mb) * 1024 * 1024)
-            first = cgroup.fds[0]
+        """In the worker, before the clone: the execution cgroup, with this execution's limits."""
+        limits = (int(memory_mb), int(processes))
+        if limits != self._limits:
+            memory = str(limits[0] * 1024 * 1024)
+            first = self.execution.fds[0]
             if self.base.version == 2:
                 self._write(first, "memory.max", memory)
-                self._optional(first, "memory.swap.max", "0")
-                self._optional(first, "memory.oom.group", "1")  # an OOM ends the whole execution
-                self._write(first, "pids.max", str(int(processes)))
-            else:
-                self._write(first, "memory.limit_in_bytes", memory)
-                self._optional(first, "memory.memsw.limit_in_bytes", memory)  # no swap either
-                if len(cgroup.fds) > 1:
-                    self._write(cgroup.fds[1], "pids.max", str(int(processes)))
-        except BaseException:
-            self.finish(cgroup)
-            raise
-        self._current = cgroup
-        return cgroup
-
-    def _empty(self, cgroup: ExecutionCgroup) -> bool:
-        for fd in cgroup.fds:
-            try:
-                procs = os.open("cgroup.procs", os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
-            except OSError:
-                return False
-            try:
-                if os.read(procs, 64).strip():
-                    return False
-            finally:
-                os.close(procs)
-        return True
+                self._write(first, "pids.max", str(limits[1] + 1))  # the worker is in it too
+            else:  # memory may never be above memory+swap: raise the second first, lower the first first
+                order = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+                if self._limits is not None and limits[0] > self._limits[0]:
+                    order.reverse()
+                for name in order:  # no swap either: memory+swap is memory
+                    (self._write if name == "memory.limit_in_bytes" else self._optional)(first, name, memory)
+                if len(self.execution.fds) > 1:
+                    self._write(self.execution.fds[1], "pids.max", str(limits[1] + 1))
+            self._limits = limits
+        return self.execution
 
     def _optional(self, fd: int, name: str, text: str) -> None:
         """Files a kernel may lack (no swap accounting, an old kernel)."""
@@ -272,7 +276,7 @@ class WorkerCgroup:
                 raise
 
     def oom_kills(self, cgroup: ExecutionCgroup) -> int:
-        """How many processes of the execution the kernel's OOM killer ended."""
+        """How many processes the kernel's OOM killer ended in ``cgroup`` since the last call."""
         if not cgroup.fds:
             return 0
         name = "memory.events" if self.base.version == 2 else "memory.oom_control"
@@ -290,56 +294,23 @@ class WorkerCgroup:
         return new
 
     def finish(self, cgroup: ExecutionCgroup) -> None:
-        """After every process of the execution is gone: remove its cgroup (unless it is kept for
-        the next execution).
-        """
-        if cgroup is self._current:
-            return
-        for fd in cgroup.fds:
-            os.close(fd)
-        cgroup.fds = []
-        if not self._remove(cgroup.name):
-            self._pending.append(cgroup.name)
+        """After every process of the execution is gone: nothing to undo (the cgroup stays)."""
 
-    def _remove(self, name: str) -> bool:
-        """rmdir ``name`` in each hierarchy; a cgroup still emptying (EBUSY) is killed and retried."""
-        done = True
-        for fd in self.fds:
-            for attempt in range(20):
-                try:
-                    os.rmdir(name, dir_fd=fd)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as exc:
-                    if exc.errno != errno.EBUSY:
-                        raise
-                    if attempt == 0 and self.base.version == 2:
-                        self._optional_kill(fd, name)
-                    time.sleep(0.001 * (attempt + 1))
-            else:
-                done = False
-        return done
-
-    def _optional_kill(self, fd: int, name: str) -> None:
-        with contextlib.suppress(OSError):
-            inner = os.open(name, _FLAGS, dir_fd=fd)
-            try:
-                self._write(inner, "cgroup.kill", "1")
-            finally:
-                os.close(inner)
-
-    def _retry_pending(self) -> None:
-        self._pending = [name for name in self._pending if not self._remove(name)]
+    def join_checker(self) -> None:
+        """In the worker's checker, just forked: move into the checker's own leaf."""
+        self.checker.join()
 
     def close(self) -> None:
-        """Remove the worker's folder(s) (best effort: the worker is going away)."""
-        current, self._current = self._current, None
-        if current is not None:
+        """Leave and remove the worker's folder(s) (best effort: the worker is going away)."""
+        for fd in self._base_fds:  # back where the worker came from, so the folders can go
             with contextlib.suppress(OSError):
-                self.finish(current)
-        with contextlib.suppress(OSError):
-            self._retry_pending()
+                self._write(fd, "cgroup.procs", "0")
+        for leaf in (self.execution, self.checker):
+            for fd, parent in zip(leaf.fds, self.fds):
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.rmdir(leaf.name, dir_fd=parent)
+            leaf.fds = []
         for fd in self.fds:
             os.close(fd)
         self.fds = []

@@ -42,8 +42,8 @@ _CACHE = 256  # compiled checks kept, by source
 class Checker:
     """The worker's side of its checker process."""
 
-    def __init__(self, *, drop_uid: bool, use_seccomp: bool) -> None:
-        self.drop_uid, self.use_seccomp = drop_uid, use_seccomp
+    def __init__(self, *, drop_uid: bool, use_seccomp: bool, cgroup: Any = None) -> None:
+        self.drop_uid, self.use_seccomp, self.cgroup = drop_uid, use_seccomp, cgroup
         self.pid = 0
         self.jobs = 0
         self._start()
@@ -56,6 +56,8 @@ class Checker:
             try:
                 os.close(jobs_w)
                 os.close(replies_r)
+                if self.cgroup is not None:  # out of the execution cgroup the worker lives in
+                    self.cgroup.join_checker()
                 _settle_checker(jobs_r, replies_w, drop_uid=self.drop_uid, use_seccomp=self.use_seccomp)
             except BaseException:
                 os._exit(1)

@@ -170,6 +170,7 @@ def prepare_worker(plan: IsolationPlan) -> WorkerState:
     outer_uid, outer_gid = os.getuid(), os.getgid()
     if plan.cgroup is not None:  # before the mount namespace: its descriptors reach the writable /sys
         state.cgroup = cgroups.WorkerCgroup(plan.cgroup)
+        state.cgroup.enter()
     if flags:
         linux.unshare(flags)
     if plan.user_ns:
@@ -468,8 +469,12 @@ def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) 
     no capability (in every mode: as root of a user namespace too), no new privileges, and last
     the seccomp filter.
     """
-    if state.execution is not None:
-        state.execution.join()  # first: all it does from here on counts, and it still may
+    if state.execution is not None:  # born in the execution cgroup, the OOM killer's first choice there
+        oom = os.open("/proc/self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(oom, b"1000")
+        finally:
+            os.close(oom)
     if plan.net_per_execution and not network:
         linux.loopback_up()  # the clone made a fresh network namespace
     elif network and state.host_net is not None:

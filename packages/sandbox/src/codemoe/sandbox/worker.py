@@ -448,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in PRELOAD:
         importlib.import_module(name)
     state = _settle(plan)
-    checker = Checker(drop_uid=plan.drop_uid, use_seccomp=plan.seccomp)
+    checker = Checker(drop_uid=plan.drop_uid, use_seccomp=plan.seccomp, cgroup=state.cgroup)
     wire.send(control_out, {"ready": True, "protections": [p.to_dict() for p in plan.protections]})
     try:
         return _serve(control_in, control_out, plan, state, pytest_zygote, checker)
