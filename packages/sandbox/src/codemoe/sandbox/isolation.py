@@ -32,7 +32,6 @@ import site
 import sys
 import sysconfig
 import tempfile
-import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -800,7 +799,8 @@ def _site_view_aside(names: list[str] | tuple[str, ...]) -> tuple[list[str], lis
     ``importlib.metadata`` yet: a worker that loads it (and ``email``, ``zipfile``, ``packaging``, ...)
     is larger, and every fork of it costs more (0.7 ms of CPU time per execution, measured).
     """
-    if "importlib.metadata" in sys.modules or threading.active_count() > 1:
+    threads = sys.modules.get("threading")  # not imported for this: each fork of a process that has it costs more
+    if "importlib.metadata" in sys.modules or (threads is not None and threads.active_count() > 1):
         return site_view(names)
     read_end, write_end = os.pipe()
     pid = os.fork()

@@ -40,6 +40,7 @@ __all__ = ["MAX_TRANSCRIPT", "ProgramExited", "answer_call", "decode", "encode",
 
 MAX_TRANSCRIPT = 100_000  # calls one run of the checks may make
 _MAX_DEPTH = 200  # nesting of a literal value
+_HEX_BOUND = 1 << 4095  # ints at least this large cross as hexadecimal (int <-> str stops at ~4300 digits)
 # the exceptions whose name a program can make the checker raise as the builtin class itself
 _RAISABLE = {name: obj for name, obj in vars(builtins).items()
              if isinstance(obj, type) and issubclass(obj, Exception)}
@@ -62,8 +63,15 @@ def encode(value: Any, depth: int = 0) -> Any:
     """``value`` as JSON-able data, reading every container with its base type's own methods."""
     if depth > _MAX_DEPTH:
         raise TypeError("value nested too deeply to cross to the checks")
-    if value is None or value is True or value is False:
+    kind = type(value)  # exact types first: no method of theirs can be overridden
+    if kind is str or value is None or kind is bool:
         return value
+    if kind is int:
+        return value if -_HEX_BOUND < value < _HEX_BOUND else {"x": hex(value)}
+    if kind is float:
+        return value if math.isfinite(value) else {"f": repr(value)}
+    if kind is list or kind is tuple:
+        return {"l" if kind is list else "t": [encode(item, depth + 1) for item in value]}
     if isinstance(value, int):
         number = int.__index__(value)
         # past ~4300 digits int <-> str conversion is refused; hexadecimal has no such limit
@@ -92,7 +100,8 @@ def decode(data: Any, depth: int = 0) -> Any:
     """Inverse of :func:`encode`; anything else raises ``ValueError``."""
     if depth > _MAX_DEPTH:
         raise ValueError("value nested too deeply")
-    if data is None or type(data) in (bool, int, float, str):
+    kind = type(data)
+    if kind is str or kind is int or kind is float or kind is bool or data is None:
         return data
     if type(data) is not dict or len(data) != 1:
         raise ValueError(f"not an encoded literal: {type(data).__name__}")
