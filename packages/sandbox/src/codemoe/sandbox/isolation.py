@@ -186,6 +186,10 @@ def prepare_worker(plan: IsolationPlan) -> WorkerState:
     else:
         state.fallback_root = tempfile.mkdtemp(prefix="codemoe-sandbox-")
         os.chmod(state.fallback_root, 0o711)
+    # The worker never executes a program, so its capability bounding set (what an exec may grant)
+    # can be empty while it keeps the capabilities it holds: every execution inherits it empty. Last:
+    # a new user namespace starts with a full one.
+    linux.drop_bounding_set()
     return state
 
 
@@ -484,11 +488,10 @@ def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) 
     linux.parent_death_signal(signal.SIGKILL)
     uid = state.uid
     if uid is not None:
-        linux.drop_bounding_set()  # needs CAP_SETPCAP, which setresuid takes away
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    linux.drop_capabilities(bounding=uid is None)  # as root of a user namespace the child would keep every capability there
+    linux.drop_capabilities(bounding=False)  # as root of a user namespace the child would keep every capability there
     linux.no_new_privs()
     os.chdir(work)
     if plan.seccomp:

@@ -115,6 +115,11 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
+# built once at import (in the worker): a forked child only makes the call
+_CAP_HEADER = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+_CAP_DATA = (_CapData * 2)()  # all zero
+
+
 def _check(ret: int, what: str) -> int:
     if ret == -1:
         err = ctypes.get_errno()
@@ -230,8 +235,8 @@ def drop_capabilities(*, bounding: bool = True) -> None:
         err = ctypes.get_errno()
         if err != errno.EINVAL:  # a kernel before 4.3 has no ambient set
             raise OSError(err, f"prctl(PR_CAP_AMBIENT_CLEAR_ALL): {os.strerror(err)}")
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()  # all zero
+    header, data = _CAP_HEADER, _CAP_DATA
+    header.version, header.pid = _LINUX_CAPABILITY_VERSION_3, 0
     _check(_libc.capset(ctypes.byref(header), data), "capset")
 
 
