@@ -70,11 +70,23 @@ class Checker:
         """The checker's reply to ``job``, or None when it gave none within ``timeout_s`` (it is
         replaced then).
         """
+        return self.result(timeout_s) if self.submit(job) else None
+
+    def submit(self, job: dict[str, Any]) -> bool:
+        """Hand ``job`` to the checker (its reply is read by :meth:`result`); False if it cannot be."""
         if self.jobs >= RESTART_AFTER:
             self.restart()
         self.jobs += 1
         try:
             wire.send(self.jobs_fd, job)
+        except OSError:
+            self.restart()
+            return False
+        return True
+
+    def result(self, timeout_s: float) -> dict[str, Any] | None:
+        """The reply to the job submitted last, or None when none came within ``timeout_s``."""
+        try:
             ready, _, _ = select.select([self.replies_fd], [], [], max(0.0, timeout_s))
             reply = wire.receive(self.replies_fd) if ready else None
         except (OSError, EOFError, ValueError):

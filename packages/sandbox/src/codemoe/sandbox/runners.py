@@ -245,6 +245,8 @@ def run_asserts(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
     sys.argv = ["checks.py"]
     transcript = split.record(namespace, names, codes["checks.py"])
     _send({"kind": "transcript", "names": names, "transcript": transcript}, setup)
+    with contextlib.suppress(OSError):
+        os.close(CHANNEL_FD)  # the end of the channel: the worker's checker can start right away
     _exit(0)
 
 

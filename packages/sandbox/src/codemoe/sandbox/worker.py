@@ -125,7 +125,9 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
                 os._exit(EXIT_SETUP_FAILED)
         while write_ends:
             os.close(write_ends.pop())
-        wall_timeout, output_limit = _supervise(pid, poller, streams, start + limits.timeout_s)
+        verdict = _Verdict(request, setup, streams, checker) if request.runner == "asserts" else None
+        wall_timeout, output_limit = _supervise(pid, poller, streams, start + limits.timeout_s,
+                                                verdict.start if verdict is not None else None)
         _, status, usage = os.wait4(pid, 0)
         reaped, pid = pid, 0
         duration = time.monotonic() - start
@@ -133,8 +135,8 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
         if not plan.pid_ns:
             _kill_group(reaped)
         _drain(poller, streams)
-        if request.runner == "asserts" and not wall_timeout and not output_limit:
-            wall_timeout = _check(request, setup, streams, checker, start + limits.timeout_s - time.monotonic())
+        if verdict is not None and not wall_timeout and not output_limit:
+            wall_timeout = verdict.finish(start + limits.timeout_s - time.monotonic())
             duration = time.monotonic() - start
     except BaseException:
         if pid > 0:  # supervision or the wait failed: the child must not outlive this call
@@ -157,38 +159,57 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
                    oom_kill=oom_kill)
 
 
-def _check(request: ExecutionRequest, setup: ChildSetup, streams: dict[int, _Stream], checker: Checker | None,
-           remaining_s: float) -> bool:
-    """An asserts run: hand the program's transcript to the checker and put its verdict on the
-    channel's record in place of anything the program sent as one. True when the checker did not
-    answer in the time left (the run is a timeout).
+class _Verdict:
+    """An asserts run's verdict: the program's transcript handed to the checker as soon as the
+    result channel closes (the program closes it once the transcript is written, so the checker
+    works while the kernel tears the execution down), the checker's reply put on the channel's
+    record in place of anything the program sent as one.
     """
-    _, err, channel = streams.values()
-    messages = [m for m in _messages(bytes(channel.data)) if m.get("nonce") == request.nonce and m.get("kind") != "done"]
-    transcripts = [m for m in messages if m.get("kind") == "transcript"]
-    kept = [m for m in messages if m.get("kind") != "transcript"]
-    channel.data = bytearray(b"".join(json.dumps(m).encode() + b"\n" for m in kept))
-    failed = any(m.get("kind") in ("compile-error", "exception", "exit", "memory", "setup-error") for m in kept)
-    if len(transcripts) != 1 or failed:
+
+    def __init__(self, request: ExecutionRequest, setup: ChildSetup, streams: dict[int, _Stream],
+                 checker: Checker | None) -> None:
+        self.request, self.setup, self.streams, self.checker = request, setup, streams, checker
+        self.started = self.submitted = False
+        self.own = False
+
+    def start(self) -> None:
+        """Read the closed channel and submit the job (once)."""
+        if self.started:
+            return
+        self.started = True
+        request, channel = self.request, list(self.streams.values())[2]
+        messages = [m for m in _messages(bytes(channel.data)) if m.get("nonce") == request.nonce and m.get("kind") != "done"]
+        transcripts = [m for m in messages if m.get("kind") == "transcript"]
+        kept = [m for m in messages if m.get("kind") != "transcript"]
+        channel.data = bytearray(b"".join(json.dumps(m).encode() + b"\n" for m in kept))
+        failed = any(m.get("kind") in ("compile-error", "exception", "exit", "memory", "setup-error") for m in kept)
+        if len(transcripts) != 1 or failed:
+            return
+        job = {"checks": request.files["checks.py"], "names": transcripts[0].get("names"),
+               "transcript": transcripts[0].get("transcript"), "seed": self.setup.seed}
+        if self.checker is None:  # a caller of execute() without a worker's checker: a one-off one
+            self.checker, self.own = Checker(drop_uid=False, use_seccomp=False), True
+        self.submitted = self.checker.submit(job)
+
+    def finish(self, remaining_s: float) -> bool:
+        """Wait for the checker's reply; True when it did not come in the time left (a timeout)."""
+        self.start()
+        if not self.submitted:
+            return False
+        try:
+            reply = self.checker.result(remaining_s)
+        finally:
+            if self.own:
+                self.checker.stop()
+        if reply is None:
+            return True
+        _, err, channel = self.streams.values()
+        message = reply.get("message") if isinstance(reply.get("message"), dict) else {"kind": "done"}
+        channel.data += json.dumps({**message, "nonce": self.request.nonce}).encode() + b"\n"
+        trace = reply.get("stderr")
+        if isinstance(trace, str) and trace:
+            err.feed(trace.encode())
         return False
-    job = {"checks": request.files["checks.py"], "names": transcripts[0].get("names"),
-           "transcript": transcripts[0].get("transcript"), "seed": setup.seed}
-    own = checker is None
-    if own:  # a caller of execute() without a worker's checker: a one-off one
-        checker = Checker(drop_uid=False, use_seccomp=False)
-    try:
-        reply = checker.check(job, remaining_s)
-    finally:
-        if own:
-            checker.stop()
-    if reply is None:
-        return True
-    message = reply.get("message") if isinstance(reply.get("message"), dict) else {"kind": "done"}
-    channel.data += json.dumps({**message, "nonce": request.nonce}).encode() + b"\n"
-    trace = reply.get("stderr")
-    if isinstance(trace, str) and trace:
-        err.feed(trace.encode())
-    return False
 
 
 def _nproc_base(plan: IsolationPlan) -> Callable[[], int]:
@@ -208,8 +229,10 @@ def _nproc_base(plan: IsolationPlan) -> Callable[[], int]:
     return count
 
 
-def _supervise(pid: int, poller: select.epoll, streams: dict[int, _Stream], deadline: float) -> tuple[bool, bool]:
+def _supervise(pid: int, poller: select.epoll, streams: dict[int, _Stream], deadline: float,
+               channel_closed: Callable[[], None] | None = None) -> tuple[bool, bool]:
     """Read the child's pipes until it exits; kill it at the deadline or on too much output.
+    ``channel_closed`` is called when the result channel reaches its end (no more can come).
 
     Returns (killed at the deadline, killed for too much output).
     """
@@ -225,6 +248,8 @@ def _supervise(pid: int, poller: select.epoll, streams: dict[int, _Stream], dead
                 if not chunk:
                     poller.unregister(fd)
                     stream.closed = True
+                    if not stream.counts and channel_closed is not None:
+                        channel_closed()
                     continue
                 stream.feed(chunk)
                 if stream.over and stream.counts:
