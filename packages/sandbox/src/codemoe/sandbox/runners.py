@@ -108,6 +108,7 @@ class ChildSetup:
     canaries_required: bool = True  # False when the run's options may stop or deselect them honestly
     canary_path: str = ""  # the canary module, which the reporter adds to the collected tests
     seed: int = 0  # the asserts runner's seed of random for the checks, shared with the checker
+    start: bytes = b""  # the runners' start marker, with the nonce
 
 
 def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dict[str, str]) -> ChildSetup:
@@ -138,6 +139,7 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
     return ChildSetup(work=work, env=env, set_env=env != current_env, files=files, folders=folders,
                       stdin=stdin, limits=rlimits(request.limits),
                       done=_line({"kind": "done", "nonce": request.nonce}), nonce=request.nonce,
+                      start=_line({"kind": "start", "nonce": request.nonce}),
                       pytest_args=args, trusted=trusted, canaries=canaries, canary_path=canary_path,
                       seed=random.getrandbits(64) if request.runner == "asserts" else 0,
                       canaries_required=not any(a.split("=", 1)[0] in canary.SELECTING_OPTIONS or
@@ -224,7 +226,7 @@ def run_asserts(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
             _exit(1)
     wanted = split.referenced_names(codes["checks.py"])
     setup.done = b""
-    _send({"kind": "start"}, setup)
+    _write_all(CHANNEL_FD, setup.start)
     namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins, "__file__": "program.py"}
     sys.argv = ["program.py"]
     try:
@@ -261,7 +263,7 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
 
     reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path)
     args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *setup.pytest_args]
-    _send({"kind": "start"}, setup)  # from here on, code under test may run in this process
+    _write_all(CHANNEL_FD, setup.start)  # from here on, code under test may run in this process
     try:
         code = pytest.main(args, plugins=[reporter])
     except MemoryError:
