@@ -13,7 +13,7 @@ import ast
 import sys
 from collections.abc import Callable, Iterator
 
-from codemoe.sandbox.rewards.static import is_main_guard, literal, parse
+from codemoe.sandbox.rewards.static import literal, parse, walk_outside_main_guard
 
 __all__ = [
     "HOLE",
@@ -303,13 +303,7 @@ def parents(tree: ast.AST) -> dict[int, ast.AST]:
     return out
 
 
-def walk_code(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node outside ``if __name__ == "__main__":`` blocks (which never run under a test runner)."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        todo.extend(child for child in ast.iter_child_nodes(node) if not is_main_guard(child))
+walk_code = walk_outside_main_guard  # every node outside ``if __name__ == "__main__":`` (never run under a runner)
 
 
 def strings(tree: ast.AST) -> Iterator[tuple[ast.AST, str]]:
