@@ -32,7 +32,7 @@ def codemoe(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
 
 def test_components_rejects_unknown_kinds():
     bad = codemoe("components", "stagee")
-    assert bad.returncode == 2 and "did you mean 'stage'" in bad.stderr
+    assert bad.returncode == 2 and "did you mean 'stage'" in " ".join(bad.stderr.split())
 
 
 def test_config_show_applies_an_override(registry_dir: Path):

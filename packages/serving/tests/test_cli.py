@@ -56,4 +56,4 @@ def test_codemoe_serve_answers_over_http(model_dir):
 def test_serve_reports_a_missing_checkpoint(tmp_path):
     cmd = [sys.executable, "-m", "codemoe.core", "serve", str(tmp_path / "nope"), "--port", "0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "no config.json" in proc.stderr
+    assert proc.returncode == 2 and "no config.json" in " ".join(proc.stderr.split())  # wrapped to the terminal
