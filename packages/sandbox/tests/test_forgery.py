@@ -37,8 +37,9 @@ ASSERTS_ATTACKS = {
         import json, os
         for f in _frames():
             setup = f.f_locals.get("setup")
-            if setup is not None and getattr(setup, "nonce", ""):
-                os.write(3, json.dumps({"kind": "done", "nonce": setup.nonce}).encode() + b"\\n")
+            if setup is not None and (getattr(setup, "done", b"") or getattr(setup, "nonce", "")):
+                done = setup.done or json.dumps({"kind": "done", "nonce": setup.nonce}).encode() + b"\\n"
+                os.write(3, done)
                 os._exit(0)
         """) + WRONG,
     "nonce-from-memory": FRAME_WALK + textwrap.dedent("""
@@ -70,7 +71,14 @@ ASSERTS_ATTACKS = {
                 message = {"kind": "transcript", "nonce": setup.nonce, "names": {}, "transcript": []}
                 os.write(3, json.dumps(message).encode() + b"\\n")
         """) + WRONG,
-    "read-the-checks-file": "expected = open('checks.py').read()\n" + WRONG,
+    # the checks read from the work dir, their expected answers hard-coded
+    "answers-from-the-checks-file": textwrap.dedent("""
+        import re
+        _answers = {int(a): int(b) for a, b in re.findall(r"candidate\\((\\d+)\\) == (\\d+)", open("checks.py").read())}
+
+        def square(x):
+            return _answers.get(x, x + 1)
+        """),
     # values that lie about equality, and builtins the checks use redefined by the program
     "always-equal-int": "class E(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
                         "def square(x):\n    return E(0)\n",
