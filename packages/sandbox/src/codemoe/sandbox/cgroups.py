@@ -162,7 +162,6 @@ class ExecutionCgroup:
 
     name: str
     fds: list[int] = field(default_factory=list)  # memory (v2: the only one) first, then pids (v1)
-    limits: tuple[int, int] = (0, 0)  # (memory_mb, processes) it was set up with
     oom_base: int = 0  # OOM kills it had counted before the current execution
 
     def join(self) -> None:
@@ -293,9 +292,6 @@ class WorkerCgroup:
         new, cgroup.oom_base = total - cgroup.oom_base, total
         return new
 
-    def finish(self, cgroup: ExecutionCgroup) -> None:
-        """After every process of the execution is gone: nothing to undo (the cgroup stays)."""
-
     def join_checker(self) -> None:
         """In the worker's checker, just forked: move into the checker's own leaf."""
         self.checker.join()
@@ -356,8 +352,7 @@ def check(base: Base) -> str:
     except OSError as exc:
         return f"cannot make a cgroup under {base.memory}: {exc.strerror or exc}"
     try:
-        cgroup = worker.start(64, 8)
-        worker.finish(cgroup)
+        worker.start(64, 8)
     except OSError as exc:
         return f"cannot make an execution cgroup with limits under {base.memory}: {exc.strerror or exc}"
     finally:

@@ -450,25 +450,20 @@ def oom_killed(state: WorkerState) -> bool:
     return state.cgroup.oom_kills(state.execution) > 0
 
 
-def finish_execution(plan: IsolationPlan, work: str, state: WorkerState | None = None) -> None:
-    """In the worker, after every process of the execution is gone: drop its files, its devpts
-    and its cgroup.
+def finish_execution(plan: IsolationPlan, work: str) -> None:
+    """In the worker, after every process of the execution is gone: drop its files (its cgroup and
+    devpts are the worker's and stay).
     """
-    try:
-        if plan.mount_ns:
-            linux.umount(PRIVATE_TMP)
-            if os.path.isdir("/dev/shm"):
-                linux.umount("/dev/shm")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    finally:
-        if state is not None and state.cgroup is not None and state.execution is not None:
-            execution, state.execution = state.execution, None
-            state.cgroup.finish(execution)
+    if plan.mount_ns:
+        linux.umount(PRIVATE_TMP)
+        if os.path.isdir("/dev/shm"):
+            linux.umount("/dev/shm")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) -> None:
-    """In the cloned child, before any untrusted code: its cgroup, network, own session, user id,
+    """In the cloned child, before any untrusted code: its OOM score, network, own session, user id,
     no capability (in every mode: as root of a user namespace too), no new privileges, and last
     the seccomp filter.
     """
@@ -707,8 +702,7 @@ def _probe_cgroup(plan: IsolationPlan, flags: int) -> str:
     except OSError as exc:
         why = f"cannot make an execution cgroup under {base.memory}: {exc.strerror or exc}"
     finally:
-        while _PROBE_CGROUP:
-            worker.finish(_PROBE_CGROUP.pop())
+        _PROBE_CGROUP.clear()
         worker.close()
     if why:
         return f"an execution cannot join its cgroup under {base.memory} ({why})"

@@ -47,7 +47,7 @@ _RAISABLE = {name: obj for name, obj in vars(builtins).items()
 
 
 class ProgramExited(BaseException):
-    """The program process ended (or broke the protocol) while the checks waited for it.
+    """The program's recorded run cannot answer the checks (it exited, or went another way).
 
     A ``BaseException``, as ``SystemExit`` is in one process: a check's ``except Exception`` does
     not swallow it.
@@ -266,7 +266,7 @@ def replay(checks: types.CodeType, names: Any, transcript: Any, importer: Callab
     side); None when they ran to their end, else the message that says why not.
     """
     if type(names) is not dict or type(transcript) is not list:
-        return {"kind": "program-exit", "message": "the program process broke the call protocol"}
+        return {"kind": "exception", "file": "program.py", "message": "its transcript of calls is malformed"}
     classes: dict[str, type] = {}
     position = 0
     exit_code: list[str] = []

@@ -100,6 +100,7 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
     streams: dict[int, _Stream] = {}
     write_ends: list[int] = []  # the child's; this process closes them once it is forked
     poller = None
+    verdict: _Verdict | None = None  # an asserts run's, from the clone on
     try:
         setup = child_setup(request, work, "/tmp" if plan.mount_ns else work, state.environ)  # a private tmpfs, or the work dir
         poller = select.epoll()
@@ -153,9 +154,10 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
             poller.close()
         for fd in streams:
             os.close(fd)
-        finish_execution(plan, work, state)
+        finish_execution(plan, work)
     out, err, channel = streams.values()
-    return _result(request, setup, out, err, channel, status, usage, duration, wall_timeout, output_limit,
+    messages = verdict.messages if verdict is not None and verdict.started else _messages(bytes(channel.data))
+    return _result(request, setup, out, err, messages, status, usage, duration, wall_timeout, output_limit,
                    oom_kill=oom_kill)
 
 
@@ -171,6 +173,7 @@ class _Verdict:
         self.request, self.setup, self.streams, self.checker = request, setup, streams, checker
         self.started = self.submitted = False
         self.own = False
+        self.messages: list[dict[str, Any]] = []  # the channel's record: the program's, then the checker's
 
     def start(self) -> None:
         """Read the closed channel and submit the job (once)."""
@@ -180,9 +183,8 @@ class _Verdict:
         request, channel = self.request, list(self.streams.values())[2]
         messages = [m for m in _messages(bytes(channel.data)) if m.get("nonce") == request.nonce and m.get("kind") != "done"]
         transcripts = [m for m in messages if m.get("kind") == "transcript"]
-        kept = [m for m in messages if m.get("kind") != "transcript"]
-        channel.data = bytearray(b"".join(json.dumps(m).encode() + b"\n" for m in kept))
-        failed = any(m.get("kind") in ("compile-error", "exception", "exit", "memory", "setup-error") for m in kept)
+        self.messages = [m for m in messages if m.get("kind") != "transcript"]
+        failed = any(m.get("kind") in ("compile-error", "exception", "exit", "memory", "setup-error") for m in self.messages)
         if len(transcripts) != 1 or failed:
             return
         job = {"checks": request.files["checks.py"], "names": transcripts[0].get("names"),
@@ -203,9 +205,9 @@ class _Verdict:
                 self.checker.stop()
         if reply is None:
             return True
-        _, err, channel = self.streams.values()
         message = reply.get("message") if isinstance(reply.get("message"), dict) else {"kind": "done"}
-        channel.data += json.dumps({**message, "nonce": self.request.nonce}).encode() + b"\n"
+        self.messages.append({**message, "nonce": self.request.nonce})
+        err = list(self.streams.values())[1]
         trace = reply.get("stderr")
         if isinstance(trace, str) and trace:
             err.feed(trace.encode())
@@ -304,7 +306,7 @@ def _result(
     setup: ChildSetup,
     out: _Stream,
     err: _Stream,
-    channel: _Stream,
+    messages: list[dict[str, Any]],
     status: int,
     usage: Any,
     duration: float,
@@ -327,7 +329,7 @@ def _result(
         cpu_limit_s=float(max(1, int(request.limits.cpu_s + 0.999))),
         max_file_mb=request.limits.max_file_mb,
         stderr_tail=stderr[-4000:],
-        messages=_messages(bytes(channel.data)),
+        messages=messages,
         oom_kill=oom_kill,
         canaries=setup.canaries,
         canaries_required=setup.canaries_required,
