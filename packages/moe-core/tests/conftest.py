@@ -1,9 +1,17 @@
-"""Fixtures of the MoE layer and model tests: the plugin registry and tiny model specs."""
+"""Fixtures of the MoE layer and model tests: the plugin registry and tiny model specs.
+
+``float_close.py`` next to this file holds the float32 equality the block and expert tests share.
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from codemoe.core.models.presets import load_preset
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")

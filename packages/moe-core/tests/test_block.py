@@ -2,19 +2,11 @@ import pytest
 import torch
 from codemoe.core.moe import MoEBlock, MoEOptions
 from codemoe.core.moe.experts import GroupedExperts, LoopExperts, TorchGroupedMMExperts
+from float_close import close as _close
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
 H, INTER, E, K = 32, 16, 8, 2
-
-
-def _close(got: torch.Tensor, want: torch.Tensor, msg: str | None = None) -> None:
-    """Equal up to float32 rounding. A float sum rounds relative to its terms, not to its result:
-    where terms cancel (a gradient summed over tokens, a dot product) an entry is off by ulps of
-    the tensor's scale, not of its own value. The two computations differ by up to ~4e-7 of the
-    largest entry, which took 0.6 of a per-entry atol of 1e-6 on AVX-512; so the slack is 1e-5 of
-    the largest entry (~100 ulps), besides the usual rtol."""
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.detach().abs().max()), msg=msg)
 
 
 def _hf_block(implementation: str) -> Qwen3MoeSparseMoeBlock:
