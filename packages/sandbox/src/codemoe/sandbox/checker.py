@@ -114,10 +114,10 @@ class Checker:
 
 def _settle_checker(jobs: int, replies: int, *, drop_uid: bool, use_seccomp: bool) -> None:
     """In the new checker process: keep only its two pipes (and stdio), and give up privileges."""
-    for fd in range(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0]):
-        if fd not in (jobs, replies):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    low, high = sorted((jobs, replies))
+    os.closerange(3, low)
+    os.closerange(low + 1, high)
+    os.closerange(high + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     linux.parent_death_signal(signal.SIGKILL)
     os.chdir("/")
     if drop_uid:
