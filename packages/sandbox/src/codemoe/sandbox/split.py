@@ -35,7 +35,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAX_TRANSCRIPT", "ProgramExited", "answer_call", "decode", "encode", "exception_class", "exported_names",
+__all__ = ["MAX_TRANSCRIPT", "ProgramExited", "answer_call", "checks_globals", "decode", "encode", "exception_class", "exported_names",
            "outcome", "record", "referenced_names", "replay", "safe_message"]
 
 MAX_TRANSCRIPT = 100_000  # calls one run of the checks may make
@@ -192,11 +192,10 @@ class _StopRecording(BaseException):
 
 def record(namespace: dict[str, Any], names: dict[str, Any], checks: types.CodeType) -> list[list[Any]]:
     """Run the checks here, in the program process, over the program's own functions, and keep
-    every call with its outcome: the checker replays the calls it makes the same way from this
-    transcript instead of crossing the pipe once per call. Each function sees and returns exactly
-    what it would across the pipe (decoded copies), so a faithful transcript changes nothing; a
-    lying one is no more than the program answering, and where it stops matching what the checks
-    ask, the checker calls the program live.
+    every call with its outcome, for the checker to answer its own run of the checks from
+    (:func:`replay`). Each function takes and returns decoded copies, exactly what the checker's
+    run sees, so a faithful transcript replays to the same end; a lying one is no more than the
+    program answering, and where it stops matching what the checks ask, they fail.
     """
     transcript: list[list[Any]] = []
     classes: dict[str, type] = {}
@@ -214,28 +213,41 @@ def record(namespace: dict[str, Any], names: dict[str, Any], checks: types.CodeT
 
         return call
 
-    checks_namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins, "__file__": "checks.py"}
-    for name, kind in names.items():
-        if kind == "callable":
-            checks_namespace[name] = recording(name)
-        elif "module" in kind:
-            checks_namespace[name] = namespace[name]
-        else:
-            checks_namespace[name] = decode(kind["value"])
     with contextlib.suppress(BaseException):  # how the checks end, the checker finds out for itself
-        exec(checks, checks_namespace)
+        exec(checks, checks_globals(names, recording, lambda name, module: namespace[name]))
     return transcript
+
+
+def checks_globals(names: Any, function: Callable[[str], Any], module: Callable[[str, str], Any]) -> dict[str, Any]:
+    """The globals the checks start from, the same in both runs: each exported program function
+    as ``function(name)``, each module as ``module(name, module_name)``, each literal decoded.
+    Anything malformed, or named like a builtin, is left out.
+    """
+    namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins, "__file__": "checks.py"}
+    for name, kind in names.items():
+        if type(name) is not str or not name.isidentifier() or hasattr(builtins, name):
+            continue
+        try:
+            if kind == "callable":
+                namespace[name] = function(name)
+            elif type(kind) is dict and type(kind.get("module")) is str:
+                namespace[name] = module(name, kind["module"])
+            elif type(kind) is dict and "value" in kind:
+                namespace[name] = decode(kind["value"])
+        except (ImportError, ValueError, TypeError):
+            continue
+    return namespace
 
 
 def outcome(answer: Any, classes: dict[str, type]) -> Any:
     """The value an answer returns, or the exception it raises (builtin ones as themselves)."""
     if type(answer) is not dict or len(answer) != 1:
-        raise ProgramExited("the program process broke the call protocol")
+        raise ProgramExited("the transcript holds a malformed answer")
     if "return" in answer:
         return decode(answer["return"])
     raised = answer.get("raise")
     if type(raised) is not list or len(raised) != 2 or not all(type(x) is str for x in raised):
-        raise ProgramExited("the program process broke the call protocol")
+        raise ProgramExited("the transcript holds a malformed answer")
     raise exception_class(raised[0], classes)(raised[1])
 
 
@@ -290,24 +302,8 @@ def replay(checks: types.CodeType, names: Any, transcript: Any, importer: Callab
         call.__name__ = call.__qualname__ = name
         return call
 
-    namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins, "__file__": "checks.py"}
-    for name, kind in names.items():
-        if type(name) is not str or not name.isidentifier() or hasattr(builtins, name):
-            continue
-        if kind == "callable":
-            namespace[name] = proxy(name)
-        elif type(kind) is dict and type(kind.get("module")) is str:
-            try:
-                namespace[name] = importer(kind["module"])
-            except ImportError:
-                continue
-        elif type(kind) is dict and "value" in kind:
-            try:
-                namespace[name] = decode(kind["value"])
-            except (ValueError, TypeError):
-                continue
     try:
-        exec(checks, namespace)
+        exec(checks, checks_globals(names, proxy, lambda name, module: importer(module)))
     except ProgramExited as exc:
         if exit_code:
             return {"kind": "exit", "code": exit_code[0], "file": "program.py"}
