@@ -832,8 +832,6 @@ def _own_modules() -> list[str]:
 def _apply_site_view(plan: IsolationPlan, names: list[str] | tuple[str, ...], exposed: set[str]) -> str:
     """Replace site-packages with a view of ``names``; "" when done, else why not."""
     folders = site_dirs()
-    if any(_is_under(d, PRIVATE_TMP) for d in folders):
-        return "site-packages lies under /tmp, which every execution gets a fresh one of"
     found, keep = _site_view_aside(names)
     plan.site_hidden = folders
     plan.site_names = found
