@@ -71,8 +71,7 @@ def main() -> None:
         on_step=record,
     )
     trainer.fit()
-    if env.enabled:
-        torch.distributed.destroy_process_group()
+    env.close()
 
 
 if __name__ == "__main__":

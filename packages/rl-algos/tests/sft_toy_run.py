@@ -41,8 +41,7 @@ def main() -> None:
     )
     trainer.fit()
     (out / f"sft-rank{env.rank}.jsonl").write_text("\n".join(lines) + "\n")
-    if env.enabled:
-        torch.distributed.destroy_process_group()
+    env.close()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ trainer runs in one process. On CPU the backend is gloo, on GPU NCCL.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["Dist", "init_distributed", "shard_model"]
+__all__ = ["Dist", "close_distributed", "init_distributed", "shard_model"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,16 @@ class Dist:
         if self.enabled:
             dist.barrier()
 
+    def close(self) -> None:
+        """Leave the process group at the end of a run: wait for every rank, then destroy it.
+
+        The barrier keeps a rank that finishes first from closing its connections while another
+        still uses them; what FSDP2 still holds of the group goes at exit (:func:`close_distributed`).
+        """
+        if self.enabled and dist.is_initialized():
+            dist.barrier()
+            close_distributed()
+
 
 def init_distributed() -> Dist:
     """Join the ``torchrun`` process group if there is one (idempotent)."""
@@ -60,7 +72,22 @@ def init_distributed() -> Dist:
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend)
+        atexit.register(close_distributed)  # also where a run ends without Dist.close()
     return Dist(rank=dist.get_rank(), world=dist.get_world_size())
+
+
+def close_distributed() -> None:
+    """Destroy the process group if one is up (idempotent; no barrier, so safe on an error path).
+
+    ``destroy_process_group`` only drops torch's own references: FSDP2 modules and device meshes
+    keep the gloo group alive, and when the last of them goes at interpreter shutdown its threads
+    are joined while the interpreter is torn down, which can abort the process. Registered with
+    ``atexit`` by :func:`init_distributed`, this runs after the run's objects are unreachable and
+    before that teardown, so the collection here frees the group while Python is still whole.
+    """
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
 
 
 def transformer_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
