@@ -17,9 +17,15 @@ well, so packages that do not depend on ``codemoe-core`` can still be plugins).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
+
+if TYPE_CHECKING:  # the spine imports these modules; at run time the hooks need no types
+    import argparse
+
+    from codemoe.core.registry import Registry
+    from codemoe.core.runs import RunContext, StageInfo
 
 PROJECT = "codemoe"
 
@@ -33,13 +39,15 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def codemoe_register_components(registry: Any) -> None:
+def codemoe_register_components(registry: Registry) -> None:
     """Register the components (routers, experts, stages, rewards, ...) this plugin provides.
 
     **Default:** nothing is registered; a plugin that registers nothing is still listed.
 
     :param registry: the :class:`codemoe.core.Registry`; call
-        ``registry.register(kind, name, factory, config)`` once per component.
+        ``registry.register(kind, name, factory, config, summary=...)`` once per component. codemoe's
+        packages keep one table of ``(kind, name, "module:factory", "module:Config", summary)`` rows
+        in their plugin module and register every row here.
     :returns: nothing; registration happens through the ``registry`` argument.
     **firstresult:** no.
     """
@@ -51,7 +59,7 @@ def codemoe_register_components(registry: Any) -> None:
 
 
 @hookspec
-def codemoe_add_commands(subparsers: Any) -> None:
+def codemoe_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add subcommands to the ``codemoe`` command line (``codemoe serve``, ``codemoe sandbox``).
 
     **Default:** only the built-in commands (plugins, components, config, run) exist.
@@ -69,7 +77,7 @@ def codemoe_add_commands(subparsers: Any) -> None:
 
 
 @hookspec
-def codemoe_before_stage(ctx: Any, stage: Any) -> None:
+def codemoe_before_stage(ctx: RunContext, stage: StageInfo) -> None:
     """Called before a pipeline stage starts.
 
     **Default:** nothing happens.
@@ -82,7 +90,7 @@ def codemoe_before_stage(ctx: Any, stage: Any) -> None:
 
 
 @hookspec
-def codemoe_after_stage(ctx: Any, stage: Any, result: dict[str, Any]) -> None:
+def codemoe_after_stage(ctx: RunContext, stage: StageInfo, result: dict[str, Any]) -> None:
     """Called after a pipeline stage finished without error.
 
     **Default:** nothing happens; the result is saved in the run's ``state.json`` either way.
@@ -101,7 +109,7 @@ def codemoe_after_stage(ctx: Any, stage: Any, result: dict[str, Any]) -> None:
 
 
 @hookspec
-def codemoe_after_train_step(ctx: Any, stage: Any, step: int, metrics: dict[str, float]) -> None:
+def codemoe_after_train_step(ctx: RunContext, stage: StageInfo, step: int, metrics: dict[str, float]) -> None:
     """Called after each optimizer step of a trainer, once its metrics are read.
 
     **Default:** nothing happens; the metrics are already in ``metrics.jsonl``.
@@ -116,7 +124,7 @@ def codemoe_after_train_step(ctx: Any, stage: Any, step: int, metrics: dict[str,
 
 
 @hookspec
-def codemoe_after_rollout_batch(ctx: Any, stage: Any, step: int, batch: Any) -> None:
+def codemoe_after_rollout_batch(ctx: RunContext, stage: StageInfo, step: int, batch: object) -> None:
     """Called after a batch of rollouts was generated and rewarded, before the update.
 
     **Default:** nothing happens.
@@ -124,8 +132,9 @@ def codemoe_after_rollout_batch(ctx: Any, stage: Any, step: int, batch: Any) -> 
     :param ctx: the :class:`codemoe.core.RunContext` of the run.
     :param stage: the :class:`codemoe.core.StageInfo` of the RL stage.
     :param step: the global step the batch belongs to (1-based).
-    :param batch: the rollout batch (prompts, samples, rewards); monitors and curriculum filters
-        may read it, and filters may mark samples to drop.
+    :param batch: the trainer's rollout batch (prompts, samples, rewards); monitors and curriculum
+        filters may read it, and filters may mark samples to drop. Its type belongs to the trainer,
+        not to core (``codemoe.rl.rollout.Rollouts`` for the built-in ``rl`` stage), hence ``object``.
     :returns: nothing.
     **firstresult:** no.
     """

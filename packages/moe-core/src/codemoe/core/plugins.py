@@ -12,13 +12,16 @@ import importlib.metadata
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 from codemoe.core import hookspecs
 from codemoe.core.errors import PluginError, did_you_mean
 from codemoe.core.hookspecs import PROJECT
 from codemoe.core.registry import Registry
+
+if TYPE_CHECKING:  # runs.py imports this module
+    from codemoe.core.runs import RunContext, StageInfo
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -132,22 +135,26 @@ def build_registry(pm: pluggy.PluginManager) -> Registry:
 
 
 class Hooks:
-    """Typed, keyword-only facade over ``pm.hook`` for the lifecycle hooks."""
+    """Typed, keyword-only facade over ``pm.hook`` for the lifecycle hooks.
+
+    Each method calls the spec of the same name in :mod:`codemoe.core.hookspecs` (``before_stage``
+    calls ``codemoe_before_stage``), so a call site is type-checked against the spec's types.
+    """
 
     def __init__(self, pm: PluginManager) -> None:
         self.pm = pm
         self._hook = pm.hook
 
-    def before_stage(self, *, ctx: Any, stage: Any) -> None:
+    def before_stage(self, *, ctx: RunContext, stage: StageInfo) -> None:
         self._hook.codemoe_before_stage(ctx=ctx, stage=stage)
 
-    def after_stage(self, *, ctx: Any, stage: Any, result: dict[str, Any]) -> None:
+    def after_stage(self, *, ctx: RunContext, stage: StageInfo, result: dict[str, Any]) -> None:
         self._hook.codemoe_after_stage(ctx=ctx, stage=stage, result=result)
 
-    def after_train_step(self, *, ctx: Any, stage: Any, step: int, metrics: dict[str, float]) -> None:
+    def after_train_step(self, *, ctx: RunContext, stage: StageInfo, step: int, metrics: dict[str, float]) -> None:
         self._hook.codemoe_after_train_step(ctx=ctx, stage=stage, step=step, metrics=metrics)
 
-    def after_rollout_batch(self, *, ctx: Any, stage: Any, step: int, batch: Any) -> None:
+    def after_rollout_batch(self, *, ctx: RunContext, stage: StageInfo, step: int, batch: object) -> None:
         self._hook.codemoe_after_rollout_batch(ctx=ctx, stage=stage, step=step, batch=batch)
 
 
