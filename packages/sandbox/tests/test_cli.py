@@ -58,8 +58,8 @@ class _Registry:
 
 def test_plugin_registers_the_executors_by_import_path():
     registry = _Registry()
-    plugin.register_executors(registry)
-    assert set(registry.items) == {("executor", "local"), ("executor", "remote")}
+    plugin.codemoe_register_components(registry)
+    assert {name for kind, name in registry.items if kind == "executor"} == {"local", "remote"}
     factory, config, _ = registry.items[("executor", "local")]
     assert factory == "codemoe.sandbox.local:build_local_executor"
     assert config == "codemoe.sandbox.local:LocalExecutorConfig"

@@ -20,7 +20,7 @@ from codemoe.sandbox.agent import (
     read_trajectories,
     run_episode,
 )
-from codemoe.sandbox.agent.registration import register_agent
+from codemoe.sandbox.plugin import COMPONENTS
 from codemoe.sandbox.rewards import build_reward
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -146,15 +146,7 @@ def test_trajectory_jsonl_is_chat_sft_data(executor, tmp_path):
 
 
 def test_environment_registration_points_at_real_objects():
-    registered = []
-
-    class Recorder:
-        def register(self, kind, name, factory, config, *, summary=""):
-            registered.append((kind, name, factory, config))
-
-    register_agent(Recorder())
-    ((kind, name, factory, config),) = registered
-    assert (kind, name) == ("environment", "repo")
+    ((factory, config),) = [(f, c) for kind, name, f, c, _ in COMPONENTS if (kind, name) == ("environment", "repo")]
 
     def resolve(target):
         module, _, attr = target.partition(":")

