@@ -16,7 +16,10 @@ _EXECUTOR: list[Any] = []
 
 
 def _dataset(tasks: list[CodeTask], limit: int) -> Any:
-    import datasets
+    try:
+        import datasets
+    except ImportError as exc:  # an optional integration, like lm-eval itself
+        raise ImportError("datasets is not installed: pip install 'codemoe-evals[lm-eval]'") from exc
 
     rows = [{k: v for k, v in asdict(t).items() if k != "metadata"} for t in tasks]
     rows = rows[:limit] if limit > 0 else rows
