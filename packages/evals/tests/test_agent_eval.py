@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from codemoe.core import compose, run_pipeline
@@ -30,10 +29,10 @@ def _run(registry, tasks, generate, samples: int, max_turns: int):
 @pytest.mark.slow
 def test_the_reference_solution_played_as_tool_calls_passes_and_doing_nothing_fails(spine):
     _, registry, _ = spine
-    from codemoe.sandbox.agent import OraclePolicy, load_task
+    from codemoe.core.contracts import repository_task
 
     tasks = _repo_tasks(registry, 2)
-    oracle = {t.id: OraclePolicy(load_task(Path(t.folder))).actions for t in tasks}
+    oracle = {t.id: registry.build("scripted_agent", "oracle", task=repository_task(t)).actions for t in tasks}
 
     def play(prompts: list[str], n: int, turn: int) -> list[list[str]]:
         # each episode's history starts with its task's statement: "Task <id>"

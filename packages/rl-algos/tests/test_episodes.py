@@ -7,10 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from codemoe.core.contracts import SamplingParams
 from codemoe.core.errors import ConfigError
 from codemoe.rl.advantages import AdvantageInput, GAEAdvantage, GAEConfig, ReinforcePPAdvantage, ReinforcePPConfig
 from codemoe.rl.episodes import Turn, run_episodes
-from codemoe.rl.rollout import SamplingRequest, Score
+from codemoe.rl.rollout import Score
 from rl_toy import ToyEpisodeEnvironment
 from test_trainer import _fit, _trainer
 
@@ -48,7 +49,7 @@ class ScriptedEnvironment:
 
 def test_an_episode_becomes_one_row_with_actions_masked_in_and_rewards_on_their_last_tokens():
     engine = ScriptedEngine([[5, 6], [7, 8, 11]])
-    params = SamplingRequest(n=2, max_new_tokens=3, seed=0)
+    params = SamplingParams(n=2, max_new_tokens=3, seed=0)
     rollouts = run_episodes(
         engine, ScriptedEnvironment, ["task"], params, max_turns=3, max_observation_tokens=4, pad_id=0
     )
@@ -72,7 +73,7 @@ def test_an_observation_keeps_its_first_tokens_only():
         engine,
         ScriptedEnvironment,
         ["task"],
-        SamplingRequest(n=1, max_new_tokens=1),
+        SamplingParams(n=1, max_new_tokens=1),
         max_turns=2,
         max_observation_tokens=0,
         pad_id=0,
@@ -206,7 +207,7 @@ def test_repository_episodes_run_tool_calls_in_the_sandbox_and_score_the_outcome
                 registry.build("environment", {"name": "repo", "step_budget": 2}, executor=executor), recipe
             ),
             [task],
-            SamplingRequest(n=2, max_new_tokens=256),
+            SamplingParams(n=2, max_new_tokens=256),
             max_turns=2,
             max_observation_tokens=2000,
             pad_id=0,
@@ -231,7 +232,7 @@ def test_later_turns_continue_from_the_engines_kept_histories(registry):
 
     policy = tiny_policy()
     engine = registry.build("engine", {"name": "embedded", "prefix_cache_tokens": 4096}, model=policy, tokenizer=None)
-    params = SamplingRequest(n=2, max_new_tokens=3, seed=4, ignore_eos=True)
+    params = SamplingParams(n=2, max_new_tokens=3, seed=4, ignore_eos=True)
     rollouts = run_episodes(
         engine,
         lambda: ToyEpisodeEnvironment(turns=3),

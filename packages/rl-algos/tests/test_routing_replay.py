@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 
 import torch
+from codemoe.core.contracts import SamplingParams
 from codemoe.core.moe import capture_routing, moe_blocks
 from codemoe.core.tokenizer import train_tokenizer
 from codemoe.rl.logprobs import token_stats
-from codemoe.rl.rollout import SamplingRequest, Score, build_rollouts
+from codemoe.rl.rollout import Score, build_rollouts
 from rl_toy import tiny_policy
 
 
@@ -16,7 +17,7 @@ def _rollouts(registry, policy):
     tokenizer = train_tokenizer(["def f(x):\n    return x + 1\n"] * 4, vocab_size=300)
     engine = registry.build("engine", {"name": "embedded"}, model=copy.deepcopy(policy), tokenizer=tokenizer)
     prompts = [[3, 4, 5], [6, 7]]
-    outputs = engine.generate(prompts, SamplingRequest(n=3, max_new_tokens=5, seed=1, ignore_eos=True))
+    outputs = engine.generate(prompts, SamplingParams(n=3, max_new_tokens=5, seed=1, ignore_eos=True))
     scores = [Score(reward=0.0) for out in outputs for _ in out.samples]
     return build_rollouts(outputs, scores, horizon=5, pad_id=0)
 

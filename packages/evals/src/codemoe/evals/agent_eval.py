@@ -13,26 +13,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
+from codemoe.core.contracts import Environment, repository_task
 from codemoe.evals.grading import GradedSample
 
 __all__ = ["agent_prompt", "run_agent_episodes"]
 
 
-def agent_prompt(environment: Any, task: Any) -> str:
-    """Reset ``environment`` on ``task`` (a suite task with a ``folder``); the policy's first prompt."""
-    from codemoe.sandbox.agent import load_task
-    from codemoe.sandbox.agent.episode import system_prompt
-
-    folder = getattr(task, "folder", None)
-    if not folder:
+def agent_prompt(environment: Environment, task: Any) -> str:
+    """Reset ``environment`` on ``task`` (a repository suite's task); the policy's first prompt."""
+    inner = repository_task(task)
+    if inner is None:
         raise TypeError(
-            f"task {getattr(task, 'id', task)!r} has no repository folder: agent evaluation needs a repository suite"
+            f"task {getattr(task, 'id', task)!r} is not a repository task: agent evaluation needs a repository suite"
         )
-    observation = environment.reset(load_task(Path(folder)))
-    return f"{system_prompt(environment.tools)}\n\n{observation}\n"
+    return environment.reset(inner)
 
 
 class _Run:

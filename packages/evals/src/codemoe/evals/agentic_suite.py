@@ -1,11 +1,10 @@
 """The ``agentic-core`` suite: repository-level agent tasks read from ``registry/suites/agentic-core/``.
 
-Each task folder holds ``task.yaml`` (statement, type, visible test command, fail_to_pass,
-pass_to_pass, optional clarification, step budget, read-only patterns), ``repo/``,
-``hidden_tests/`` and ``gold.patch``; the format is defined by the sandbox's agent environment,
-which runs the episodes (``codemoe.sandbox.agent``). This module only reads the folders, because
-the evals package does not import the sandbox: a :class:`RepoTask` carries everything an episode
-runner or a report needs, with the task type as its ``family`` for per-type breakdowns.
+The folder format belongs to the sandbox, which also runs the episodes: the suite reads its folder
+through the registry's task format (kind ``task_format``, ``repo`` by default) and hands each loaded
+task out wrapped in a :class:`RepoTask`, with the task type as its ``family`` for per-type
+breakdowns. An environment resets on ``RepoTask.task``, the object the format loaded, so no task
+is read twice.
 
 A task is held out when a hash of ``(seed, task id)`` falls under ``heldout_percent``; by default
 every task is held out (the suite is for evaluation), like ``humaneval``.
@@ -14,31 +13,14 @@ every task is held out (the suite is for evaluation), like ``humaneval``.
 from __future__ import annotations
 
 import hashlib
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from codemoe.core.contracts import RepositoryTask, TaskFormat
 from codemoe.evals.tasks import check_split
 
-__all__ = ["TASK_TYPES", "AgenticSuite", "AgenticSuiteConfig", "RepoTask", "build_agentic_suite", "load_repo_task"]
-
-# the ten task types of the seeds; the sandbox's task loader accepts the same names
-TASK_TYPES = (
-    "cross-file-refactor",
-    "test-driven-bug-fix",
-    "multi-round-error-correction",
-    "dependency-upgrade",
-    "performance-optimisation",
-    "multi-file-edit",
-    "build-external-dependency",
-    "debugging-several-runs",
-    "clarification-needed",
-    "long-horizon-constraints",
-)
-_REQUIRED = ("id", "type", "statement", "test_command", "fail_to_pass")
-_SKIP = {"__pycache__", ".pytest_cache", ".git"}
+__all__ = ["AgenticSuite", "AgenticSuiteConfig", "RepoTask", "build_agentic_suite"]
 
 
 @dataclass
@@ -46,6 +28,7 @@ class AgenticSuiteConfig:
     """Options of the ``agentic-core`` suite."""
 
     path: str = ""  # folder of task folders; "" = registry/suites/agentic-core of this checkout
+    format: Any = field(default_factory=lambda: {"name": "repo"}, metadata={"kind": "task_format"})  # reads the folder
     heldout_percent: int = 100  # share of tasks in the held-out split; the rest is 'train'
     seed: int = 0  # decides the split when heldout_percent < 100
     types: list[str] = field(default_factory=list)  # task types to include; empty: all
@@ -55,61 +38,25 @@ class AgenticSuiteConfig:
 class RepoTask:
     """One repository-level task as the suite hands it out."""
 
-    id: str  # the task folder's name
-    family: str  # the task type, one of TASK_TYPES
-    statement: str  # what the agent is asked to do
-    folder: str  # the task folder (repo/, hidden_tests/, gold.patch, task.yaml)
-    files: dict[str, str]  # the starting repository: path -> text
-    hidden_tests: dict[str, str]  # hidden_tests/<path> -> text; never shown to the agent
-    gold_patch: str  # unified diff that solves the task
-    test_command: list[str]  # the visible test command
-    fail_to_pass: list[str]  # pytest node ids
-    pass_to_pass: list[str]
-    clarification: str | None  # the answer to ask_clarification, if the task has one
-    step_budget: int  # actions allowed in an episode
-    readonly: list[str]  # glob patterns the agent cannot write
+    task: RepositoryTask  # what the task format loaded; environments reset on it
+
+    @property
+    def id(self) -> str:
+        return self.task.id
+
+    @property
+    def family(self) -> str:
+        """The task type (per-type tables group by it)."""
+        return self.task.type
+
+    @property
+    def statement(self) -> str:
+        return self.task.statement
 
     @property
     def prompt(self) -> str:
-        """The first user turn: the statement and the repository's file list."""
-        return f"Task {self.id}\n\n{self.statement}\n\nRepository files:\n" + "\n".join(sorted(self.files))
-
-
-def _read_tree(root: Path) -> dict[str, str]:
-    return {
-        path.relative_to(root).as_posix(): path.read_text(encoding="utf-8")
-        for path in sorted(root.rglob("*"))
-        if path.is_file() and not _SKIP & set(path.relative_to(root).parts)
-    }
-
-
-def load_repo_task(folder: Path) -> RepoTask:
-    """Read one task folder; a ValueError names the file and what is wrong."""
-    spec_path = folder / "task.yaml"
-    spec: Any = yaml.safe_load(spec_path.read_text(encoding="utf-8")) if spec_path.is_file() else None
-    if not isinstance(spec, dict):
-        raise ValueError(f"{spec_path}: missing or not a mapping")
-    missing = [key for key in _REQUIRED if key not in spec]
-    if missing:
-        raise ValueError(f"{spec_path}: missing keys {missing}")
-    if spec["type"] not in TASK_TYPES:
-        raise ValueError(f"{spec_path}: type {spec['type']!r} is not one of {', '.join(TASK_TYPES)}")
-    command = spec["test_command"]
-    return RepoTask(
-        id=str(spec["id"]),
-        family=spec["type"],
-        statement=str(spec["statement"]).strip(),
-        folder=str(folder),
-        files=_read_tree(folder / "repo"),
-        hidden_tests={f"hidden_tests/{p}": t for p, t in _read_tree(folder / "hidden_tests").items()},
-        gold_patch=(folder / "gold.patch").read_text(encoding="utf-8"),
-        test_command=shlex.split(command) if isinstance(command, str) else list(command),
-        fail_to_pass=list(spec["fail_to_pass"]),
-        pass_to_pass=list(spec.get("pass_to_pass") or []),
-        clarification=str(spec["clarification"]).strip() if spec.get("clarification") else None,
-        step_budget=int(spec.get("step_budget", 30)),
-        readonly=list(spec.get("readonly") or []),
-    )
+        """The task as a reviewer reads it (the agent's own first prompt is the environment's)."""
+        return f"Task {self.id}\n\n{self.statement}"
 
 
 class AgenticSuite:
@@ -117,11 +64,12 @@ class AgenticSuite:
 
     name = "agentic-core"
 
-    def __init__(self, config: AgenticSuiteConfig | None = None) -> None:
-        self.config = config or AgenticSuiteConfig()
-        unknown = sorted(set(self.config.types) - set(TASK_TYPES))
+    def __init__(self, config: AgenticSuiteConfig, task_format: TaskFormat) -> None:
+        self.config, self.task_format = config, task_format
+        known = getattr(task_format, "types", ())
+        unknown = sorted(set(self.config.types) - set(known))
         if unknown:
-            raise ValueError(f"suite '{self.name}': unknown task types {unknown}; valid: {', '.join(TASK_TYPES)}")
+            raise ValueError(f"suite '{self.name}': unknown task types {unknown}; valid: {', '.join(known)}")
 
     @property
     def path(self) -> Path:
@@ -138,10 +86,9 @@ class AgenticSuite:
 
     def all_tasks(self) -> list[RepoTask]:
         """Every task of the folder (filtered by ``types``), sorted by id."""
-        folders = sorted(p for p in self.path.iterdir() if (p / "task.yaml").is_file()) if self.path.is_dir() else []
-        if not folders:
-            raise ValueError(f"suite '{self.name}': no task folders in {self.path}")
-        tasks = [load_repo_task(folder) for folder in folders]
+        if not self.path.is_dir():
+            raise ValueError(f"suite '{self.name}': no folder {self.path}")
+        tasks = sorted((RepoTask(t) for t in self.task_format.load(self.path)), key=lambda t: t.id)
         return [t for t in tasks if not self.config.types or t.family in self.config.types]
 
     def tasks(self, split: str) -> list[RepoTask]:
@@ -150,6 +97,6 @@ class AgenticSuite:
         return [t for t in self.all_tasks() if self._heldout(t.id) == (split == "heldout")]
 
 
-def build_agentic_suite(config: AgenticSuiteConfig) -> AgenticSuite:
-    """The repository-level agent tasks of ``registry/suites/agentic-core``."""
-    return AgenticSuite(config)
+def build_agentic_suite(config: AgenticSuiteConfig, *, registry: Any) -> AgenticSuite:
+    """The repository-level agent tasks of ``registry/suites/agentic-core``, read by the task format."""
+    return AgenticSuite(config, registry.build("task_format", config.format, where="suite.format"))

@@ -9,10 +9,11 @@ from typing import Any
 __all__ = ["load_policy"]
 
 
-def load_policy(path: str | Path) -> tuple[Any, Any]:
+def load_policy(path: str | Path, *, registry: Any = None) -> tuple[Any, Any]:
     """``(model, tokenizer)`` in eval mode: codemoe checkpoints (a ``codemoe`` section in config.json)
     and Qwen3-MoE ones through ``codemoe.core.models.load_pretrained``, which rebuilds codemoe's MoE
-    blocks; other causal LMs through ``transformers``' Auto classes."""
+    blocks with components of ``registry`` (the run's); other causal LMs through ``transformers``'
+    Auto classes."""
     path = Path(path)
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -21,7 +22,7 @@ def load_policy(path: str | Path) -> tuple[Any, Any]:
     if "codemoe" in config or config.get("model_type") == "qwen3_moe":
         from codemoe.core.models import load_pretrained
 
-        model, tokenizer = load_pretrained(str(path))
+        model, tokenizer = load_pretrained(str(path), registry=registry)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

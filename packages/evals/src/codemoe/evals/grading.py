@@ -1,8 +1,8 @@
-"""Grading completions in the sandbox: one HumanEval-style ``asserts`` execution per sample.
+"""Grading completions: each task's prompt plus a completion, checked against the task's tests.
 
-The executor comes from the registry (kind ``executor``), so grading runs wherever the sandbox does:
-the local worker pool by default, a remote sandbox service when configured. The sandbox package
-is imported only here, inside functions, because evals must not need it to be imported.
+The verifier comes from the registry (kind ``executor``), so grading runs wherever the sandbox does:
+the local worker pool by default, a remote sandbox service when configured. This module names what
+to check (:class:`~codemoe.core.contracts.ProgramCheck`); how it runs is the verifier's.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from codemoe.core.contracts import ProgramCheck, Verifier
 from codemoe.evals.passk import TaskOutcome
 from codemoe.evals.tasks import CodeTask
 
@@ -50,7 +51,7 @@ def _tail(text: str) -> str:
 
 
 def grade(
-    executor: Any,
+    verifier: Verifier,
     tasks: Sequence[CodeTask],
     completions: Mapping[str, Sequence[str]],
     *,
@@ -60,43 +61,36 @@ def grade(
     chunk: int = 256,
     advance: Callable[[int], Any] | None = None,
 ) -> list[GradedSample]:
-    """Run every completion of every task against the task's ``tests`` ('hidden' or 'visible').
+    """Check every completion of every task against the task's ``tests`` ('hidden' or 'visible').
 
     ``completions`` maps task id -> list of completions (text following the task's prompt).
-    Requests go to ``executor.run_batch`` in chunks of ``chunk``; ``advance(n)`` is called after each.
+    Checks go to ``verifier.check_programs`` in chunks of ``chunk``; ``advance(n)`` is called after each.
     """
-    from codemoe.sandbox.api import ExecutionRequest, Limits
-
     if tests not in ("hidden", "visible"):
         raise ValueError(f"tests must be 'hidden' or 'visible', got {tests!r}")
-    limits = Limits(timeout_s=timeout_s, cpu_s=timeout_s, memory_mb=memory_mb)
     jobs: list[tuple[CodeTask, int, str]] = [
         (task, i, text) for task in tasks for i, text in enumerate(completions.get(task.id, ()))
     ]
     graded: list[GradedSample] = []
     for start in range(0, len(jobs), chunk):
         part = jobs[start : start + chunk]
-        requests = [
-            ExecutionRequest(
-                files={"program.py": task.solution_program(text), "checks.py": getattr(task, f"{tests}_tests")},
-                runner="asserts",
-                limits=limits,
-                id=f"{task.id}#{i}",
-            )
+        checks = [
+            ProgramCheck(task_id=task.id, program=task.solution_program(text), tests=getattr(task, f"{tests}_tests"), index=i)
             for task, i, text in part
         ]
-        for (task, i, text), result in zip(part, executor.run_batch(requests), strict=True):
-            output = "\n".join(s for s in (result.stderr, result.stdout) if s)
+        verdicts = verifier.check_programs(checks, timeout_s=timeout_s, memory_mb=memory_mb)
+        for (task, i, text), verdict in zip(part, verdicts, strict=True):
+            output = "\n".join(s for s in (verdict.stderr, verdict.stdout) if s)
             graded.append(
                 GradedSample(
                     task_id=task.id,
                     family=task.family,
                     index=i,
                     completion=text,
-                    status=result.status,
-                    reason=result.reason,
+                    status=verdict.status,
+                    reason=verdict.reason,
                     output=_tail(output),
-                    duration_s=round(float(result.duration_s), 4),
+                    duration_s=round(float(verdict.duration_s), 4),
                 )
             )
         if advance is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from codemoe.core.contracts import SamplingParams, repository_task
 from codemoe.core.errors import ConfigError
 from codemoe.evals.compare import compare_summaries, format_improvement
 from codemoe.evals.evaluate import EvalOptions, Sampler, grade_and_summarize, sample_completions, write_evaluation
@@ -95,10 +96,8 @@ class ExpertLoad:
         return (self.counts / totals).tolist()
 
 
-def _sampling_params(config: EvalStageConfig, n: int, seed: int) -> Any:
-    """The engine request (its own ``SamplingParams``) for ``n`` samples under the stage's options."""
-    from codemoe.serving.api import SamplingParams
-
+def _sampling_params(config: EvalStageConfig, n: int, seed: int) -> SamplingParams:
+    """The engine request for ``n`` samples under the stage's options."""
     return SamplingParams(
         n=n,
         temperature=config.temperature,
@@ -165,10 +164,10 @@ class EvalStage:
         suite = ctx.registry.build("suite", cfg.suite, where=f"stages.{stage.id}.suite")
         tasks = suite.tasks(cfg.split)
         tasks = tasks[: cfg.max_tasks] if cfg.max_tasks > 0 else tasks
-        if cfg.environment is not None and tasks and not getattr(tasks[0], "folder", None):
+        if cfg.environment is not None and tasks and repository_task(tasks[0]) is None:
             raise ConfigError(
                 f"'stages.{stage.id}.environment': agent evaluation needs repository tasks (a suite such as "
-                f"'agentic-core'); the suite gave {type(tasks[0]).__name__} tasks without a repository folder"
+                f"'agentic-core'); the suite gave {type(tasks[0]).__name__} tasks"
             )
         checkpoint, step = _checkpoint(ctx, stage, cfg)
         step = cfg.step if cfg.step >= 0 else (step or 0)
@@ -214,7 +213,7 @@ class EvalStage:
         from codemoe.evals.checkpoints import load_policy
 
         cfg, where = self.config, f"stages.{stage.id}"
-        model, tokenizer = load_policy(checkpoint)
+        model, tokenizer = load_policy(checkpoint, registry=ctx.registry)
         engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=model, tokenizer=tokenizer)
         executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
         options = EvalOptions(

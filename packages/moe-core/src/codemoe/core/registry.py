@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -151,13 +152,25 @@ class Registry:
         """Validate ``spec`` and build the component; ``kwargs`` go to the factory.
 
         ``spec`` is a bare name or a mapping with ``name`` and options; ``where`` is the config key
-        path that errors name.
+        path that errors name. A factory with a ``registry`` parameter gets this registry, so the
+        components it builds inside (a recipe's parts, a model's router, a suite's task format) are
+        found among every plugin of the run.
         """
         from codemoe.core.config import spec_name
 
         name = spec_name(kind, spec, where=where)
         component = self.get(kind, name, where=where)
         config = self.make_config(kind, spec, where=where)
+        if "registry" not in kwargs and _takes_registry(_resolve(component.factory)):
+            kwargs["registry"] = self  # nested components come from this registry, plugins included
         if component.config is None:
             return component.build(**kwargs)
         return component.build(config, **kwargs)
+
+
+def _takes_registry(factory: Callable[..., Any]) -> bool:
+    """Whether ``factory`` has a ``registry`` parameter (a component that builds nested components)."""
+    try:
+        return "registry" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin or a class without an inspectable signature
+        return False

@@ -27,7 +27,7 @@ _LAZY = {
     "SFTStage": "codemoe.rl.stages",
     "SFTStageConfig": "codemoe.rl.stages",
     "SFTTrainer": "codemoe.rl.sft",
-    "SandboxScorer": "codemoe.rl.scoring",
+    "VerifierScorer": "codemoe.rl.scoring",
     "Score": "codemoe.rl.rollout",
 }
 

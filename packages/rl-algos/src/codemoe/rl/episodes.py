@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from codemoe.rl.rollout import Rollouts, SamplingRequest, Score, padded_rows, score_fields
+from codemoe.core.contracts import SamplingParams
+from codemoe.rl.rollout import Rollouts, Score, padded_rows, score_fields
 
 __all__ = ["Environment", "Turn", "run_episodes"]
 
@@ -76,7 +77,7 @@ def run_episodes(
     engine: Any,
     make_env: Callable[[], Environment],
     tasks: Sequence[Any],
-    params: SamplingRequest,
+    params: SamplingParams,
     *,
     max_turns: int,
     max_observation_tokens: int,
@@ -99,7 +100,7 @@ def run_episodes(
             outputs = engine.generate([episodes[i * group].prompt for i in range(len(tasks))], params)
             samples = [s for out in outputs for s in out.samples]
         else:
-            follow = SamplingRequest(**{**vars(params), "n": 1, "seed": _turn_seed(params.seed, turn)})
+            follow = SamplingParams(**{**vars(params), "n": 1, "seed": _turn_seed(params.seed, turn)})
             outputs = engine.generate([e.prompt + e.tokens for e in active], follow)
             samples = [out.samples[0] for out in outputs]
         for episode, sample in zip(active, samples, strict=True):

@@ -1,9 +1,9 @@
 """The sandbox's repository environment (kind ``environment``, e.g. ``repo``) as RL episodes.
 
-Each episode: the task's folder is loaded as a sandbox task, the environment copies its repository
-into a private workspace, and the policy sees the system prompt (the tools and their JSON schemas)
-and the task statement. Every action is one tool call, run in the sandbox; its observation (file
-contents, test output, or the format error) is the next turn's input. The environment's step
+Each episode: the environment copies the task's repository into a private workspace, and the
+policy sees the first prompt the environment renders (the tools and their JSON schemas, the task).
+Every action is one tool call, run in the sandbox; its observation (file contents, test output, or
+the format error) is the next turn's input. The environment's step
 budget is the trainer's ``max_turns``, so every episode ends graded (visible and hidden tests). The
 reward recipe (kind ``reward``, e.g. ``seed1-stepwise``) scores the whole episode at the end: test
 outcomes, task completion, step cost, format errors and hack checks; ``passed`` is the episode
@@ -12,9 +12,9 @@ having resolved its task.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from codemoe.core.contracts import Environment, repository_task
 from codemoe.rl.episodes import Turn
 from codemoe.rl.rollout import Score
 
@@ -24,21 +24,17 @@ __all__ = ["RepoEpisodes"]
 class RepoEpisodes:
     """One repository episode at a time, over an environment built per episode (see the module docstring)."""
 
-    def __init__(self, environment: Any, recipe: Any) -> None:
+    def __init__(self, environment: Environment, recipe: Any) -> None:
         self.environment, self.recipe = environment, recipe
 
     def reset(self, task: Any) -> str:
-        from codemoe.sandbox.agent import load_task
-        from codemoe.sandbox.agent.episode import system_prompt
-
-        folder = getattr(task, "folder", None)
-        if not folder:
+        inner = repository_task(task)
+        if inner is None:
             raise TypeError(
-                f"task {getattr(task, 'id', task)!r} has no repository folder: multi-step episodes need a "
+                f"task {getattr(task, 'id', task)!r} is not a repository task: multi-step episodes need a "
                 "repository suite such as 'agentic-core'"
             )
-        observation = self.environment.reset(load_task(Path(folder)))
-        return f"{system_prompt(self.environment.tools)}\n\n{observation}\n"
+        return self.environment.reset(inner)
 
     def step(self, action: str, token_ids: list[int]) -> Turn:
         result = self.environment.step(action)

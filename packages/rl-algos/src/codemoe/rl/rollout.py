@@ -13,26 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Rollouts", "SamplingRequest", "Score", "build_rollouts"]
-
-
-@dataclass
-class SamplingRequest:
-    """The sampling parameters the trainer sends; field for field the engine contract's ``SamplingParams``."""
-
-    n: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 64
-    stop: list[str] = field(default_factory=list)
-    seed: int | None = None
-    ignore_eos: bool = False
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` on a request no engine can serve."""
-        if self.n < 1 or self.max_new_tokens < 1:
-            raise ValueError(f"sampling needs n >= 1 and max_new_tokens >= 1, got {self.n}, {self.max_new_tokens}")
+__all__ = ["Rollouts", "Score", "build_rollouts"]
 
 
 @dataclass

@@ -1,10 +1,9 @@
-"""Scoring function-level samples: run each in the sandbox against the task's visible tests, then
-weigh the outcome with a reward recipe.
+"""Scoring function-level samples: each program checked against the task's visible tests by the
+verifier (kind ``executor``), the verdict weighed by the reward recipe (kind ``reward``).
 
-The executor (kind ``executor``) and the recipe (kind ``reward``) come from the registry; the
-sandbox's request and reward-input types are imported inside the call, because rl-algos must not
-need the sandbox package to be imported. Hidden tests are never run here: they are the
-evaluation's.
+Both come from the registry and meet this module only through ``codemoe.core.contracts``: it names
+what to check (:class:`~codemoe.core.contracts.ProgramCheck`), the verifier decides how. Hidden tests
+are never run here: they are the evaluation's.
 """
 
 from __future__ import annotations
@@ -12,40 +11,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from codemoe.core.contracts import ProgramCheck, Verifier
 from codemoe.rl.rollout import Score
 
-__all__ = ["SandboxScorer"]
+__all__ = ["VerifierScorer"]
 
 
-class SandboxScorer:
+class VerifierScorer:
     """``scorer(tasks, outputs) -> scores`` for tasks with ``prompt``, ``visible_tests`` and ``id``."""
 
-    def __init__(self, executor: Any, recipe: Any, *, timeout_s: float = 5.0, memory_mb: int = 1024) -> None:
-        self.executor, self.recipe = executor, recipe
+    def __init__(self, verifier: Verifier, recipe: Any, *, timeout_s: float = 5.0, memory_mb: int = 1024) -> None:
+        self.verifier, self.recipe = verifier, recipe
         self.timeout_s, self.memory_mb = timeout_s, memory_mb
 
     def __call__(self, tasks: Sequence[Any], outputs: Sequence[Any]) -> list[Score]:
-        from codemoe.sandbox.api import ExecutionRequest, Limits
-        from codemoe.sandbox.rewards.inputs import reward_input_from_results
-
-        limits = Limits(timeout_s=self.timeout_s, cpu_s=self.timeout_s, memory_mb=self.memory_mb)
-        jobs = [(task, task.prompt + sample.text) for task, out in zip(tasks, outputs) for sample in out.samples]
-        requests = [
-            ExecutionRequest(
-                files={"program.py": program, "checks.py": task.visible_tests},
-                runner="asserts",
-                limits=limits,
-                id=f"{task.id}#{i}",
-            )
-            for i, (task, program) in enumerate(jobs)
+        programs = [(task, task.prompt + sample.text) for task, out in zip(tasks, outputs) for sample in out.samples]
+        checks = [
+            ProgramCheck(task_id=task.id, program=program, tests=task.visible_tests, index=i)
+            for i, (task, program) in enumerate(programs)
         ]
+        verdicts = self.verifier.check_programs(checks, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
         scores = []
-        for (task, program), result in zip(jobs, self.executor.run_batch(requests), strict=True):
-            reward_input = reward_input_from_results(
-                after=result, files_after={"program.py": program}, task_id=task.id, single_test="checks"
-            )
-            recipe = self.recipe(reward_input)
-            scores.append(
-                Score(reward=float(recipe.total), passed=result.status == "passed", components=recipe.components)
-            )
+        for verdict in verdicts:
+            recipe = self.recipe(verdict.to_reward_input())
+            scores.append(Score(reward=float(recipe.total), passed=verdict.passed, components=recipe.components))
         return scores

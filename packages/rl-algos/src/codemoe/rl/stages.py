@@ -26,7 +26,8 @@ STOP_SEQUENCES = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\na
 class SFTStageConfig(SFTConfig):
     """Options of the ``sft`` stage (the warm-up's hyper-parameters plus where data and model come from)."""
 
-    model: Any = "tiny"  # model preset or spec (registry/models) for a fresh policy
+    # model preset (registry/models) or spec for a fresh policy; validated with its router and experts at start-up
+    model: Any = field(default="tiny", metadata={"kind": "model", "presets": "models"})
     checkpoint_from: str = ""  # id of an earlier stage whose result holds "checkpoint"; "" builds `model`
     vocab_size: int = 1024  # tokenizer vocabulary when a fresh policy is built
     suite: Any = field(default_factory=lambda: {"name": "synthetic"}, metadata={"kind": "suite"})
@@ -87,19 +88,20 @@ class TrajectoriesStageConfig:
     max_tasks: int = 0  # 0: every task of the split
     environment: Any = field(default_factory=lambda: {"name": "repo"}, metadata={"kind": "environment"})
     executor: Any = field(default_factory=lambda: {"name": "local"}, metadata={"kind": "executor"})
+    agent: Any = field(default_factory=lambda: {"name": "oracle"}, metadata={"kind": "scripted_agent"})
 
 
 class TrajectoriesStage:
-    """Record reference agent episodes: the sandbox's oracle policy replays each task's gold patch
-    through the tools (asking for clarification first where the task has one) and submits; the
-    graded episodes land in ``trajectories.jsonl`` in chat format, for ``sft`` to imitate
-    (``trajectories_from: <this stage>``)."""
+    """Record reference agent episodes: a scripted agent (kind ``scripted_agent``; the sandbox's
+    ``oracle`` replays each task's gold patch through the tools, asking for clarification first where
+    the task has one, and submits) acts in the environment; the graded episodes land in
+    ``trajectories.jsonl`` in chat format, for ``sft`` to imitate (``trajectories_from: <this stage>``)."""
 
     def __init__(self, config: TrajectoriesStageConfig) -> None:
         self.config = config
 
     def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
-        from codemoe.sandbox.agent import OraclePolicy, load_task, run_episode
+        from codemoe.core.contracts import play, repository_task
 
         cfg, where = self.config, f"stages.{stage.id}"
         tasks = _repository_tasks(_tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks), cfg.environment, where)
@@ -115,8 +117,9 @@ class TrajectoriesStage:
             env = ctx.registry.build("environment", spec, where=f"{where}.environment", executor=executor)
             with ctx.progress(f"{stage.id}: episodes", len(tasks)) as advance:
                 for task in tasks:
-                    repo_task = load_task(Path(task.folder))
-                    resolved += run_episode(env, repo_task, OraclePolicy(repo_task)).resolved
+                    inner = repository_task(task)
+                    agent = ctx.registry.build("scripted_agent", cfg.agent, where=f"{where}.agent", task=inner)
+                    resolved += play(env, inner, agent).resolved
                     advance()
             env.close_workspace()
         finally:
@@ -126,10 +129,12 @@ class TrajectoriesStage:
 
 def _repository_tasks(tasks: list[Any], environment: Any, where: str) -> list[Any]:
     """``tasks``, checked to be repository tasks when the stage runs episodes in an environment."""
-    if environment is not None and tasks and not getattr(tasks[0], "folder", None):
+    from codemoe.core.contracts import repository_task
+
+    if environment is not None and tasks and repository_task(tasks[0]) is None:
         raise ConfigError(
             f"'{where}.environment': episodes need repository tasks (a suite such as 'agentic-core'); "
-            f"the suite gave {type(tasks[0]).__name__} tasks without a repository folder"
+            f"the suite gave {type(tasks[0]).__name__} tasks"
         )
     return tasks
 
@@ -181,12 +186,12 @@ class SFTStage:
         records = _read_jsonl(source) if source else None
         tasks = _tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks) if records is None else []
         if cfg.checkpoint_from:
-            model, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from))
+            model, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from), registry=ctx.registry)
         else:
             texts = [t.prompt + t.reference_solution for t in tasks]
             texts += [m["content"] for r in records or [] for m in r["messages"]]
             tokenizer = train_tokenizer(texts, cfg.vocab_size)
-            model = build_model(cfg.model, vocab_size=len(tokenizer))
+            model = build_model(cfg.model, vocab_size=len(tokenizer), registry=ctx.registry)
         if records is None:
             pairs = [(t.prompt, t.reference_solution) for t in tasks]
         else:
@@ -233,7 +238,7 @@ class RLStage:
         cfg = self.config
         env = init_distributed()
         torch.manual_seed(ctx.seed + cfg.seed)
-        policy, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from))
+        policy, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from), registry=ctx.registry)
         served = copy.deepcopy(policy)  # the engine keeps whole weights; the policy may be sharded
         executor = ctx.registry.build("executor", cfg.executor, where=f"stages.{stage.id}.executor")
         try:
@@ -248,7 +253,7 @@ class RLStage:
         self, ctx: Any, stage: Any, env: Any, policy: Any, served: Any, tokenizer: Any, executor: Any, advance: Any
     ) -> RLTrainer:
         """The trainer with every component resolved from the registry."""
-        from codemoe.rl.scoring import SandboxScorer
+        from codemoe.rl.scoring import VerifierScorer
 
         cfg, where = self.config, f"stages.{stage.id}"
         engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=served, tokenizer=tokenizer)
@@ -259,7 +264,7 @@ class RLStage:
             algorithm,
             policy,
             engine,
-            SandboxScorer(executor, recipe, timeout_s=cfg.timeout_s),
+            VerifierScorer(executor, recipe, timeout_s=cfg.timeout_s),
             _repository_tasks(_tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks), cfg.environment, where),
             pad_id=tokenizer.pad_token_id,
             checkpoint_dir=ctx.stage_dir(stage) / "checkpoints",

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from codemoe.core.contracts import SamplingParams
 from codemoe.rl.advantages import AdvantageInput, AdvantageOutput
 from codemoe.rl.algorithm import Algorithm, value_loss
 from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -38,7 +39,7 @@ from codemoe.rl.episodes import Environment, run_episodes
 from codemoe.rl.importance import ISStats, mismatch_stats
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs, expert_load
-from codemoe.rl.rollout import Rollouts, SamplingRequest, Score, build_rollouts
+from codemoe.rl.rollout import Rollouts, Score, build_rollouts
 from torch.distributed.tensor import DTensor
 
 __all__ = ["RLConfig", "RLTrainer", "Scorer"]
@@ -177,7 +178,7 @@ class RLTrainer:
         return out
 
     def _rollout(self, tasks: Sequence[Any], seed: int) -> Rollouts:
-        params = SamplingRequest(
+        params = SamplingParams(
             n=self.algo.config.group_size,
             temperature=self.config.temperature,
             top_p=self.config.top_p,

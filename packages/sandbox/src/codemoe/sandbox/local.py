@@ -26,6 +26,7 @@ from typing import Any
 from codemoe.sandbox import wire
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, new_nonce
 from codemoe.sandbox.errors import SandboxError
+from codemoe.sandbox.grading import Grading
 from codemoe.sandbox.isolation import default_hidden_paths
 
 __all__ = ["LocalExecutor", "LocalExecutorConfig", "build_local_executor", "default_workers"]
@@ -134,7 +135,7 @@ class _Worker:
             self.process.wait()
 
 
-class LocalExecutor:
+class LocalExecutor(Grading):
     """Runs requests in isolated children of warm workers on this machine.
 
     >>> from codemoe.sandbox import LocalExecutor, function_task_request

@@ -195,6 +195,20 @@ COMPONENTS: list[tuple[str, str, str, str, str]] = [
         "codemoe.sandbox.agent.environment:RepoEnvironmentConfig",
         "multi-turn coding environment: strict JSON tool calls on a sandboxed repository copy",
     ),
+    (
+        "task_format",
+        "repo",
+        "codemoe.sandbox.agent.tasks:RepoTaskFormat",
+        "codemoe.sandbox.agent.tasks:RepoTaskFormatConfig",
+        "repository tasks: task folders (task.yaml, repo/, hidden_tests/, gold.patch) and SWE-bench JSONL",
+    ),
+    (
+        "scripted_agent",
+        "oracle",
+        "codemoe.sandbox.agent.policies:build_oracle",
+        "codemoe.sandbox.agent.policies:OracleConfig",
+        "replays the task's gold patch through the tools (clarification first where there is one), then submits",
+    ),
 ]
 
 

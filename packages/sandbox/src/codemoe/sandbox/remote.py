@@ -22,6 +22,7 @@ from typing import Any
 
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, new_nonce
 from codemoe.sandbox.errors import RemoteError
+from codemoe.sandbox.grading import Grading
 
 __all__ = ["RemoteExecutor", "RemoteExecutorConfig", "build_remote_executor"]
 
@@ -45,7 +46,7 @@ def build_remote_executor(config: RemoteExecutorConfig) -> RemoteExecutor:
                           busy_retry_s=config.busy_retry_s)
 
 
-class RemoteExecutor:
+class RemoteExecutor(Grading):
     """Sends requests to a sandbox service over HTTP."""
 
     def __init__(self, url: str, *, token: str, timeout_s: float = 600.0, batch_size: int = 256,

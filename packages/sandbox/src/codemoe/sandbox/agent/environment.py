@@ -107,7 +107,12 @@ class RepoEnvironment:
     # -- the episode ----------------------------------------------------------------------------
 
     def reset(self, task: Task) -> str:
-        """Start an episode on ``task``; returns the first observation."""
+        """Start an episode on ``task``; returns the agent's first prompt.
+
+        The prompt is the system turn (how to act, every tool's schema) and the task's user turn, the
+        two first messages of the episode's transcript, so a trainer and an evaluator that show the
+        agent this text show it what the recorded trajectories hold.
+        """
         self.close_workspace()
         self.task = task
         self.workspace = Workspace(task.repo, readonly=task.readonly, reserved=task.hidden_targets)
@@ -117,15 +122,16 @@ class RepoEnvironment:
             f"Task {task.id}\n\n{task.statement}\n\nRepository files:\n{files}\n\n"
             f"You have {budget} actions. Run the tests with run_tests; finish with submit."
         )
+        instructions = system_prompt(self.tools)
         self.episode = Episode(
             task_id=task.id,
             task_type=task.type,
             step_budget=budget,
             files_before=self.workspace.snapshot(),
-            messages=[{"role": "system", "content": system_prompt(self.tools)}, {"role": "user", "content": observation}],
+            messages=[{"role": "system", "content": instructions}, {"role": "user", "content": observation}],
             tools=self.tools.schemas(),
         )
-        return observation
+        return f"{instructions}\n\n{observation}\n"
 
     def step(self, action: str | ToolCall) -> StepResult:
         """Apply one action; never raises for anything the agent sends."""

@@ -10,6 +10,7 @@ exist for. :func:`run_episode` drives any policy through an environment.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from codemoe.sandbox.agent.actions import ToolCall, render_tool_call
@@ -17,7 +18,7 @@ from codemoe.sandbox.agent.environment import RepoEnvironment
 from codemoe.sandbox.agent.episode import Episode
 from codemoe.sandbox.agent.tasks import Task
 
-__all__ = ["FlailingPolicy", "OraclePolicy", "Policy", "run_episode"]
+__all__ = ["FlailingPolicy", "OracleConfig", "OraclePolicy", "Policy", "build_oracle", "run_episode"]
 
 
 class Policy(Protocol):
@@ -50,6 +51,16 @@ class OraclePolicy(_Scripted):
                   for path, text in sorted(after.items()) if before.get(path) != text]
         calls.append(ToolCall("submit", {"summary": "applied the reference solution"}))
         super().__init__([render_tool_call(call) for call in calls])
+
+
+@dataclass
+class OracleConfig:
+    """Options of the ``oracle`` scripted agent (none: it plays the task's gold patch)."""
+
+
+def build_oracle(config: OracleConfig, *, task: Task) -> OraclePolicy:
+    """The ``oracle`` scripted agent (kind ``scripted_agent``) for ``task``."""
+    return OraclePolicy(task)
 
 
 class FlailingPolicy:

@@ -32,6 +32,8 @@ from codemoe.sandbox.agent.patches import apply_patch, parse_patch
 __all__ = [
     "HIDDEN_DIR",
     "TASK_TYPES",
+    "RepoTaskFormat",
+    "RepoTaskFormatConfig",
     "Task",
     "TaskFormatError",
     "load_swebench_jsonl",
@@ -182,6 +184,28 @@ def load_tasks(path: Path | str) -> list[Task]:
     if not folders:
         raise TaskFormatError(f"{path}: neither a task folder, a folder of tasks nor a .jsonl file")
     return [load_task(folder) for folder in folders]
+
+
+@dataclass
+class RepoTaskFormatConfig:
+    """Options of the ``repo`` task format (none yet: the folder format says everything)."""
+
+
+class RepoTaskFormat:
+    """The ``repo`` task format (kind ``task_format``): task folders and SWE-bench JSONL.
+
+    The one loader of this format: a suite that hands out repository tasks (the evals'
+    ``agentic-core``) reads its folder through it and keeps each :class:`Task` it returns.
+    """
+
+    types = TASK_TYPES  # the task types a folder may declare
+
+    def __init__(self, config: RepoTaskFormatConfig | None = None) -> None:
+        self.config = config or RepoTaskFormatConfig()
+
+    def load(self, path: Path | str) -> list[Task]:
+        """The tasks under ``path`` (see :func:`load_tasks`)."""
+        return load_tasks(path)
 
 
 # -------------------------------------------------------------------------------------------------

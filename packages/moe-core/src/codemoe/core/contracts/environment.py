@@ -1,0 +1,106 @@
+"""The agent-environment contract: repository tasks, the environment an agent acts in, scripted agents.
+
+Three kinds of component meet here:
+
+- ``task_format``: reads a task format from disk (the sandbox's ``repo``: task folders and
+  SWE-bench JSONL) into :class:`RepositoryTask` objects. There is one loader per format; a suite
+  (kind ``suite``) that hands out repository tasks wraps it and keeps each loaded task as its
+  ``task``, so nothing is loaded twice.
+- ``environment``: runs one episode at a time (:class:`Environment`). ``reset`` renders the agent's
+  whole first prompt, so the trainer and the evaluator show the agent exactly the same thing.
+- ``scripted_agent``: agents that need no model (the ``oracle`` that replays a task's reference
+  solution through the tools, ...), built with ``task=``; each is an :class:`Agent`.
+
+An episode ends graded: ``episode.resolved`` says whether the task was solved, and
+``episode.to_reward_input()`` is what the reward recipe (kind ``reward``) scores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Agent", "Environment", "EpisodeState", "RepositoryTask", "StepOutcome", "TaskFormat", "play", "repository_task"]
+
+
+@runtime_checkable
+class RepositoryTask(Protocol):
+    """A repository-level task as its format loaded it."""
+
+    id: str
+    type: str  # the task type (the seeds' ten, or "swe-bench")
+    statement: str
+    step_budget: int
+
+
+@runtime_checkable
+class TaskFormat(Protocol):
+    """Reads tasks of one format."""
+
+    types: tuple[str, ...]  # the task types its tasks may have
+
+    def load(self, path: str | Path) -> list[RepositoryTask]:
+        """Every task under ``path`` (one task, a folder of tasks, or a file of instances), in a fixed order.
+
+        Raises ``ValueError`` naming the file and what is wrong.
+        """
+        ...
+
+
+@runtime_checkable
+class StepOutcome(Protocol):
+    observation: str  # the tool's answer (or the format error), the agent's next input
+    done: bool
+
+
+@runtime_checkable
+class EpisodeState(Protocol):
+    done: bool
+    resolved: bool  # graded: every required visible test and every hidden test passes
+    stop_reason: str  # submitted, step_budget, anti_spin, ...
+
+    def to_reward_input(self) -> object: ...
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A multi-turn environment over :class:`RepositoryTask` objects; one episode at a time."""
+
+    episode: EpisodeState | None  # the current (or last) episode
+
+    def reset(self, task: RepositoryTask) -> str:
+        """Start an episode on ``task``; returns the agent's first prompt (instructions, tools, the task)."""
+        ...
+
+    def step(self, action: str) -> StepOutcome:
+        """Run one action (the agent's completion text)."""
+        ...
+
+    def close_workspace(self) -> None:
+        """Drop the episode's private copy of the repository."""
+        ...
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """Chooses the next action text from the latest observation (the first prompt, then each answer)."""
+
+    def act(self, observation: str) -> str: ...
+
+
+def repository_task(task: object) -> RepositoryTask | None:
+    """The task-format object a suite's repository task carries (``task.task``); None for other tasks."""
+    inner = getattr(task, "task", None)
+    return inner if isinstance(inner, RepositoryTask) else None
+
+
+def play(environment: Environment, task: RepositoryTask, agent: Agent) -> EpisodeState:
+    """Reset ``environment`` on ``task`` and let ``agent`` act until the episode ends."""
+    observation = environment.reset(task)
+    while True:
+        outcome = environment.step(agent.act(observation))
+        observation = outcome.observation
+        if outcome.done:
+            if environment.episode is None:
+                raise RuntimeError(f"{type(environment).__name__} ended a step without an episode")
+            return environment.episode
