@@ -70,3 +70,37 @@ def test_capacity_drops_assignments_and_counts_them(moe_registry):
     assert max(stats.tokens_per_expert) <= cap
     assert stats.dropped_fraction == pytest.approx(1 - sum(stats.tokens_per_expert) / 64)
     assert stats.dropped_fraction >= 0.5
+
+
+def test_with_statistics_off_a_forward_leaves_no_losses_and_counts_nothing(moe_registry):
+    """What a generation engine relies on: its forwards do not reach a trainer's metrics or losses."""
+    ours = _codemoe_block(moe_registry, GroupedExperts, _hf_block("eager"))
+    x = torch.randn(2, 5, H)
+    ours.set_record_statistics(False)
+    ours(x)
+    assert ours.last_losses == {} and ours.stats.read(0).tokens == 0
+    ours.set_record_statistics(True)
+    ours(x)
+    assert set(ours.last_losses) == {"balance", "z"} and ours.stats.read(0).tokens == 10
+
+
+def test_infer_gives_the_forward_output_and_the_chosen_experts(moe_registry):
+    from codemoe.core.moe import capture_routing
+
+    ours = _codemoe_block(moe_registry, GroupedExperts, _hf_block("eager"), shared_expert_intermediate_size=8)
+    x = torch.randn(6, H)
+    with torch.no_grad(), capture_routing(ours) as record:
+        out, experts = ours.infer(x)
+        _close(out, ours(x.view(1, 6, H)).view(6, H))
+    assert torch.equal(experts, record.forwards[0][0])  # one forward captured: infer is not recorded
+    assert len(record.forwards) == 1
+
+
+def test_a_second_capture_of_the_same_block_is_refused(moe_registry):
+    ours = _codemoe_block(moe_registry, GroupedExperts, _hf_block("eager"))
+    first = ours.start_capture()
+    with pytest.raises(RuntimeError, match="already being captured"):
+        ours.start_capture()
+    ours(torch.randn(1, 3, H))
+    ours.stop_capture()
+    assert len(first) == 1 and not ours.capturing

@@ -19,7 +19,7 @@ def test_records_chosen_experts_per_forward_and_layer(moe_registry, tiny_spec):
     with capture_routing(model) as again:
         model(out[:, :5])
     assert torch.equal(again.forwards[0][1], record.forwards[0][1])
-    assert all(block.mlp.capture is None for block in model.model.layers)
+    assert not any(block.mlp.capturing for block in model.model.layers)
 
 
 def test_nothing_is_recorded_outside_the_context(moe_registry, tiny_spec):
@@ -55,7 +55,7 @@ def test_replay_uses_the_recorded_experts_after_the_router_changed(moe_registry,
         assert torch.equal(replayed.forwards[0][layer], routes[layer].reshape(-1, 2))
     logits.sum().backward()
     assert model.model.layers[1].mlp.gate.weight.grad.abs().sum() > 0  # the router still learns
-    assert all(layer.mlp.replay is None for layer in model.model.layers)
+    assert not any(layer.mlp.replaying for layer in model.model.layers)
 
 
 def test_replay_with_the_wrong_token_count_names_the_layer(moe_registry, tiny_spec):

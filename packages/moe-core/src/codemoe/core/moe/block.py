@@ -8,6 +8,10 @@ Parameter names and layouts match ``transformers``' MoE blocks (``gate.weight [E
 Besides the output, every forward leaves behind what training and monitoring read:
 ``last_losses`` (balance and z losses, differentiable), device-side routing statistics, and,
 inside :func:`codemoe.core.moe.capture_routing`, the chosen experts.
+
+What the code around a forward may change is a small method API (see "state set around
+forwards" in :class:`MoEBlock`): whether statistics are recorded, routing capture, routing
+replay, and :meth:`MoEBlock.infer`, the forward a generation engine's decode step calls.
 """
 
 from __future__ import annotations
@@ -70,27 +74,82 @@ class MoEBlock(nn.Module):
             self.shared_expert = None
             self.shared_expert_gate = None
         self.stats = RoutingStats(router.num_experts)
-        # off while a generation engine runs the model: its forwards are not training data, so they
-        # neither add to the routing statistics nor compute the (unread) balance and z losses
-        self.record_statistics = True
-        self.last_losses: dict[str, torch.Tensor] = {}
-        self.capture: list[torch.Tensor] | None = None  # set by capture_routing
-        self.replay: torch.Tensor | None = None  # [T, k] experts to use instead of choosing (replay_routing)
-        self.token_ids: torch.Tensor | None = None  # [B, S] input ids of the current forward (hash routing)
-        self.attention_mask: torch.Tensor | None = None  # [B, past + S] of the current forward (padding)
+        self.last_losses: dict[str, torch.Tensor] = {}  # balance and z losses of the last forward (aux_losses)
+        # set by the model's forward hooks (codemoe.core.models.blocks) for the forward in progress
+        self.token_ids: torch.Tensor | None = None  # [B, S] input ids (hash routing)
+        self.attention_mask: torch.Tensor | None = None  # [B, past + S] (padding)
+        self._record_statistics = True
+        self._capture: list[torch.Tensor] | None = None
+        self._replay: torch.Tensor | None = None  # [T, k]
 
     @property
     def num_experts(self) -> int:
         """All routed experts of the layer (with expert parallelism, this process holds a share)."""
         return self.gate.num_experts
 
+    # ---------------------------------------------------------------------------------------------
+    # state set around forwards (between them, never inside one)
+    # ---------------------------------------------------------------------------------------------
+
+    @property
+    def record_statistics(self) -> bool:
+        """Whether forwards add to the routing statistics and compute the balance and z losses."""
+        return self._record_statistics
+
+    def set_record_statistics(self, record: bool) -> None:
+        """Switch statistics on or off. A generation engine switches them off around its steps: its
+        forwards are not training data, so a trainer sharing the policy reads its own batches only,
+        and the unread losses are not computed."""
+        self._record_statistics = record
+
+    @property
+    def capturing(self) -> bool:
+        """Whether forwards record their chosen experts (:meth:`start_capture`)."""
+        return self._capture is not None
+
+    def start_capture(self) -> list[torch.Tensor]:
+        """From now on every forward appends its chosen experts ``[T, k]`` to the returned list."""
+        if self._capture is not None:
+            raise RuntimeError(f"routing of layer {self.layer} is already being captured (nested capture_routing)")
+        self._capture = []
+        return self._capture
+
+    def stop_capture(self) -> None:
+        self._capture = None
+
+    @property
+    def replaying(self) -> bool:
+        """Whether forwards use given experts instead of choosing (:meth:`set_replay`)."""
+        return self._replay is not None
+
+    def set_replay(self, routes: torch.Tensor | None) -> None:
+        """Route the next forwards' tokens to ``routes`` (``[T, k]`` or ``[batch, seq, k]``, row-major
+        tokens) instead of choosing; None chooses again."""
+        self._replay = None if routes is None else routes.reshape(-1, routes.shape[-1]).long()
+
+    def infer(self, x: torch.Tensor, token_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Output ``[T, H]`` for ``x [T, H]`` and the chosen experts ``[T, k]``, without the training
+        side (no losses, statistics, capture or replay): a generation engine's decode step, called
+        under ``no_grad`` (the experts then use their inference kernel). ``token_ids [T]``: the
+        tokens' ids, for routers that hash them. Dropless only: capacity drops depend on the whole
+        batch's loads."""
+        routed = self.gate(x, token_ids)
+        out = self.experts(x, routed.indices, routed.weights.to(x.dtype))
+        if self.shared_expert is not None:
+            out = out + self._shared(x)
+        return out, routed.indices
+
+    # ---------------------------------------------------------------------------------------------
+    # forward
+    # ---------------------------------------------------------------------------------------------
+
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         batch_shape = hidden_states.shape[:-1]
         x = hidden_states.reshape(-1, hidden_states.shape[-1])  # [T, H]
         routed = self._route(x)
         indices, weights = routed.indices, routed.weights
-        if self.capture is not None:
-            self.capture.append(indices.detach().clone())
+        if self._capture is not None:
+            self._capture.append(indices.detach().clone())
         mask = self._token_mask(tuple(batch_shape))
         if mask is not None:  # padding goes to no expert: it neither costs compute nor takes capacity
             indices = indices.masked_fill(~mask.unsqueeze(-1), UNROUTED)
@@ -103,7 +162,7 @@ class MoEBlock(nn.Module):
         out = self.experts(x, indices, weights.to(x.dtype))
         if self.shared_expert is not None:
             out = out + self._shared(x)
-        if self.record_statistics:
+        if self._record_statistics:
             self._record(routed, indices, dropped, tuple(batch_shape), mask)
         else:
             self.last_losses = {}
@@ -111,14 +170,14 @@ class MoEBlock(nn.Module):
 
     def _route(self, x: torch.Tensor) -> RouterOutput:
         """The router's choice for ``x [T, H]``, or the replayed experts inside ``replay_routing``."""
-        if self.replay is None:
+        if self._replay is None:
             return self.gate(x, None if self.token_ids is None else self.token_ids.reshape(-1))
-        if self.replay.shape[0] != x.shape[0]:
+        if self._replay.shape[0] != x.shape[0]:
             raise ValueError(
-                f"routing replay for MoE layer {self.layer} has {self.replay.shape[0]} token rows, "
+                f"routing replay for MoE layer {self.layer} has {self._replay.shape[0]} token rows, "
                 f"the forward has {x.shape[0]} (batch x sequence)"
             )
-        return self.gate.replay(x, self.replay.to(x.device))
+        return self.gate.replay(x, self._replay.to(x.device))
 
     def _shared(self, x: torch.Tensor) -> torch.Tensor:
         shared = self.shared_expert(x)

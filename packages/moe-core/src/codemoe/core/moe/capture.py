@@ -60,9 +60,7 @@ def capture_routing(model: nn.Module) -> Iterator[RoutingRecord]:
     record = RoutingRecord()
     buffers: dict[int, list[torch.Tensor]] = {}
     for block in blocks:
-        if block.capture is not None:
-            raise RuntimeError(f"routing of layer {block.layer} is already being captured (nested capture_routing)")
-        buffers[block.layer] = block.capture = []
+        buffers[block.layer] = block.start_capture()
 
     def collect() -> None:
         while any(buffers.values()):
@@ -75,7 +73,7 @@ def capture_routing(model: nn.Module) -> Iterator[RoutingRecord]:
         hook.remove()
         collect()
         for block in blocks:
-            block.capture = None
+            block.stop_capture()
 
 
 @contextmanager
@@ -89,10 +87,9 @@ def replay_routing(model: nn.Module, routes: Mapping[int, torch.Tensor]) -> Iter
     """
     blocks = [block for block in moe_blocks(model) if block.layer in routes]
     for block in blocks:
-        chosen = routes[block.layer]
-        block.replay = chosen.reshape(-1, chosen.shape[-1]).long()
+        block.set_replay(routes[block.layer])
     try:
         yield
     finally:
         for block in blocks:
-            block.replay = None
+            block.set_replay(None)
