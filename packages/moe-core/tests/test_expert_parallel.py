@@ -1,5 +1,6 @@
 """Expert parallelism over a real two-process gloo group, against one process holding every expert."""
 
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +33,9 @@ with torch.no_grad():
     experts.gate_up_proj.copy_(reference.gate_up_proj[rank * local:(rank + 1) * local])
     experts.down_proj.copy_(reference.down_proj[rank * local:(rank + 1) * local])
 x, w = xs[rank].clone().requires_grad_(), ws[rank].clone().requires_grad_()
-out = experts(x, idx[rank], w)
+from host_reads import count_host_reads
+with count_host_reads() as reads:
+    out = experts(x, idx[rank], w)
 (out * probes[rank]).sum().backward()
 own = idx[rank]
 sent = int(((own >= 0) & (own // local != rank)).sum())  # my rows to the other rank's experts
@@ -66,20 +69,21 @@ print(json.dumps({
     "communication": dispatcher.communication(),
     "sent": sent,
     "returned": returned,
+    "host_reads": reads,
 }))
 dist.destroy_process_group()
 """
 
 
-
 @pytest.mark.slow
 def test_two_ranks_match_one_process_holding_every_expert(run_ranks):
-    for result in run_ranks(WORKER, timeout=180):
+    for result in run_ranks(f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n" + WORKER, timeout=180):
         for name in ("out", "grad_x", "grad_w", "grad_gate_up", "grad_down"):
             assert result[name] < 1e-5, (name, result)
         # a rank sends its rows for the other rank's experts, then the outputs for the rows it received
         rows = result["sent"] + result["returned"]
         assert result["communication"] == {"rows": rows, "bytes": rows * 8 * 4}  # H = 8 fp32 values a row
         assert result["sent"] > 0
+        assert result["host_reads"] == ["tolist"]  # the split sizes, once, for both exchanges
         assert result["model_experts"] == 2 and result["model_grad"] > 0
         assert result["model_vs_single"] < 1e-5, result

@@ -56,6 +56,8 @@ class LocalDispatcher:
         # Unrouted slots get key E so that the stable sort puts them after every expert's rows.
         keys = torch.where(flat < 0, torch.full_like(flat, num_experts), flat)
         order = torch.argsort(keys, stable=True)
+        # The one host read of a dispatch: the experts slice their rows per expert, and the unrouted
+        # rows are cut off after the last expert's, both by sizes that must be on the host.
         counts = torch.bincount(keys, minlength=num_experts + 1)[:num_experts].tolist()
         order = order[: sum(counts)]
         return Dispatched(tokens=x, rows=order // k, counts=counts, weights=weights.reshape(-1).index_select(0, order))

@@ -94,24 +94,29 @@ class AllToAllDispatcher:
         keys = torch.where(flat < 0, torch.full_like(flat, total), flat)
         order = torch.argsort(keys, stable=True)
         per_expert = torch.bincount(keys, minlength=total + 1)[:total]  # [E] rows this rank sends per expert
-        order = order[: int(per_expert.sum())]
         incoming = torch.empty_like(per_expert)
         dist.all_to_all_single(incoming, per_expert, group=self.group)  # [W · E_local]: per source, per local expert
-        send = per_expert.view(world, num_experts).sum(1).tolist()
-        recv = incoming.view(world, num_experts).sum(1).tolist()
+        # The one host read of a dispatch: all_to_all_single takes its split sizes as host lists (and
+        # the experts slice by their counts), so rows sent and received per rank and rows per local
+        # expert come back in a single transfer.
+        sent, received = per_expert.view(world, num_experts), incoming.view(world, num_experts)
+        sizes = torch.cat([sent.sum(1), received.sum(1), received.sum(0)]).tolist()
+        send, recv, counts = sizes[:world], sizes[world : 2 * world], sizes[2 * world :]
+        order = order[: sum(send)]
         source = order // k
         rows = _AllToAll.apply(x.index_select(0, source), send, recv, self.group)
         row_weights = _AllToAll.apply(weights.reshape(-1).index_select(0, order), send, recv, self.group)
         self._count(rows, send, rank)
         # Received rows come grouped by source rank, then local expert: regroup by local expert.
+        # output_size: the total is known here, so repeat_interleave need not read it back
         local_expert = torch.repeat_interleave(
-            torch.arange(num_experts, device=x.device).repeat(world), incoming.to(x.device)
+            torch.arange(num_experts, device=x.device).repeat(world), incoming.to(x.device), output_size=sum(recv)
         )
         regroup = torch.argsort(local_expert, stable=True)
         return Dispatched(
             tokens=rows,
             rows=regroup,
-            counts=incoming.view(world, num_experts).sum(0).tolist(),
+            counts=counts,
             weights=row_weights.index_select(0, regroup),
             context=_Context(source=source, send=send, recv=recv, order=regroup),
         )
