@@ -44,7 +44,7 @@ def test_lean_decode_gives_the_model_forwards_samples_logprobs_and_experts(varia
     model = _model(variant, len(tokenizer))
     lean = EmbeddedEngine(model, tokenizer)
     plain = EmbeddedEngine(model, tokenizer, EmbeddedEngineConfig(lean_decode=False))
-    assert lean._lean is not None and plain._lean is None
+    assert lean.runner.lean is not None and plain.runner.lean is None
     params = SamplingParams(n=3, temperature=1.0, max_new_tokens=24, seed=4, ignore_eos=True)
     a, b = lean.generate(PROMPTS, params), plain.generate(PROMPTS, params)
     for out_a, out_b in zip(a, b):
@@ -141,7 +141,7 @@ def test_a_dense_qwen3_model_decodes_lean_too(tokenizer):
     model = Qwen3ForCausalLM(config).eval()
     lean = EmbeddedEngine(model, tokenizer)
     plain = EmbeddedEngine(model, tokenizer, EmbeddedEngineConfig(lean_decode=False))
-    assert lean._lean is not None
+    assert lean.runner.lean is not None
     params = SamplingParams(n=2, temperature=1.0, max_new_tokens=16, seed=2, ignore_eos=True)
     for x, y in zip(lean.generate(PROMPTS, params), plain.generate(PROMPTS, params)):
         assert [s.token_ids for s in x.samples] == [s.token_ids for s in y.samples]

@@ -124,7 +124,7 @@ def test_next_turns_of_one_task_share_its_prompt_and_keep_their_histories(codemo
 
 
 def test_root_runs_split_neighbours_to_save_the_most_tokens():
-    from codemoe.serving.embedded import root_runs
+    from codemoe.serving.roots import root_runs
 
     # two tasks' histories, all starting with a 200-token system prompt: a root per task saves more
     assert root_runs([456, 460, 200, 500, 470], 64) == [(0, 2, 456), (3, 5, 470)]

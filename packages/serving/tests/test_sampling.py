@@ -69,3 +69,34 @@ def test_a_row_draws_the_same_token_whatever_else_is_in_the_batch():
         for i in range(6)
     ]
     assert full.tolist() == [t.item() for t in alone]
+
+
+def test_the_engine_sampler_matches_sample_next_and_reads_back_only_the_tokens(monkeypatch):
+    """``draw`` decides greedy rows and the top-k/top-p support from the parameters on the host:
+    no tensor is read back to decide a branch (a wait for the device on an accelerator)."""
+    from codemoe.serving.api import SamplingParams
+    from codemoe.serving.sampling import draw
+
+    logits = torch.randn(4, 50)
+    params = [
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=1.0, top_k=5),
+        SamplingParams(temperature=0.7, top_p=0.9),
+        SamplingParams(temperature=1.3),
+    ]
+    keys, steps = [sample_key(7, 0, j) for j in range(4)], [0, 3, 1, 9]
+    want_tokens, want_logprobs = sample_next(
+        logits,
+        torch.tensor([p.temperature for p in params]),
+        torch.tensor([p.top_p for p in params]),
+        torch.tensor([p.top_k for p in params]),
+        torch.tensor(keys),
+        torch.tensor(steps),
+    )
+
+    def refused(self):
+        raise AssertionError("a tensor was read back to decide a branch")
+
+    monkeypatch.setattr(torch.Tensor, "__bool__", refused)
+    tokens, logprobs = draw(logits, params, keys, steps)
+    assert tokens == want_tokens.tolist() and logprobs == want_logprobs.tolist()

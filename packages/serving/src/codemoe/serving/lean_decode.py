@@ -6,8 +6,9 @@ module calls per layer, and a codemoe MoE block also computes its balance and z 
 routing statistics, which only training reads. For one new token per row none of that is
 needed, so this module runs the same arithmetic on the same parameters in a flat loop:
 embedding, per layer RMSNorm -> q/k/v projections -> per-head q/k norms -> rotary embedding ->
-the engine's shared-prefix attention -> output projection -> RMSNorm -> router -> experts, then
-the final norm and the head. It reads the model's parameters each step (nothing is copied or
+the engine's shared-prefix attention -> output projection -> RMSNorm -> the MoE block's
+inference forward (``MoEBlock.infer``: router and experts, no losses or statistics), then the
+final norm and the head. It reads the model's parameters each step (nothing is copied or
 fused), so weights updated in place by a trainer or by ``update_weights`` are used at once.
 
 Only models whose structure it knows take this path (:meth:`LeanDecoder.for_model` returns None
@@ -104,7 +105,7 @@ class LeanDecoder:
             h = h + self._attention(layer.self_attn, _rms_norm(h, layer.input_layernorm), cos, sin, cache)
             x = _rms_norm(h, layer.post_attention_layernorm)
             if is_moe:
-                out, indices = self._moe(layer.mlp, x, ids if hashing else None)
+                out, indices = layer.mlp.infer(x, ids if hashing else None)
                 if record:
                     chosen.append(indices)
             else:
@@ -124,12 +125,3 @@ class LeanDecoder:
         cache.update(k[:, :, None], v[:, :, None], attn.layer_idx)
         out = decode_attention(q[:, :, None], cache, attn.layer_idx, attn.scaling)  # [B, 1, Hq, D]
         return F.linear(out.reshape(batch, -1), attn.o_proj.weight, attn.o_proj.bias)
-
-    @staticmethod
-    def _moe(block, x: torch.Tensor, ids: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The block's output without its training-side losses and statistics, and the chosen experts."""
-        routed = block.gate(x, ids)
-        out = block.experts(x, routed.indices, routed.weights.to(x.dtype))
-        if block.shared_expert is not None:
-            out = out + block._shared(x)
-        return out, routed.indices

@@ -7,9 +7,15 @@ single number, so a sample is the same whether it shares a batch, a prefix cache
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import torch
 
-__all__ = ["sample_key", "sample_next", "uniform"]
+if TYPE_CHECKING:
+    from codemoe.serving.api import SamplingParams
+
+__all__ = ["draw", "sample_key", "sample_next", "uniform"]
 
 _MASK64 = (1 << 64) - 1
 _C1, _C2, _GOLDEN = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0x9E3779B97F4A7C15
@@ -50,6 +56,32 @@ def uniform(keys: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     return _lshr(x, 11).to(torch.float64) * 2.0**-53
 
 
+def draw(
+    logits: torch.Tensor, params: Sequence[SamplingParams], keys: list[int], steps: list[int]
+) -> tuple[list[int], list[float]]:
+    """The engine's sampler: row ``b`` of ``logits [B, V]`` draws its token with ``params[b]`` from
+    stream ``keys[b]`` at step ``steps[b]``; returns the tokens and their log-probs.
+
+    Which branches the batch needs (greedy rows, a top-k/top-p support) is decided from the
+    parameters here on the host, so the tokens and log-probs are the only values read back.
+    """
+    device, vocab = logits.device, logits.shape[-1]
+    greedy = [p.temperature <= 0 for p in params]
+    truncated = any(0 < p.top_k < vocab or p.top_p < 1 for p in params)
+    tokens, logprobs = _sample(
+        logits,
+        torch.tensor([p.temperature for p in params], device=device),
+        torch.tensor([p.top_p for p in params], device=device),
+        torch.tensor([p.top_k for p in params], device=device),
+        torch.tensor(keys, device=device),
+        torch.tensor(steps, device=device),
+        all_greedy=all(greedy),
+        any_greedy=any(greedy),
+        truncated=truncated,
+    )
+    return tokens.tolist(), logprobs.tolist()
+
+
 def sample_next(
     logits: torch.Tensor,
     temperature: torch.Tensor,
@@ -64,23 +96,43 @@ def sample_next(
     keys, steps: int64 ``[B]``. Rows with temperature 0 take the argmax. Log-probs follow the
     convention of :mod:`codemoe.serving.api`: ``log_softmax(logits / T)``, not truncated.
     """
+    greedy = temperature <= 0
+    truncated = ((top_k > 0) & (top_k < logits.shape[-1])) | (top_p < 1)
+    return _sample(
+        logits,
+        temperature,
+        top_p,
+        top_k,
+        keys,
+        steps,
+        all_greedy=bool(greedy.all()),
+        any_greedy=bool(greedy.any()),
+        truncated=bool(truncated.any()),
+    )
+
+
+def _sample(logits, temperature, top_p, top_k, keys, steps, *, all_greedy: bool, any_greedy: bool, truncated: bool):
+    """:func:`sample_next` with the batch's branches given: all rows greedy, some, a truncated support."""
     logits = logits.float()
     greedy = temperature <= 0
     logp = torch.log_softmax(logits / temperature.masked_fill(greedy, 1.0)[:, None].float(), dim=-1)  # [B, V]
-    if bool(greedy.all()):
+    if all_greedy:
         tokens = logits.argmax(-1)
     else:
-        tokens = _inverse_cdf(logp, top_p, top_k, uniform(keys, steps))
-        if bool(greedy.any()):
+        tokens = _inverse_cdf(logp, top_p, top_k, uniform(keys, steps), truncated)
+        if any_greedy:
             tokens = torch.where(greedy, logits.argmax(-1), tokens)
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
 
 
-def _inverse_cdf(logp: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """The token whose CDF interval holds ``target`` (``[B]`` in [0, 1)), within the top-k / top-p support."""
+def _inverse_cdf(
+    logp: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor, target: torch.Tensor, truncated: bool
+) -> torch.Tensor:
+    """The token whose CDF interval holds ``target`` (``[B]`` in [0, 1)), within the top-k / top-p
+    support (``truncated``: some row has one)."""
     vocab = logp.shape[-1]
     probs = logp.to(torch.float64).exp()  # float64: the CDF of a large vocabulary keeps its small tail
-    if bool(((top_k > 0) & (top_k < vocab)).any()) or bool((top_p < 1).any()):
+    if truncated:
         sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
         rank = torch.arange(vocab, device=logp.device)[None, :]
         k = torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab))
