@@ -183,8 +183,9 @@ class EmbeddedEngine:
                 "waiting": self.scheduler.waiting_samples(),
                 "weights_version": self.weights_version,
                 "tokens_generated": self.tokens_generated,
+                "kv_cache_bytes": self.kv.cache.memory_bytes(),
                 "routing": self.runner.records_routing,
-                **self.kv.stats(),
+                **self.kv.reuse_stats(),
             }
 
     def encode(self, prompt: str | list[int]) -> list[int]:

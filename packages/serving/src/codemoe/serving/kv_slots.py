@@ -166,10 +166,9 @@ class KVSlots:
         if self.kept is not None:
             self.kept.clear()
 
-    def stats(self) -> dict[str, int]:
-        """The store figures of the engine's health report."""
+    def reuse_stats(self) -> dict[str, int]:
+        """What the prefix cache and the roots hold and saved, for the engine's health report."""
         return {
-            "kv_cache_bytes": self.cache.memory_bytes(),
             "prefix_cache_tokens": self.kept.tokens if self.kept is not None else 0,
             "prefix_cache_reused_tokens": self.kept.reused_tokens if self.kept is not None else 0,
             "common_prefixes": len(self.roots),
