@@ -286,16 +286,39 @@ def validate_component(registry: Any, kind: str, spec: Mapping[str, Any] | str, 
 
 
 def _validate_nested(registry: Any, cls: type, config: Any, where: str) -> None:
-    """Fields declared with ``metadata={"kind": K}`` hold component specs of kind K."""
+    """Fields declared with ``metadata={"kind": K}`` hold component specs of kind K, checked here so
+    that a misspelling anywhere inside a stage stops the run before any stage starts.
+
+    The field holds one spec, a list of specs, or with ``"by_label": True`` a mapping ``label ->
+    options`` whose component name defaults to the label (a reward recipe's parts; ``null`` drops an
+    entry). With ``"presets": F`` a bare string that names a file of ``registry/F/`` is that preset.
+    """
     for field in dataclasses.fields(cls):
         kind = field.metadata.get("kind")
         value = getattr(config, field.name)
         if kind is None or value is None:
             continue
-        specs = value if isinstance(value, list) else [value]
-        for i, spec in enumerate(specs):
-            sub = f"{where}.{field.name}" + (f"[{i}]" if isinstance(value, list) else "")
-            validate_component(registry, kind, spec, where=sub)
+        sub = f"{where}.{field.name}"
+        if field.metadata.get("by_label"):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"'{sub}': expected a mapping of {kind} label -> options, got {value!r}")
+            specs = [(f"{sub}.{label}", {"name": str(label), **(options or {})}) for label, options in value.items()
+                     if options is not None]
+        elif isinstance(value, list):
+            specs = [(f"{sub}[{i}]", spec) for i, spec in enumerate(value)]
+        else:
+            specs = [(sub, value)]
+        for at, spec in specs:
+            if isinstance(spec, str) and field.metadata.get("presets"):
+                spec = _named_preset(field.metadata["presets"], spec, at, registry, kind)
+            validate_component(registry, kind, spec, where=at)
+
+
+def _named_preset(folder_name: str, name: str, where: str, registry: Any, kind: str) -> Any:
+    """The preset ``name`` of ``registry/<folder_name>/``, or ``name`` itself when it is a component."""
+    if (kind, name) in registry:
+        return name
+    return _expand(_load_preset(find_registry_dir() / folder_name, name, where, 0), find_registry_dir(), where)
 
 
 def _merge_into(cls: type, values: Mapping[str, Any], where: str) -> Any:

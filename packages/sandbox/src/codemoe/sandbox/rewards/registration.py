@@ -31,8 +31,9 @@ __all__ = [
 ]
 
 # Field metadata marking a config field that holds a mapping of reward specs (label -> options);
-# a component with such a field is given the registry when it is built.
-REWARD_SPECS = {"reward_specs": True}
+# a component with such a field is given the registry when it is built, and codemoe-core's config
+# validation checks every entry at start-up ("kind" and "by_label" are the words it reads).
+REWARD_SPECS = {"reward_specs": True, "kind": "reward", "by_label": True}
 
 # name -> (factory, config): the reward rows of the sandbox plugin's one registration table.
 _BUILTIN: dict[str, tuple[str, str]] = {

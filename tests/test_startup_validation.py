@@ -1,0 +1,131 @@
+"""A misspelled component name at any depth of a pipeline stops ``codemoe config show`` and
+``codemoe run`` before any stage runs, naming its full key path; a reward plugin inside a recipe
+is built from the run's registry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from codemoe.core import Hooks, build_plugin_manager, build_registry, compose, run_pipeline
+from codemoe.core.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PIPELINE = """
+run: {{name: nested, dir: {runs}, seed: 0}}
+stages:
+  sft:
+    model: {{name: qwen3_moe, hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, head_dim: 16,
+             num_experts: 4, moe_intermediate_size: 32, max_position_embeddings: 512,
+             router: {{name: softmax_topk, top_k: 2}}, experts: {{name: grouped, dispatcher: {{name: local}}}}}}
+    vocab_size: 320
+    suite: {{name: synthetic, train_tasks: 4}}
+    batch_size: 4
+    phases: [{{phase: all, steps: 2, lr: 0.003}}]
+  rl:
+    checkpoint_from: sft
+    suite: {{name: synthetic, train_tasks: 4}}
+    algo: {{name: policy_gradient, group_size: 2, advantage: {{name: grpo}}}}
+    engine: {{name: embedded}}
+    executor: {{name: local, workers: 1}}
+    reward: {{name: weighted_sum, components: {{task_complete: {{weight: 1.0}}}}}}
+    steps: 1
+    prompts_per_step: 2
+    max_new_tokens: 8
+  episodes:
+    name: trajectories
+    suite: {{name: agentic-core, format: {{name: repo}}}}
+    environment: {{name: repo}}
+    agent: {{name: oracle}}
+"""
+
+# (override, the key path the error must name): one misspelling per nesting level
+MISSPELLINGS = [
+    ("stages.sft.name=sftt", "stages.sft"),
+    ("stages.sft.model.name=qwen3_moee", "stages.sft.model"),
+    ("stages.sft.model.router.name=softmax_topkk", "stages.sft.model.router"),
+    ("stages.sft.model.experts.dispatcher.name=locall", "stages.sft.model.experts.dispatcher"),
+    ("stages.sft.suite.name=synthetc", "stages.sft.suite"),
+    ("stages.rl.algo.advantage.name=grpoo", "stages.rl.algo.advantage"),
+    ("stages.rl.engine.name=embeded", "stages.rl.engine"),
+    ("stages.rl.executor.name=locall", "stages.rl.executor"),
+    ("+stages.rl.reward.components.tsk_complete.weight=1.0", "stages.rl.reward.components.tsk_complete"),
+    ("stages.episodes.suite.format.name=rep", "stages.episodes.suite.format"),
+    ("stages.episodes.environment.name=rpo", "stages.episodes.environment"),
+    ("stages.episodes.agent.name=oracel", "stages.episodes.agent"),
+]
+
+
+@pytest.fixture
+def pipeline(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("CODEMOE_REGISTRY", str(ROOT / "registry"))
+    path = tmp_path / "nested.yaml"
+    path.write_text(PIPELINE.format(runs=tmp_path / "runs"))
+    return path
+
+
+def test_the_pipeline_is_valid_as_written(pipeline, capsys):
+    assert main(["config", "show", str(pipeline)]) == 0
+    assert "task_complete" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("override", "key"), MISSPELLINGS, ids=[k for _, k in MISSPELLINGS])
+def test_a_misspelling_at_any_depth_fails_before_any_stage(pipeline, tmp_path, capsys, override, key):
+    bad = key.rsplit(".", 1)[1] if override.startswith("+") else override.rsplit("=", 1)[1]
+    assert main(["config", "show", str(pipeline), override]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"'{key}'" in err and bad in err and "did you mean" in err, err
+    assert main(["run", str(pipeline), override, "--no-progress"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"'{key}'" in err, err
+    assert not (tmp_path / "runs").exists()  # no run directory: no stage started
+
+
+class _RewardPlugin:
+    """A third-party reward component: 1.0 for every sample, whatever the tests say."""
+
+    @staticmethod
+    def codemoe_register_components(registry) -> None:
+        registry.register("reward", "always_one", _AlwaysOne, _AlwaysOneConfig, summary="test: constant 1")
+
+
+class _AlwaysOneConfig:
+    pass
+
+
+def _always_one_config():
+    import dataclasses
+
+    return dataclasses.make_dataclass("AlwaysOneConfig", [("weight", float, dataclasses.field(default=1.0))])
+
+
+_AlwaysOneConfig = _always_one_config()  # noqa: F811 - a dataclass made once, like a plugin's own
+
+
+class _AlwaysOne:
+    def __init__(self, config) -> None:
+        self.config = config
+
+    def __call__(self, inp):
+        from codemoe.sandbox.rewards.types import RewardValue
+
+        return RewardValue("always_one", 1.0, "constant")
+
+
+@pytest.mark.slow
+def test_a_reward_plugin_inside_a_recipe_scores_the_rl_stage(pipeline, tmp_path):
+    import pluggy
+
+    plugin = _RewardPlugin()
+    plugin.codemoe_register_components = pluggy.HookimplMarker("codemoe")(plugin.codemoe_register_components)
+    pm = build_plugin_manager(extra_plugins=[("reward-plugin", plugin)])
+    registry = build_registry(pm)
+    overrides = ["stages.rl.reward.components.task_complete=null", "+stages.rl.reward.components.always_one.weight=1.0"]
+    cfg = compose(pipeline, overrides, registry_dir=ROOT / "registry")
+    del cfg.stages["episodes"]
+    ctx = run_pipeline(cfg, registry, Hooks(pm), show_progress=False)
+    records = [json.loads(line) for line in (ctx.run_dir / "metrics.jsonl").read_text().splitlines()]
+    (step,) = [r for r in records if r["stage"] == "rl" and r.get("step") == 1]
+    assert step["reward_mean"] == 1.0 and step["reward_std"] == 0.0
