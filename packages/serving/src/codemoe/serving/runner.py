@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from codemoe.serving.attention import shared_prefix_attention, supports_shared_prefix_attention
+from codemoe.serving.attention import shared_prefix_attention
 from codemoe.serving.batches import DecodeBatch, PrefillBatch
 from codemoe.serving.kv_cache import PrefixKVCache
 from codemoe.serving.lean_decode import LeanDecoder
@@ -74,7 +74,7 @@ class ModelRunner:
         self.cache = cache
         self.cache_arg, self.has_logits_to_keep = _forward_argument_names(model)
         self.recorder = RoutingRecorder.for_model(model)
-        self.shared_attention = shared_attention and supports_shared_prefix_attention(model)
+        self.shared_attention = shared_attention  # the model supports it (supports_shared_prefix_attention)
         self.lean = LeanDecoder.for_model(model) if self.shared_attention and lean_decode else None
         self._modules = list(model.modules())
         self._blocks = list(moe_blocks(model))
