@@ -4,9 +4,11 @@ is built from the run's registry."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import pluggy
 import pytest
 from codemoe.core import Hooks, build_plugin_manager, build_registry, compose, run_pipeline
 from codemoe.core.cli import main
@@ -83,25 +85,17 @@ def test_a_misspelling_at_any_depth_fails_before_any_stage(pipeline, tmp_path, c
     assert not (tmp_path / "runs").exists()  # no run directory: no stage started
 
 
+@dataclasses.dataclass
+class AlwaysOneConfig:
+    weight: float = 1.0
+
+
 class _RewardPlugin:
     """A third-party reward component: 1.0 for every sample, whatever the tests say."""
 
-    @staticmethod
-    def codemoe_register_components(registry) -> None:
-        registry.register("reward", "always_one", _AlwaysOne, _AlwaysOneConfig, summary="test: constant 1")
-
-
-class _AlwaysOneConfig:
-    pass
-
-
-def _always_one_config():
-    import dataclasses
-
-    return dataclasses.make_dataclass("AlwaysOneConfig", [("weight", float, dataclasses.field(default=1.0))])
-
-
-_AlwaysOneConfig = _always_one_config()  # noqa: F811 - a dataclass made once, like a plugin's own
+    @pluggy.HookimplMarker("codemoe")
+    def codemoe_register_components(self, registry) -> None:
+        registry.register("reward", "always_one", _AlwaysOne, AlwaysOneConfig, summary="test: constant 1")
 
 
 class _AlwaysOne:
@@ -116,11 +110,7 @@ class _AlwaysOne:
 
 @pytest.mark.slow
 def test_a_reward_plugin_inside_a_recipe_scores_the_rl_stage(pipeline, tmp_path):
-    import pluggy
-
-    plugin = _RewardPlugin()
-    plugin.codemoe_register_components = pluggy.HookimplMarker("codemoe")(plugin.codemoe_register_components)
-    pm = build_plugin_manager(extra_plugins=[("reward-plugin", plugin)])
+    pm = build_plugin_manager(extra_plugins=[("reward-plugin", _RewardPlugin())])
     registry = build_registry(pm)
     overrides = ["stages.rl.reward.components.task_complete=null", "+stages.rl.reward.components.always_one.weight=1.0"]
     cfg = compose(pipeline, overrides, registry_dir=ROOT / "registry")
