@@ -33,6 +33,18 @@ def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def write_pipeline(tmp_path: Path):
+    """Writes a pipeline YAML under ``tmp_path`` and returns its path."""
+
+    def write(text: str, name: str = "p") -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text)
+        return path
+
+    return write
+
+
 @pytest.fixture(autouse=True)
 def _no_disabled_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests see every installed plugin unless they block some themselves."""

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from codemoe.core import Hooks, build_plugin_manager, build_registry, hookimpl
-from codemoe.core.models.presets import load_preset
 from codemoe.evals.evaluate import write_evaluation
 from codemoe.evals.passk import TaskOutcome
 from codemoe.evals.summary import summarize
@@ -87,31 +85,3 @@ def spine() -> tuple[Any, Any, Hooks]:
     return pm, build_registry(pm), Hooks(pm)
 
 
-@pytest.fixture
-def write_pipeline(tmp_path: Path):
-    def write(text: str, name: str = "p") -> Path:
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(text)
-        return path
-
-    return write
-
-
-# vocab_size comes from the tokenizer at build time
-TINY_MODEL = {**load_preset("micro"), "num_layers": 1, "moe_intermediate_size": 32, "max_position_embeddings": 512}
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An untrained tiny MoE checkpoint with a tokenizer trained on the synthetic suite."""
-    import torch
-    from codemoe.core.models import build_model, save_pretrained
-    from codemoe.core.tokenizer import train_tokenizer
-    from codemoe.evals.synthetic import SyntheticSuite
-
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    tasks = SyntheticSuite().tasks("train")
-    tokenizer = train_tokenizer([t.prompt + t.reference_solution for t in tasks], vocab_size=384)
-    model = build_model(TINY_MODEL, vocab_size=len(tokenizer))
-    return save_pretrained(model, tokenizer, tmp_path_factory.mktemp("tiny") / "checkpoint")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from codemoe.core import compose, validate_pipeline
 
-REGISTRY = Path(__file__).resolve().parents[3] / "registry"
+REGISTRY = Path(__file__).resolve().parents[1] / "registry"
 PRESETS = sorted(p.stem for p in (REGISTRY / "algos").glob("*.yaml"))
 
 

@@ -11,7 +11,7 @@ import torch
 from codemoe.core import Hooks, build_plugin_manager, compose, run_pipeline
 from codemoe.core.models.presets import load_preset
 
-REGISTRY = Path(__file__).resolve().parents[3] / "registry"
+REGISTRY = Path(__file__).resolve().parents[1] / "registry"
 
 
 def _model(context: int) -> str:

@@ -61,14 +61,3 @@ def test_eval_stage_needs_a_checkpoint(spine, write_pipeline, tmp_path, registry
     text = f"run: {{name: x, dir: {tmp_path}}}\nstages:\n  ev: {{name: eval, checkpoint_from: sft}}\n"
     with pytest.raises(ConfigError, match="no earlier stage 'sft'"):
         run_pipeline(compose(write_pipeline(text), registry_dir=registry_dir), registry, hooks, show_progress=False)
-
-
-def test_expert_load_counts_routing_decisions():
-    import torch
-    from codemoe.evals.stages import ExpertLoad
-
-    load = ExpertLoad()
-    # 2 tokens, 2 layers, top-2: layer 0 picks {0,1} then {0,2}; layer 1 picks {1,1}... then {3,1}
-    load.add(torch.tensor([[[0, 1], [1, 1]], [[0, 2], [3, 1]]]))
-    load.add(None)
-    assert load.shares() == [[0.5, 0.25, 0.25, 0.0], [0.0, 0.75, 0.0, 0.25]]
