@@ -239,6 +239,8 @@ def test_concurrent_generate_calls_share_the_engine(codemoe_model, tokenizer):
 
 
 def test_a_transformers_checkpoint_directory_loads(hf_model, tokenizer, tmp_path):
+    """A plain Qwen3-MoE folder is served with codemoe's blocks (so it reports its routing), as the
+    evaluator loads it: the same greedy tokens as the transformers model itself."""
     from codemoe.serving.embedded import build_embedded_engine
 
     hf_model.save_pretrained(tmp_path)
@@ -247,7 +249,7 @@ def test_a_transformers_checkpoint_directory_loads(hf_model, tokenizer, tmp_path
     params = SamplingParams(temperature=0, max_new_tokens=6, ignore_eos=True)
     got = engine.generate(PROMPTS[:1], params)[0].samples[0]
     assert got.token_ids == EmbeddedEngine(hf_model, tokenizer).generate(PROMPTS[:1], params)[0].samples[0].token_ids
-    assert got.routing is None and engine.health()["routing"] is False
+    assert got.routing is not None and engine.health()["routing"] is True
 
 
 def test_a_failing_step_ends_every_request_in_flight(codemoe_model, tokenizer, monkeypatch):

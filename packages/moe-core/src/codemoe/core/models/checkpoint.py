@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from codemoe.core.models.qwen3_moe import CODEMOE_KEY
 
-__all__ = ["fuse_experts", "is_standard", "load_pretrained", "save_pretrained"]
+__all__ = ["fuse_experts", "is_standard", "load_policy", "load_pretrained", "save_pretrained"]
 
 
 def is_standard(model: Any) -> bool:
@@ -112,3 +112,31 @@ def load_pretrained(path: str | Path, *, registry: Any = None) -> tuple[Any, Any
     has_tokenizer = (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
     tokenizer = AutoTokenizer.from_pretrained(folder) if has_tokenizer else None
     return model, tokenizer
+
+
+def load_policy(path: str | Path, *, registry: Any = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` in eval mode from any checkpoint folder a policy can be served or
+    evaluated from; nothing is downloaded.
+
+    codemoe checkpoints (a ``codemoe`` section in ``config.json``) and ``qwen3_moe`` ones load with
+    :func:`load_pretrained`, so they get codemoe's MoE blocks (components from ``registry``, the
+    run's) and report their routing; any other causal LM loads with ``transformers``' Auto classes.
+    Raises ``FileNotFoundError`` for a folder without ``config.json`` and ``ValueError`` for one
+    that cannot be read.
+    """
+    folder = Path(path)
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{folder} is not a model checkpoint directory (no config.json in it)")
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {config_file}: {exc}") from exc
+    if CODEMOE_KEY in config or config.get("model_type") == "qwen3_moe":
+        model, tokenizer = load_pretrained(folder, registry=registry)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    return model.eval(), tokenizer
