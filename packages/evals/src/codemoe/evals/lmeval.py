@@ -41,7 +41,7 @@ def run_lm_eval(
         from lm_eval.tasks import TaskManager
     except ImportError as exc:  # an optional integration
         raise ImportError("lm-eval is not installed: pip install 'codemoe-evals[lm-eval]'") from exc
-    from codemoe.evals.checkpoints import load_policy
+    from codemoe.core.models import load_policy
 
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:

@@ -210,7 +210,7 @@ class EvalStage:
     ) -> tuple[list[Any], dict[str, Any]]:
         """Load the policy, sample with the engine, grade in the sandbox; the summary carries the
         checkpoint and the expert load seen while sampling."""
-        from codemoe.evals.checkpoints import load_policy
+        from codemoe.core.models import load_policy
 
         cfg, where = self.config, f"stages.{stage.id}"
         model, tokenizer = load_policy(checkpoint, registry=ctx.registry)
