@@ -115,9 +115,14 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-# built once at import (in the worker): a forked child only makes the call
+# built once at import (in the worker): a forked child only makes the calls, with no lookup of a C
+# function (``_libc.capset`` would be looked up, and cached, in the child: pages it writes) and no
+# argument object made
 _CAP_HEADER = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
 _CAP_DATA = (_CapData * 2)()  # all zero
+_capset = _libc.capset
+_capset.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+_CAPSET_ARGS = (ctypes.addressof(_CAP_HEADER), ctypes.addressof(_CAP_DATA))
 
 
 def _check(ret: int, what: str) -> int:
@@ -235,9 +240,9 @@ def drop_capabilities(*, bounding: bool = True) -> None:
         err = ctypes.get_errno()
         if err != errno.EINVAL:  # a kernel before 4.3 has no ambient set
             raise OSError(err, f"prctl(PR_CAP_AMBIENT_CLEAR_ALL): {os.strerror(err)}")
-    header, data = _CAP_HEADER, _CAP_DATA
-    header.version, header.pid = _LINUX_CAPABILITY_VERSION_3, 0
-    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    header = _CAP_HEADER
+    header.version = _LINUX_CAPABILITY_VERSION_3  # the kernel writes its own version there on EINVAL
+    _check(_capset(*_CAPSET_ARGS), "capset")
 
 
 def no_new_privs() -> None:

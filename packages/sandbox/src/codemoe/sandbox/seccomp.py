@@ -199,6 +199,10 @@ if not why_unavailable():
     _PROGRAM = _Program(len(_code), ctypes.cast(_INSTRUCTIONS, ctypes.POINTER(_Filter)))
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
+# the call's arguments, made once here (in the worker): a child only makes the call
+_INSTALL_ARGS = () if _PROGRAM is None else (
+    ctypes.c_long(_SECCOMP[0 if _MACHINE == "x86_64" else 1]), ctypes.c_ulong(_SECCOMP_SET_MODE_FILTER),
+    ctypes.c_ulong(_SECCOMP_FILTER_FLAG_SPEC_ALLOW), ctypes.c_void_p(ctypes.addressof(_PROGRAM)))
 
 
 def install() -> None:
@@ -208,12 +212,9 @@ def install() -> None:
     """
     if _PROGRAM is None:
         raise OSError(errno.ENOSYS, f"seccomp: {why_unavailable()}")
-    number = _SECCOMP[0 if _MACHINE == "x86_64" else 1]
-    pointer = ctypes.byref(_PROGRAM)
-    ret = _libc.syscall(ctypes.c_long(number), ctypes.c_ulong(_SECCOMP_SET_MODE_FILTER),
-                        ctypes.c_ulong(_SECCOMP_FILTER_FLAG_SPEC_ALLOW), pointer)
+    ret = _libc.syscall(*_INSTALL_ARGS)
     if ret == -1 and ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS):  # a kernel before 4.17 / 3.17
-        ret = _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, pointer, 0, 0)
+        ret = _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(_PROGRAM), 0, 0)
     if ret == -1:
         err = ctypes.get_errno()
         raise OSError(err, f"seccomp: {os.strerror(err)}")
