@@ -277,54 +277,6 @@ def test_a_run_without_per_test_outcomes_as_one_test():
     assert build_reward("compile_errors")(inp).value == 1.0
 
 
-@pytest.fixture(scope="module")
-def core_registry():
-    """codemoe-core's registry with every installed plugin (absent when the sandbox is installed alone)."""
-    core = pytest.importorskip("codemoe.core", reason="codemoe-core is not installed with the sandbox alone")
-    return core.build_registry(core.build_plugin_manager())
-
-
-def test_presets_build_through_the_codemoe_registry(core_registry, solved):
-    """The RL trainer's call: ``registry.build("reward", spec)`` with the composed preset."""
-    registry = core_registry
-    recipe = registry.build("reward", load_preset("seed2-weighted"), where="stages.rl.reward")
-    assert recipe(solved).total == pytest.approx(1.0)
-    # core's validation reads the recipe's parts before anything is built, and names the key path
-    with pytest.raises(ValueError, match="'reward:weighted_sum.components.all_pass.wieght': unknown option"):
-        registry.build("reward", {"name": "weighted_sum", "components": {"all_pass": {"wieght": 1}}})
-
-
-def test_readme_rewards_example_runs_as_written(repo_root, monkeypatch, capsys):
-    text = (repo_root / "packages" / "sandbox" / "README.md").read_text()
-    section = text.split("## Rewards", 1)[1]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    monkeypatch.chdir(repo_root)
-    namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)  # the README's own example, not candidate code
-    assert namespace["result"].total == pytest.approx(0.35)
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[1] == "{'compile_success': 1.0, 'test_pass_rate': 0.5, 'task_complete': 0.0, 'hack_penalty': 0.0}"
-    assert lines[2] == "1/2 visible tests pass"
-
-
-def test_a_pipeline_names_a_preset_and_overrides_a_weight(core_registry, registry_dir, tmp_path, solved):
-    from codemoe.core import compose
-    from omegaconf import OmegaConf
-
-    pipeline = tmp_path / "p.yaml"
-    pipeline.write_text("stages:\n  rl:\n    reward: seed2-weighted\n")
-    overrides = [
-        "stages.rl.reward.components.compile_success.weight=0.4",
-        "stages.rl.reward.components.hack_penalty=null",
-        "stages.rl.reward.hack_signal=''",
-    ]
-    cfg = compose(pipeline, overrides, registry_dir=registry_dir)
-    spec = OmegaConf.to_container(cfg.stages.rl.reward)
-    result = core_registry.build("reward", spec, where="stages.rl.reward")(solved)
-    assert result.weights == {"compile_success": 0.4, "test_pass_rate": 0.3, "task_complete": 0.5}
-    assert result.total == pytest.approx(0.4 + 0.3 + 0.5)
-
-
 def test_compile_check_is_silent_about_syntax_warnings(recwarn):
     from codemoe.sandbox.rewards.types import RewardInput
     from codemoe.sandbox.rewards.verifiable import compile_errors
