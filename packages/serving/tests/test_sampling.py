@@ -74,7 +74,7 @@ def test_a_row_draws_the_same_token_whatever_else_is_in_the_batch():
 def test_the_engine_sampler_matches_sample_next_and_reads_back_only_the_tokens(monkeypatch):
     """``draw`` decides greedy rows and the top-k/top-p support from the parameters on the host:
     no tensor is read back to decide a branch (a wait for the device on an accelerator)."""
-    from codemoe.serving.api import SamplingParams
+    from codemoe.core.contracts import SamplingParams
     from codemoe.serving.sampling import draw
 
     logits = torch.randn(4, 50)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from codemoe.serving.api import SamplingParams
+from codemoe.core.contracts import SamplingParams
 from codemoe.serving.inflight import groups_for
 from codemoe.serving.kv_slots import KVSlots
 from codemoe.serving.scheduler import Scheduler

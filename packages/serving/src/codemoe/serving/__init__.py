@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from codemoe.serving.api import (
+from codemoe.core.contracts import (
     ContextLengthError,
     Engine,
     EngineError,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from codemoe.serving.api import EngineError
+from codemoe.core.contracts import EngineError
 
 __all__ = ["load_checkpoint", "load_state_dict"]
 

@@ -36,7 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from codemoe.serving.api import ContextLengthError, EngineError, GenerationOutput, RequestError, Sample, SamplingParams
+from codemoe.core.contracts import (
+    ContextLengthError,
+    EngineError,
+    GenerationOutput,
+    RequestError,
+    Sample,
+    SamplingParams,
+)
 from codemoe.serving.attention import supports_shared_prefix_attention
 from codemoe.serving.inflight import Group, SampleState, TokenEvent, groups_for
 from codemoe.serving.kv_slots import KVSlots
@@ -96,7 +103,7 @@ class EmbeddedEngine:
     # ------------------------------------------------------------------------------------------
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
-        """Sample ``params.n`` continuations of every prompt (see :class:`codemoe.serving.api.Engine`)."""
+        """Sample ``params.n`` continuations of every prompt (see :class:`codemoe.core.contracts.Engine`)."""
         params.validate()
         prompt_ids = [self.encode(p) for p in prompts]
         for i, ids in enumerate(prompt_ids):

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic
-from codemoe.serving.api import ContextLengthError, EngineError, GenerationOutput, RequestError, Sample, SamplingParams
+from codemoe.core.contracts import (
+    ContextLengthError,
+    EngineError,
+    GenerationOutput,
+    RequestError,
+    Sample,
+    SamplingParams,
+)
 from codemoe.serving.embedded import EmbeddedEngine, TokenEvent
 from codemoe.serving.protocol import ChatCompletionRequest, CompletionRequest, GenerateRequest, UpdateWeightsRequest
 from codemoe.serving.stopping import StopChecker

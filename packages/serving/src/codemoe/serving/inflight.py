@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
-from codemoe.serving.api import SamplingParams
+from codemoe.core.contracts import SamplingParams
 from codemoe.serving.prefix_cache import CachedSequence
 from codemoe.serving.sampling import sample_key
 from codemoe.serving.stopping import StopChecker

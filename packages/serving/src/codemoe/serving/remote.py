@@ -6,7 +6,7 @@
   weights pushed with ``/update_weights_from_disk``. Samples of one prompt go as ``n`` copies in one
   batch, each with its own seed, so SGLang's radix cache shares the prompt.
 
-Both follow the log-prob convention of :mod:`codemoe.serving.api`; for SGLang that holds when it
+Both follow the log-prob convention of :mod:`codemoe.core.contracts.engine`; for SGLang that holds when it
 runs without ``SGLANG_RETURN_ORIGINAL_LOGPROB`` (its default returns log-probs after temperature).
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codemoe.serving.api import EngineError, GenerationOutput, RequestError, Sample, SamplingParams
+from codemoe.core.contracts import EngineError, GenerationOutput, RequestError, Sample, SamplingParams
 from codemoe.serving.sampling import sample_key
 
 __all__ = [

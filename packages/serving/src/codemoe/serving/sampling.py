@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from codemoe.serving.api import SamplingParams
+    from codemoe.core.contracts import SamplingParams
 
 __all__ = ["draw", "sample_key", "sample_next", "uniform"]
 
@@ -94,7 +94,7 @@ def sample_next(
 
     logits: ``[B, V]``; temperature, top_p: float ``[B]``; top_k: int64 ``[B]`` (0 = off);
     keys, steps: int64 ``[B]``. Rows with temperature 0 take the argmax. Log-probs follow the
-    convention of :mod:`codemoe.serving.api`: ``log_softmax(logits / T)``, not truncated.
+    convention of :mod:`codemoe.core.contracts.engine`: ``log_softmax(logits / T)``, not truncated.
     """
     greedy = temperature <= 0
     truncated = ((top_k > 0) & (top_k < logits.shape[-1])) | (top_p < 1)

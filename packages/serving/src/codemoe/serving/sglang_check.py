@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from codemoe.serving.api import SamplingParams
+from codemoe.core.contracts import SamplingParams
 from codemoe.serving.checkpoint import load_checkpoint
 from codemoe.serving.embedded import EmbeddedEngine
 from codemoe.serving.remote import SGLangEngine, SGLangEngineConfig
