@@ -112,4 +112,4 @@ def test_padded_batch_routes_real_tokens_only_and_keeps_their_outputs(moe_regist
         alone = model(b).logits
     assert stats[0].tokens == 10 and sum(stats[0].tokens_per_expert) == 20
     torch.testing.assert_close(batched[1, :4], alone[0], rtol=1e-5, atol=1e-5)
-    assert all(layer.mlp.attention_mask is None for layer in model.model.layers)  # dropped after the forward
+    assert all(v is None for layer in model.model.layers for v in layer.mlp.token_context)  # dropped after the forward

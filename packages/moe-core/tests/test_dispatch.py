@@ -29,7 +29,7 @@ def test_a_block_forward_reads_the_host_once_for_the_expert_sizes(moe_registry, 
     block = MoEBlock(router, GroupedExperts(E, H, INTER), MoEOptions(**options))
     for p in block.parameters():
         torch.nn.init.normal_(p, 0.0, 0.2)
-    block.attention_mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])  # padding routes nowhere
+    block.set_token_context(None, torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]))  # padding routes nowhere
     x = torch.randn(2, 4, H)
     with torch.set_grad_enabled(grad), count_host_reads() as reads:
         block(x)

@@ -82,16 +82,14 @@ def _attach_token_context(model: nn.Module) -> None:
 
     def before(module: nn.Module, args: tuple, kwargs: dict) -> None:
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
-        for block in blocks:
-            block.attention_mask = mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
+        mask = mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
         ids = kwargs.get("input_ids", args[0] if args else None)
-        for block in hashing:
-            block.token_ids = ids
+        for block in blocks:
+            block.set_token_context(ids if block in hashing else None, mask)
 
     def after(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
         for block in blocks:
-            block.attention_mask = None
-            block.token_ids = None
+            block.set_token_context(None, None)
 
     model.register_forward_pre_hook(before, with_kwargs=True)
     model.register_forward_hook(after, with_kwargs=True)

@@ -11,7 +11,8 @@ inside :func:`codemoe.core.moe.capture_routing`, the chosen experts.
 
 What the code around a forward may change is a small method API (see "state set around
 forwards" in :class:`MoEBlock`): whether statistics are recorded, routing capture, routing
-replay, and :meth:`MoEBlock.infer`, the forward a generation engine's decode step calls.
+replay, the forward's token context (input ids, padding mask), and :meth:`MoEBlock.infer`, the
+forward a generation engine's decode step calls.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ class MoEBlock(nn.Module):
             self.shared_expert_gate = None
         self.stats = RoutingStats(router.num_experts)
         self.last_losses: dict[str, torch.Tensor] = {}  # balance and z losses of the last forward (aux_losses)
-        # set by the model's forward hooks (codemoe.core.models.blocks) for the forward in progress
-        self.token_ids: torch.Tensor | None = None  # [B, S] input ids (hash routing)
-        self.attention_mask: torch.Tensor | None = None  # [B, past + S] (padding)
+        # the forward in progress's inputs (set_token_context, by the model's forward hooks)
+        self._token_ids: torch.Tensor | None = None  # [B, S] input ids (hash routing)
+        self._attention_mask: torch.Tensor | None = None  # [B, past + S] (padding)
         self._record_statistics = True
         self._capture: list[torch.Tensor] | None = None
         self._replay: torch.Tensor | None = None  # [T, k]
@@ -101,6 +102,17 @@ class MoEBlock(nn.Module):
         forwards are not training data, so a trainer sharing the policy reads its own batches only,
         and the unread losses are not computed."""
         self._record_statistics = record
+
+    def set_token_context(self, token_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> None:
+        """The model forward's input ids (for routers that hash them) and 2-D padding mask; set
+        before the decoder runs and cleared (``None, None``) after it, by the hooks
+        :func:`codemoe.core.models.blocks.replace_moe_blocks` puts on the model."""
+        self._token_ids, self._attention_mask = token_ids, attention_mask
+
+    @property
+    def token_context(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(token_ids, attention_mask)`` of the forward in progress; ``(None, None)`` between forwards."""
+        return self._token_ids, self._attention_mask
 
     @property
     def capturing(self) -> bool:
@@ -171,7 +183,7 @@ class MoEBlock(nn.Module):
     def _route(self, x: torch.Tensor) -> RouterOutput:
         """The router's choice for ``x [T, H]``, or the replayed experts inside ``replay_routing``."""
         if self._replay is None:
-            return self.gate(x, None if self.token_ids is None else self.token_ids.reshape(-1))
+            return self.gate(x, None if self._token_ids is None else self._token_ids.reshape(-1))
         if self._replay.shape[0] != x.shape[0]:
             raise ValueError(
                 f"routing replay for MoE layer {self.layer} has {self._replay.shape[0]} token rows, "
@@ -191,7 +203,7 @@ class MoEBlock(nn.Module):
         With a KV cache the mask covers past and current tokens; the current ones are its last
         ``S`` columns. No host sync: masks are applied arithmetically even when nothing is padding.
         """
-        mask = self.attention_mask
+        mask = self._attention_mask
         if mask is None or len(batch_shape) != 2 or mask.dim() != 2:
             return None
         batch, seq = batch_shape
