@@ -1,16 +1,15 @@
 """A misspelled component name at any depth of a pipeline stops ``codemoe config show`` and
-``codemoe run`` before any stage runs, naming its full key path; a reward plugin inside a recipe
-is built from the run's registry."""
+``codemoe run`` before any stage runs, naming its full key path; a reward part from an installed
+plugin works inside a recipe in ``codemoe run``."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-import pluggy
 import pytest
-from codemoe.core import Hooks, build_plugin_manager, build_registry, compose, run_pipeline
 from codemoe.core.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,37 +84,21 @@ def test_a_misspelling_at_any_depth_fails_before_any_stage(pipeline, tmp_path, c
     assert not (tmp_path / "runs").exists()  # no run directory: no stage started
 
 
-@dataclasses.dataclass
-class AlwaysOneConfig:
-    weight: float = 1.0
-
-
-class _RewardPlugin:
-    """A third-party reward component: 1.0 for every sample, whatever the tests say."""
-
-    @pluggy.HookimplMarker("codemoe")
-    def codemoe_register_components(self, registry) -> None:
-        registry.register("reward", "always_one", _AlwaysOne, AlwaysOneConfig, summary="test: constant 1")
-
-
-class _AlwaysOne:
-    def __init__(self, config) -> None:
-        self.config = config
-
-    def __call__(self, inp):
-        from codemoe.sandbox.rewards.types import RewardValue
-
-        return RewardValue("always_one", 1.0, "constant")
-
-
 @pytest.mark.slow
-def test_a_reward_plugin_inside_a_recipe_scores_the_rl_stage(pipeline, tmp_path):
-    pm = build_plugin_manager(extra_plugins=[("reward-plugin", _RewardPlugin())])
-    registry = build_registry(pm)
-    overrides = ["stages.rl.reward.components.task_complete=null", "+stages.rl.reward.components.always_one.weight=1.0"]
-    cfg = compose(pipeline, overrides, registry_dir=ROOT / "registry")
-    del cfg.stages["episodes"]
-    ctx = run_pipeline(cfg, registry, Hooks(pm), show_progress=False)
-    records = [json.loads(line) for line in (ctx.run_dir / "metrics.jsonl").read_text().splitlines()]
+def test_a_reward_plugin_inside_a_recipe_scores_the_rl_stage_of_codemoe_run(pipeline, tmp_path):
+    """The installed example plugin's ``concise`` part, alone in a weighted_sum recipe: every program
+    adds fewer lines than max_lines, so every sample scores exactly its weight."""
+    overrides = [
+        "stages.rl.reward.components.task_complete=null",
+        "+stages.rl.reward.components.concise.weight=0.5",
+        "+stages.rl.reward.components.concise.max_lines=1000",
+    ]
+    sft_and_rl = tmp_path / "sft-rl.yaml"
+    sft_and_rl.write_text(pipeline.read_text().split("  episodes:")[0])
+    command = [sys.executable, "-m", "codemoe.core", "run", str(sft_and_rl), *overrides, "--no-progress"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     (step,) = [r for r in records if r["stage"] == "rl" and r.get("step") == 1]
-    assert step["reward_mean"] == 1.0 and step["reward_std"] == 0.0
+    assert step["reward_mean"] == 0.5 and step["reward_std"] == 0.0

@@ -27,6 +27,13 @@ COMPONENTS: list[tuple[str, str, str, str, str]] = [
         "codemoe_example.stages:DiskCheckConfig",
         "fail early when the run directory's disk is short of space",
     ),
+    (
+        "reward",
+        "concise",
+        "codemoe_example.rewards:Concise",
+        "codemoe_example.rewards:ConciseConfig",
+        "reward part: full value for a change of at most max_lines added lines",
+    ),
 ]
 
 
