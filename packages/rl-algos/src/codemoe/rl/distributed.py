@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from codemoe.core.errors import ConfigError
 
 __all__ = ["Dist", "close_distributed", "init_distributed", "shard_model"]
 
@@ -99,10 +100,24 @@ def transformer_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def shard_model(model: torch.nn.Module, env: Dist) -> torch.nn.Module:
-    """FSDP2: ``fully_shard`` each transformer block, then the root (embeddings, head)."""
+    """FSDP2: ``fully_shard`` each transformer block, then the root (embeddings, head).
+
+    A model whose experts are already split over the ranks (the ``all_to_all`` dispatcher) is
+    refused: sharding them again over the same ranks would leave each rank a slice of a slice and
+    a whole-model state dict without most experts, silently.
+    """
     if not env.enabled:
         return model
     from torch.distributed.fsdp import fully_shard
+
+    split = sorted({name for name, m in model.named_modules() if getattr(m, "dispatcher", None) is not None
+                    and getattr(m.dispatcher, "splits_experts", False)})
+    if split:
+        raise ConfigError(
+            f"{len(split)} expert layers (first: {split[0]}) use an expert-parallel dispatcher (all_to_all), which "
+            "data-parallel training (FSDP2 over every rank) cannot shard correctly; use the 'local' dispatcher "
+            "under torchrun until the dp x ep mesh exists"
+        )
 
     for block in transformer_blocks(model):
         fully_shard(block)

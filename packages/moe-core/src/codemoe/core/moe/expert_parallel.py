@@ -54,6 +54,8 @@ class _Context:
 class AllToAllDispatcher:
     """Send rows to the ranks that hold their experts; bring the outputs back."""
 
+    splits_experts = True  # each rank holds a share of the experts (data-parallel sharding must not split them again)
+
     def __init__(self, config: AllToAllDispatcherConfig | None = None, group: Any = None) -> None:
         self.config = config or AllToAllDispatcherConfig()
         self.group = group

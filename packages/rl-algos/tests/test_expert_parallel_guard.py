@@ -1,0 +1,52 @@
+"""Data-parallel training refuses experts that are already split over the ranks (the all_to_all
+dispatcher), instead of sharding them a second time and losing experts silently."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = """
+import json, sys
+from codemoe.core.errors import ConfigError
+from codemoe.core.models import build_model
+from codemoe.rl.distributed import init_distributed, shard_model
+env = init_distributed()
+spec = {"name": "qwen3_moe", "hidden_size": 16, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 8,
+        "num_experts": 4, "moe_intermediate_size": 8, "max_position_embeddings": 32,
+        "experts": {"name": "grouped", "dispatcher": {"name": sys.argv[1]}}}
+model = build_model(spec, vocab_size=32)
+try:
+    shard_model(model, env)
+    print(json.dumps({"rank": env.rank, "error": ""}))
+except ConfigError as exc:
+    print(json.dumps({"rank": env.rank, "error": str(exc)}))
+env.close()
+"""
+
+
+def _ranks(tmp_path, dispatcher: str) -> list[dict]:
+    script = tmp_path / "guard.py"
+    script.write_text(SCRIPT)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "--tee", "1", str(script), dispatcher]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=True)
+    lines = [line.split("]:", 1)[-1].strip() for line in done.stdout.splitlines() if '"rank"' in line]
+    return sorted((json.loads(line) for line in lines), key=lambda r: r["rank"])
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_fsdp_over_expert_parallel_experts_is_refused_on_every_rank(tmp_path):
+    split = _ranks(tmp_path, "all_to_all")
+    assert [r["rank"] for r in split] == [0, 1]
+    for result in split:
+        assert "expert-parallel dispatcher (all_to_all)" in result["error"], result
+        assert "model.layers.0.mlp.experts" in result["error"]
+    local = _ranks(tmp_path, "local")
+    assert [r["error"] for r in local] == ["", ""]
