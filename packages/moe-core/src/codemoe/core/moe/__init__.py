@@ -6,13 +6,15 @@ Entry points for trainers and engines:
 - :func:`moe_metrics` — routing metrics, read once per step;
 - :func:`capture_routing` — the chosen experts of every forward, for routing replay;
 - :func:`replay_routing` — recompute with given experts instead of choosing;
-- :func:`set_trainable` — freeze/unfreeze router, experts and dense parameters by phase.
+- :func:`set_trainable` — freeze/unfreeze router, experts and dense parameters by phase;
+- :func:`checkpoint_layers` — activation checkpointing per block, routing counted once.
 """
 
 from codemoe.core.moe.balance import BALANCE_SCOPES, balance_loss, z_loss
 from codemoe.core.moe.block import MoEBlock, MoEOptions, SharedExpert
 from codemoe.core.moe.capacity import DROP_POLICIES, apply_capacity, capacity
 from codemoe.core.moe.capture import RoutingRecord, capture_routing, replay_routing
+from codemoe.core.moe.checkpointing import checkpoint_layers
 from codemoe.core.moe.collapse import CollapseConfig, CollapseDetector, CollapseWarning, RouterCollapse
 from codemoe.core.moe.dispatch import Dispatched, LocalDispatcher
 from codemoe.core.moe.expert_parallel import AllToAllDispatcher
@@ -51,6 +53,7 @@ __all__ = [
     "balance_loss",
     "capacity",
     "capture_routing",
+    "checkpoint_layers",
     "metrics_from_stats",
     "moe_blocks",
     "moe_metrics",

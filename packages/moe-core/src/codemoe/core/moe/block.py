@@ -17,6 +17,7 @@ forward a generation engine's decode step calls.
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,13 @@ from codemoe.core.moe.metrics import RoutingStats
 from codemoe.core.moe.routing import UNROUTED, Router, RouterOutput
 from torch import nn
 
-__all__ = ["MoEBlock", "MoEOptions", "SharedExpert"]
+__all__ = ["RECOMPUTING", "MoEBlock", "MoEOptions", "SharedExpert"]
+
+# True while activation checkpointing recomputes a forward during backward
+# (codemoe.core.moe.checkpointing): the block then computes what the first pass computed (the
+# recomputation must save the same tensors) but records no statistics, captures nothing and leaves
+# ``last_losses`` as the first pass left them, so every token counts once.
+RECOMPUTING: contextvars.ContextVar[bool] = contextvars.ContextVar("codemoe_moe_recomputing", default=False)
 
 
 @dataclass
@@ -160,7 +167,8 @@ class MoEBlock(nn.Module):
         x = hidden_states.reshape(-1, hidden_states.shape[-1])  # [T, H]
         routed = self._route(x)
         indices, weights = routed.indices, routed.weights
-        if self._capture is not None:
+        recomputed = RECOMPUTING.get()  # activation checkpointing's second pass: count nothing twice
+        if self._capture is not None and not recomputed:
             self._capture.append(indices.detach().clone())
         mask = self._token_mask(tuple(batch_shape))
         if mask is not None:  # padding goes to no expert: it neither costs compute nor takes capacity
@@ -175,8 +183,10 @@ class MoEBlock(nn.Module):
         if self.shared_expert is not None:
             out = out + self._shared(x)
         if self._record_statistics:
-            self._record(routed, indices, dropped, tuple(batch_shape), mask)
-        else:
+            # recomputed: the same loss computation (checkpointing needs the same saved tensors),
+            # but the first pass's losses stand and nothing is counted again
+            self._record(routed, indices, dropped, tuple(batch_shape), mask, count=not recomputed)
+        elif not recomputed:
             self.last_losses = {}
         return out.reshape(hidden_states.shape)
 
@@ -218,8 +228,10 @@ class MoEBlock(nn.Module):
         dropped: torch.Tensor | int,
         batch_shape: tuple[int, ...],
         mask: torch.Tensor | None,
+        count: bool = True,
     ) -> None:
-        """Keep this forward's losses (for the trainer) and add to the routing statistics.
+        """Keep this forward's losses (for the trainer) and add to the routing statistics (with
+        ``count`` False, compute the losses only).
 
         The balance loss measures the router's choices (before any capacity drop: it is the router
         that has to learn to spread them) over the real tokens; padding counts nowhere.
@@ -232,6 +244,8 @@ class MoEBlock(nn.Module):
             scope = "micro_batch"  # no collective outside training: ranks may not be in lockstep (generation)
         balance = balance_loss(probs, chosen, scope=scope, batch_shape=batch_shape, mask=mask)
         z = z_loss(logits, mask)
+        if not count:
+            return
         self.last_losses = {"balance": balance, "z": z}
         if self.training and torch.is_grad_enabled():
             self.gate.observe(expert_counts(chosen, self.num_experts))
