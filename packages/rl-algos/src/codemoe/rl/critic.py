@@ -27,5 +27,6 @@ class Critic(nn.Module):
         embeddings and the head before use.
         """
         stats = token_stats(self.body, prompt_ids, completions, pad_id=pad_id, hidden=True)
+        # the head in the dtype its weight has now (bf16 under a mixed-precision FSDP2 policy);
         # [B, T, 1] -> [B, T] as a new tensor, not a view (FSDP2 hooks a module's returned tensor)
-        return self.head(stats.hidden.float()).sum(-1)
+        return self.head(stats.hidden.to(self.head.weight.dtype)).sum(-1)

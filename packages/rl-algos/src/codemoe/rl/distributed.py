@@ -8,6 +8,7 @@ trainer runs in one process. On CPU the backend is gloo, on GPU NCCL.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import os
 from dataclasses import dataclass
@@ -17,7 +18,11 @@ import torch
 import torch.distributed as dist
 from codemoe.core.errors import ConfigError
 
-__all__ = ["Dist", "close_distributed", "init_distributed", "shard_model"]
+__all__ = ["PRECISIONS", "Dist", "check_precision", "close_distributed", "compute_precision", "init_distributed", "shard_model"]
+
+# Training precision: fp32 everywhere, or bf16 compute with fp32 master weights, optimizer state and
+# gradient reduction (FSDP2's MixedPrecisionPolicy under torchrun, autocast in one process).
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -99,16 +104,43 @@ def transformer_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
     raise ValueError(f"{type(model).__name__} has no 'layers' / 'blocks' ModuleList to shard block by block")
 
 
-def shard_model(model: torch.nn.Module, env: Dist) -> torch.nn.Module:
+def check_precision(precision: str) -> None:
+    """Refuse a precision other than :data:`PRECISIONS`, naming the option."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"'precision': {precision!r} is not one of {', '.join(PRECISIONS)}")
+
+
+def compute_precision(precision: str, env: Dist, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+    """The context a trainer's forwards run in: bf16 autocast in one process; under FSDP2 nothing,
+    since the sharding's mixed-precision policy casts the gathered parameters itself."""
+    if precision == "fp32" or env.enabled:
+        return contextlib.nullcontext()
+    device = next(model.parameters()).device.type
+    return torch.autocast(device_type=device, dtype=torch.bfloat16)
+
+
+def shard_model(
+    model: torch.nn.Module, env: Dist, *, precision: str = "fp32", checkpointing: bool = False
+) -> torch.nn.Module:
     """FSDP2: ``fully_shard`` each transformer block, then the root (embeddings, head).
+
+    ``precision="bf16"``: the sharded (master) parameters stay fp32, and so does the optimizer
+    state built over them; blocks compute in bf16 and gradients are reduced in fp32.
+    ``checkpointing``: each block recomputes its activations in backward
+    (:func:`codemoe.core.moe.checkpoint_layers`, routing counted once), in one process too.
 
     A model whose experts are already split over the ranks (the ``all_to_all`` dispatcher) is
     refused: sharding them again over the same ranks would leave each rank a slice of a slice and
     a whole-model state dict without most experts, silently.
     """
+    check_precision(precision)
+    if checkpointing:
+        from codemoe.core.moe import checkpoint_layers
+
+        checkpoint_layers(transformer_blocks(model))
     if not env.enabled:
         return model
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     split = sorted({name for name, m in model.named_modules() if getattr(m, "dispatcher", None) is not None
                     and getattr(m.dispatcher, "splits_experts", False)})
@@ -119,7 +151,10 @@ def shard_model(model: torch.nn.Module, env: Dist) -> torch.nn.Module:
             "under torchrun until the dp x ep mesh exists"
         )
 
+    policy = MixedPrecisionPolicy()
+    if precision == "bf16":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for block in transformer_blocks(model):
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
     return model

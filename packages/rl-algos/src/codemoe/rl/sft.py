@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from codemoe.rl.distributed import Dist, shard_model
+from codemoe.rl.distributed import Dist, check_precision, compute_precision, shard_model
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs
 from torch.distributed.tensor import DTensor
@@ -58,6 +58,11 @@ class SFTConfig:
     balance_coef: float = 0.01  # weight of the MoE balance loss during SFT (the pre-training default)
     grad_clip: float = 1.0  # max grad norm; 0 turns clipping off
     seed: int = 0  # example order
+    precision: str = "fp32"  # fp32 | bf16 (bf16 compute; fp32 master weights, optimizer state, reductions)
+    activation_checkpointing: bool = False  # recompute each block's activations in backward (less memory)
+
+    def __post_init__(self) -> None:
+        check_precision(self.precision)
 
 
 @dataclass
@@ -121,7 +126,8 @@ class SFTTrainer:
         self.order: list[int] = []
         if config.balance_coef > 0:
             enable_router_outputs(model)
-        shard_model(model, self.env)  # in place; a no-op in one process
+        # in place; in one process only the checkpointing applies
+        shard_model(model, self.env, precision=config.precision, checkpointing=config.activation_checkpointing)
 
     def fit(self) -> dict[str, Any]:
         """Train every phase in order; returns the first and last loss and the steps per phase."""
@@ -130,11 +136,20 @@ class SFTTrainer:
         for phase in self.config.phases:
             counts = self.set_trainable(self.model, phase.phase)
             params = [p for p in self.model.parameters() if p.requires_grad]
+            frozen = []
+            if self.env.enabled and self.config.precision != "fp32":
+                # FSDP2's mixed-precision gradients fail for a parameter whose requires_grad changed
+                # after the first backward ("a gradient with dtype BFloat16 to a tensor with
+                # grad_dtype Float"): every parameter keeps requiring gradients, and those of the
+                # groups this phase freezes are dropped before each update
+                frozen = [p for p in self.model.parameters() if not p.requires_grad]
+                for p in frozen:
+                    p.requires_grad_(True)
             optimizer = torch.optim.AdamW(params, lr=phase.lr, weight_decay=0.0)
             log.info("SFT phase %s: %d trainable parameters, %d steps", phase.phase, counts["trainable"], phase.steps)
             for _ in range(phase.steps):
                 step += 1
-                metrics = self._step(optimizer, params)
+                metrics = self._step(optimizer, params, frozen)
                 metrics["phase_trainable"] = float(counts["trainable"])
                 losses.append(metrics["loss"])
                 if self.on_step is not None:
@@ -152,7 +167,9 @@ class SFTTrainer:
             out.append(self.examples[self.order.pop()])
         return out
 
-    def _step(self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> dict[str, float]:
+    def _step(
+        self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], frozen: list[torch.nn.Parameter]
+    ) -> dict[str, float]:
         env = self.env
         batch = self._batch()[env.rank :: env.world]  # every rank draws the global batch, trains on its share
         width = max(len(e.completion_ids) for e in batch)
@@ -161,16 +178,19 @@ class SFTTrainer:
         for i, example in enumerate(batch):
             completions[i, : len(example.completion_ids)] = torch.tensor(example.completion_ids)
             mask[i, : len(example.completion_ids)] = 1.0
-        stats = token_stats(self.model, [e.prompt_ids for e in batch], completions, pad_id=self.pad_id)
+        with compute_precision(self.config.precision, env, self.model):
+            stats = token_stats(self.model, [e.prompt_ids for e in batch], completions, pad_id=self.pad_id)
+            balance = balance_loss(self.model, stats.outputs)
         tokens = env.all_sum(mask.sum())
         # token mean over the global batch; FSDP averages gradients over ranks, hence the world size
         nll_sum = -(stats.logp * mask).sum()
         loss = nll_sum / tokens * env.world
-        balance = balance_loss(self.model, stats.outputs)
         if balance is not None and self.config.balance_coef > 0:
             loss = loss + self.config.balance_coef * balance
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        for p in frozen:
+            p.grad = None
         max_norm = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         grad_norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)

@@ -34,7 +34,7 @@ from codemoe.rl.algorithm import Algorithm, value_loss
 from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from codemoe.rl.critic import Critic
 from codemoe.rl.diagnostics import HealthConfig, HealthMonitor, update_cv
-from codemoe.rl.distributed import Dist, shard_model
+from codemoe.rl.distributed import Dist, check_precision, compute_precision, shard_model
 from codemoe.rl.episodes import Environment, run_episodes
 from codemoe.rl.importance import ISStats, mismatch_stats
 from codemoe.rl.logprobs import token_stats
@@ -71,7 +71,12 @@ class RLConfig:
     max_turns: int = 1  # actions per episode when the trainer has an environment (multi-step agents)
     max_observation_tokens: int = 128  # an observation's tokens kept in the history (its head)
     share_prompt_forward: bool = True  # training forwards run each group's prompt once (same log-probs and gradients)
+    precision: str = "fp32"  # fp32 | bf16 (bf16 compute; fp32 master weights, optimizer state, reductions)
+    activation_checkpointing: bool = False  # recompute each policy block's activations in backward (less memory)
     health: HealthConfig = field(default_factory=HealthConfig)
+
+    def __post_init__(self) -> None:
+        check_precision(self.precision)
 
 
 @dataclass
@@ -115,9 +120,14 @@ class RLTrainer:
         self.reference = self._frozen_copy(policy) if algorithm.uses_reference else None
         self.critic = None
         if algorithm.config.critic is not None:
-            self.critic = shard_model(Critic(policy, policy.config.hidden_size), self.env)
+            critic = Critic(policy, policy.config.hidden_size)
+            self.critic = shard_model(
+                critic, self.env, precision=config.precision, checkpointing=config.activation_checkpointing
+            )
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=algorithm.config.critic.lr)
-        self.policy = shard_model(policy, self.env)
+        self.policy = shard_model(
+            policy, self.env, precision=config.precision, checkpointing=config.activation_checkpointing
+        )
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.monitor = HealthMonitor(config.health)
         self.step, self.cursor = 0, 0
@@ -239,11 +249,12 @@ class RLTrainer:
         keep = torch.ones(len(rollouts.prompt_ids), dtype=torch.bool)
         if self.algo.config.dynamic_sampling.drop:
             keep = ~rollouts.zero_signal().repeat_interleave(rollouts.group_size)
-        old = None if self._single_pass else self._logp(self.policy, rollouts, self._routes(rollouts))
-        ref = self._logp(self.reference, rollouts, None) if self.reference is not None else None
-        values = None
-        if self.critic is not None:
-            values = self.critic(rollouts.prompt_ids, rollouts.completions, self.pad_id) * rollouts.mask
+        with self._compute():
+            old = None if self._single_pass else self._logp(self.policy, rollouts, self._routes(rollouts))
+            ref = self._logp(self.reference, rollouts, None) if self.reference is not None else None
+            values = None
+            if self.critic is not None:
+                values = self.critic(rollouts.prompt_ids, rollouts.completions, self.pad_id).float() * rollouts.mask
         return _TokenData(old_logp=old, ref_logp=ref, values=values, keep=keep)
 
     def _routes(self, rollouts: Rollouts, rows: torch.Tensor | None = None) -> list[torch.Tensor] | None:
@@ -262,6 +273,10 @@ class RLTrainer:
             routes=routes,
             share_prompts=self._share_prompts(),
         ).logp
+
+    def _compute(self) -> Any:
+        """The precision context of a forward (bf16 autocast in one process, see ``precision``)."""
+        return compute_precision(self.config.precision, self.env, self.policy)
 
     def _share_prompts(self) -> bool:
         """Whether this forward may share each group's prompt forward.
@@ -308,15 +323,17 @@ class RLTrainer:
     ) -> dict[str, Any]:
         mask = rollouts.mask[rows] * data.keep[rows].unsqueeze(-1)
         prompts = [rollouts.prompt_ids[i] for i in rows.tolist()]
-        stats = token_stats(
-            self.policy,
-            prompts,
-            rollouts.completions[rows],
-            pad_id=self.pad_id,
-            temperature=self.config.temperature,
-            routes=self._routes(rollouts, rows),
-            share_prompts=self._share_prompts(),
-        )
+        with self._compute():
+            stats = token_stats(
+                self.policy,
+                prompts,
+                rollouts.completions[rows],
+                pad_id=self.pad_id,
+                temperature=self.config.temperature,
+                routes=self._routes(rollouts, rows),
+                share_prompts=self._share_prompts(),
+            )
+            balance = balance_loss(self.policy, stats.outputs)
         old = stats.logp.detach() if data.old_logp is None else data.old_logp[rows]
         engine_logp = rollouts.engine_logp[rows]
         engine_logp = torch.where(torch.isnan(engine_logp), old, engine_logp)  # engines without log-probs
@@ -327,7 +344,6 @@ class RLTrainer:
         # FSDP averages gradients over ranks, so each rank's share is scaled by the world size.
         policy_loss = terms.numerator / denominator.clamp(min=1e-8) * self.env.world
         loss = policy_loss
-        balance = balance_loss(self.policy, stats.outputs)
         if balance is not None and self.algo.config.balance_coef > 0:
             loss = loss + self.algo.config.balance_coef * balance
         grad_norm, vf = 0.0, 0.0
@@ -355,7 +371,8 @@ class RLTrainer:
     ) -> float:
         cfg = self.algo.config.critic
         prompts = [rollouts.prompt_ids[i] for i in rows.tolist()]
-        values = self.critic(prompts, rollouts.completions[rows], self.pad_id)
+        with self._compute():
+            values = self.critic(prompts, rollouts.completions[rows], self.pad_id).float()
         numerator = value_loss(values, data.values[rows], adv.returns[rows], mask, cfg.value_clip)
         # token mean over every rank's tokens of the chunk; FSDP averages over ranks, hence the world size
         loss = cfg.vf_coef * numerator / self.env.all_sum(mask.sum()).clamp(min=1.0) * self.env.world
@@ -443,7 +460,7 @@ class RLTrainer:
         reference = copy.deepcopy(policy)
         reference.requires_grad_(False)
         reference.eval()
-        return shard_model(reference, self.env)
+        return shard_model(reference, self.env, precision=self.config.precision)
 
     def _check_sizes(self) -> None:
         from codemoe.core.errors import ConfigError

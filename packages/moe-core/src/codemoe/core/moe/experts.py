@@ -217,8 +217,20 @@ class GroupedExperts(Experts):
 
     def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         # x: [T, H]; indices, weights: [T, k]
+        kind = x.device.type
+        if torch.is_autocast_enabled(kind):
+            # mixed precision without FSDP: the fused kernels run in the autocast dtype themselves
+            # (their buffers take the input's dtype), on bf16 casts of the fp32 master weights
+            dtype = torch.get_autocast_dtype(kind)
+            with torch.autocast(kind, enabled=False):
+                return self._experts(x.to(dtype), indices, weights, self.gate_up_proj.to(dtype), self.down_proj.to(dtype))
+        return self._experts(x, indices, weights, self.gate_up_proj, self.down_proj)
+
+    def _experts(
+        self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor
+    ) -> torch.Tensor:
         d = self.dispatcher.dispatch(x, indices, weights, self.num_experts)
-        args = (d.tokens, d.rows, d.weights.to(x.dtype), self.gate_up_proj, self.down_proj, d.counts)
+        args = (d.tokens, d.rows, d.weights.to(x.dtype), gate_up, down, d.counts)
         out = _GroupedSwiGLU.apply(*args) if torch.is_grad_enabled() else _sorted_swiglu(*args)
         return self.dispatcher.combine(out, d, x.shape[0])
 
@@ -230,14 +242,15 @@ class TorchGroupedMMExperts(GroupedExperts):
     On a GPU this replaces hundreds of small kernel launches by two; on a CPU ``grouped`` is faster.
     """
 
-    def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        # x: [T, H]; indices, weights: [T, k]
+    def _experts(
+        self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor
+    ) -> torch.Tensor:
         d = self.dispatcher.dispatch(x, indices, weights, self.num_experts)
         rows = d.tokens.index_select(0, d.rows)  # [S, H] in expert order
         offsets = torch.tensor(d.counts, device=x.device).cumsum(0).to(torch.int32)  # [E] row ends
-        gate, up = F.grouped_mm(rows, self.gate_up_proj.transpose(1, 2), offs=offsets).chunk(2, dim=-1)
+        gate, up = F.grouped_mm(rows, gate_up.transpose(1, 2), offs=offsets).chunk(2, dim=-1)
         a = F.silu(gate) * up * d.weights.to(x.dtype).unsqueeze(-1)  # [S, I]
-        y = F.grouped_mm(a, self.down_proj.transpose(1, 2), offs=offsets)  # [S, H]
+        y = F.grouped_mm(a, down.transpose(1, 2), offs=offsets)  # [S, H]
         out = torch.zeros_like(d.tokens).index_add(0, d.rows, y)
         return self.dispatcher.combine(out, d, x.shape[0])
 
