@@ -1,8 +1,9 @@
 """Training checkpoints: everything needed to continue a run exactly where it stopped.
 
 A checkpoint is a folder ``step-NNNNNN`` holding the model and optimizer state through
-``torch.distributed.checkpoint`` (sharded under FSDP2, resharded on load), each rank's RNG states,
-and ``trainer.json`` (step, data cursor, monitor history). It is written to ``*.tmp`` and renamed
+``torch.distributed.checkpoint`` (sharded under FSDP2, resharded on load, so a run resumes on
+another number of ranks), each rank's RNG states, and ``trainer.json`` (step, world size, data
+cursor, monitor history). It is written to ``*.tmp`` and renamed
 when complete, and ``latest`` names the newest complete one, so a run killed at any moment resumes
 from its last complete checkpoint.
 """
@@ -10,6 +11,7 @@ from its last complete checkpoint.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import shutil
 import warnings
@@ -24,6 +26,8 @@ from codemoe.rl.distributed import Dist
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 __all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+
+log = logging.getLogger("codemoe.rl")
 
 
 @contextmanager
@@ -72,7 +76,7 @@ def save_checkpoint(
     torch.save(_rng_state(), tmp / f"rng-rank{env.rank}.pt")
     env.barrier()
     if env.is_main:
-        (tmp / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}))
+        (tmp / "trainer.json").write_text(json.dumps({"step": step, "world": env.world, **trainer_state}))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         (folder / "latest.tmp").write_text(final.name)
@@ -106,6 +110,18 @@ def load_checkpoint(
             model_state_dict=state[f"{name}.model"],
             optim_state_dict=state[f"{name}.optim"],
         )
+    trainer_state = json.loads((path / "trainer.json").read_text())
+    saved_world = int(trainer_state.pop("world", env.world))
     rng_file = path / f"rng-rank{env.rank}.pt"
-    _set_rng_state(torch.load(rng_file, weights_only=False))
-    return json.loads((path / "trainer.json").read_text())
+    if saved_world == env.world and rng_file.is_file():
+        _set_rng_state(torch.load(rng_file, weights_only=False))
+    else:
+        # another world size: models and optimizers are resharded by DCP, the data cursor and the
+        # sampling seeds are global; only the per-rank RNG streams cannot carry over, so each rank
+        # starts a fresh one from the step and its rank
+        seed = 1_000_003 * int(trainer_state["step"]) + env.rank
+        torch.manual_seed(seed)
+        random.seed(seed)
+        if env.is_main:
+            log.warning("resuming a %d-rank checkpoint on %d ranks: per-rank RNG reseeded", saved_world, env.world)
+    return trainer_state
