@@ -225,3 +225,38 @@ def test_sft_trajectories_from_names_a_stage_that_recorded_them():
     assert _recorded(ctx, stage, "record") == "/x/t.jsonl" and _recorded(ctx, stage, "") == ""
     with pytest.raises(ConfigError, match=r"stages.sft.trajectories_from': no earlier stage 'sft0'"):
         _recorded(ctx, stage, "sft0")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_torchrun_nodes_run_sft_and_rl_in_one_run_directory(tmp_path):
+    """Two torchrun agents as two nodes (``--nnodes 2``, c10d rendezvous on loopback), one rank each:
+    the run directory's path reaches node 1 through the launch's store, SFT and RL steps run sharded
+    over both, and rank 0 alone writes the run's files."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (tmp_path / "p.yaml").write_text(_pipeline(PIPELINE, tmp_path / "runs"))
+    codemoe = str(Path(sys.executable).parent / "codemoe")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    agents = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "two-nodes",
+             "--node-rank", str(node), codemoe, "run", str(tmp_path / "p.yaml"), "stages.rl.steps=1"],
+            env=env, cwd=REGISTRY.parent,
+        )
+        for node in (0, 1)
+    ]
+    assert [agent.wait(timeout=600) for agent in agents] == [0, 0]
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    assert (run / "run.log").exists() and (run / "run-rank1.log").exists()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["stage"] == "sft" and r["step"] is not None] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in records if r["stage"] == "rl" and r["step"] is not None] == [1]
+    assert set(json.loads((run / "state.json").read_text())["finished"]) == {"sft", "rl"}

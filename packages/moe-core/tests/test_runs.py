@@ -109,17 +109,28 @@ def test_built_in_plugins_give_a_runnable_smoke_pipeline(run_root: Path):
 
 
 def test_ranks_of_one_torchrun_launch_share_one_run_directory(tmp_path: Path, monkeypatch):
-    """Rank 0 makes the run directory; the launch's other ranks take its path (no '-2' copies)."""
+    """Rank 0 makes the run directory and hands its path over the launch's TCP store (as torchrun's
+    agent hosts it); the launch's other ranks take it (no '-2' copies), and a rank that cannot see
+    the folder (another node without a shared filesystem) stops with what to change."""
+    import socket
+    from datetime import timedelta
+
+    import torch.distributed as dist
     from codemoe.core.errors import CodemoeError
     from codemoe.core.runs import MetricsWriter, create_run_dir
     from omegaconf import OmegaConf
 
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
     cfg = OmegaConf.create({"run": {"name": "t", "dir": str(tmp_path)}})
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    for name, value in {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "launch-a")
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(CodemoeError, match="rank 1: rank 0 did not create the run directory"):
-        create_run_dir(cfg, wait_s=0.2)
+        create_run_dir(cfg, wait_s=0.5)
     monkeypatch.setenv("RANK", "0")
     first = create_run_dir(cfg)
     monkeypatch.setenv("RANK", "1")
@@ -128,5 +139,11 @@ def test_ranks_of_one_torchrun_launch_share_one_run_directory(tmp_path: Path, mo
     monkeypatch.setenv("RANK", "0")
     assert create_run_dir(cfg) != first
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2
+    # what a rank on a node without the folder is handed: rank 0's path on its own disk
+    server.set("codemoe/run_dir/launch-c", str(tmp_path / "elsewhere" / "t-1"))
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "launch-c")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(CodemoeError, match="does not exist here.*filesystem all nodes share"):
+        create_run_dir(cfg)
     MetricsWriter(first / "metrics.jsonl", enabled=False).write("s", 1, loss=1.0)  # ranks > 0 write nothing
     assert not (first / "metrics.jsonl").exists()

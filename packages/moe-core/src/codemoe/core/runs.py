@@ -6,7 +6,8 @@ finished and what they returned). ``codemoe run --resume DIR`` skips finished st
 was interrupted starts again and may pick up its own checkpoints from ``ctx.stage_dir``.
 
 Under ``torchrun`` every rank runs the pipeline in the same run directory: rank 0 creates it and
-leaves its path for the launch's other ranks (keyed by ``TORCHELASTIC_RUN_ID``); only rank 0 writes
+hands its path to the launch's other ranks through the launch's key-value store (keyed by
+``TORCHELASTIC_RUN_ID``; nodes must share the folder itself, which is checked); only rank 0 writes
 ``config.yaml``, ``state.json`` and ``metrics.jsonl``, and each other rank logs to ``run-rank<r>.log``.
 """
 
@@ -17,6 +18,7 @@ import logging
 import math
 import os
 import random
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -126,25 +128,42 @@ def launch_rank() -> tuple[int, int]:
 def create_run_dir(cfg: DictConfig, wait_s: float = 120.0) -> Path:
     """``<run.dir>/<run.name>-<UTC timestamp>``, made unique if two runs start in one second.
 
-    In a ``torchrun`` launch rank 0 makes it and the other ranks take the same one.
+    In a ``torchrun`` launch rank 0 makes it and hands its path to the other ranks through the
+    launch's own key-value store (``MASTER_ADDR:MASTER_PORT``), so ranks on other nodes get it
+    without a shared file. They need to see the folder itself, though (every rank writes its logs
+    and checkpoint shards there): one that does not is stopped here, with what to change.
     """
     rank, world = launch_rank()
     launch = os.environ.get("TORCHELASTIC_RUN_ID", "")
     if world <= 1 or not launch:
         return _new_run_dir(cfg)
-    pointer = Path(cfg.run.dir).resolve() / f".launch-{launch}"
+    store = _launch_store(wait_s)
+    key = f"codemoe/run_dir/{launch}"
     if rank == 0:
         path = _new_run_dir(cfg)
-        tmp = pointer.with_name(pointer.name + ".tmp")
-        tmp.write_text(str(path))
-        tmp.replace(pointer)
+        store.set(key, str(path))
         return path
-    deadline = time.monotonic() + wait_s
-    while not pointer.exists():
-        if time.monotonic() > deadline:
-            raise CodemoeError(f"rank {rank}: rank 0 did not create the run directory within {wait_s:.0f}s")
-        time.sleep(0.05)
-    return Path(pointer.read_text())
+    try:
+        path = Path(store.get(key).decode())
+    except RuntimeError as exc:  # the store's timeout
+        raise CodemoeError(f"rank {rank}: rank 0 did not create the run directory within {wait_s:.0f}s ({exc})") from None
+    if not path.is_dir():
+        raise CodemoeError(
+            f"rank {rank} on {socket.gethostname()}: the run directory rank 0 created, {path}, does not exist "
+            "here. Every node writes its logs and checkpoint shards into it: put run.dir on a filesystem "
+            "all nodes share (NFS, Lustre, a cloud file store), e.g. run.dir=/shared/runs"
+        )
+    return path
+
+
+def _launch_store(wait_s: float) -> Any:
+    """A client of the ``torchrun`` launch's TCP store (the one ``init_process_group`` joins)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    host, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500"))
+    return dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=wait_s))
 
 
 def _new_run_dir(cfg: DictConfig) -> Path:
