@@ -102,3 +102,9 @@ def test_a_reward_plugin_inside_a_recipe_scores_the_rl_stage_of_codemoe_run(pipe
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     (step,) = [r for r in records if r["stage"] == "rl" and r.get("step") == 1]
     assert step["reward_mean"] == 0.5 and step["reward_std"] == 0.0
+
+
+def test_a_bad_precision_is_refused_at_start_up_with_its_key_path(pipeline, capsys):
+    assert main(["config", "show", str(pipeline), "+stages.sft.precision=bf17"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "'stages.sft.precision': 'bf17' is not one of fp32, bf16" in err, err

@@ -332,6 +332,12 @@ def _merge_into(cls: type, values: Mapping[str, Any], where: str) -> Any:
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), values)
         return OmegaConf.to_object(merged)
+    except ConfigError as exc:  # the config class's own check (``__post_init__``), naming its field
+        message = str(exc)
+        field_name = message[1:].split("'", 1)[0] if message.startswith("'") else ""
+        if field_name in fields:
+            raise ConfigError(f"'{where}.{field_name}'{message[len(field_name) + 2:]}") from None
+        raise ConfigError(f"'{where}': {message}") from None
     except OmegaConfBaseException as exc:
         key = f"{where}.{exc.full_key}" if getattr(exc, "full_key", None) else where
         bad = values.get(str(exc.full_key).split(".")[0], "<missing>") if exc.full_key else "?"
