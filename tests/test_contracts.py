@@ -84,3 +84,18 @@ def test_a_step_outcome_has_the_contract_fields(registry, verifier):
     outcome = env.step("not a tool call")
     assert isinstance(outcome, StepOutcome) and not outcome.done and outcome.observation.startswith("error (malformed)")
     env.close_workspace()
+
+
+def test_the_remote_executor_is_a_verifier_over_a_real_service(registry, verifier):
+    from codemoe.sandbox.service import SandboxService
+
+    checks = [
+        ProgramCheck("inc", "def inc(x):\n    return x + 1\n", TESTS, index=0),
+        ProgramCheck("inc", "def inc(x):\n    return x + 2\n", TESTS, index=1),
+    ]
+    with SandboxService(verifier, token="contract-token") as service:  # HTTP on loopback, a free port
+        remote = registry.build("executor", {"name": "remote", "url": service.url, "token": "contract-token"})
+        assert isinstance(remote, Verifier)
+        verdicts = remote.check_programs(checks, timeout_s=10.0)
+    assert [v.status for v in verdicts] == [v.status for v in verifier.check_programs(checks)] == ["passed", "failed"]
+    assert all(isinstance(v, Verdict) for v in verdicts) and verdicts[1].reason
