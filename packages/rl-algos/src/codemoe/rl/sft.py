@@ -181,6 +181,7 @@ class SFTTrainer:
         with compute_precision(self.config.precision, env, self.model):
             stats = token_stats(self.model, [e.prompt_ids for e in batch], completions, pad_id=self.pad_id)
             balance = balance_loss(self.model, stats.outputs)
+        mask = mask.to(stats.logp.device)  # the model's device (token_stats moves its inputs there)
         tokens = env.all_sum(mask.sum())
         # token mean over the global batch; FSDP averages gradients over ranks, hence the world size
         nll_sum = -(stats.logp * mask).sum()
