@@ -314,14 +314,17 @@ def test_pseudo_terminals_come_from_a_private_pool_and_the_host_keeps_its_own(py
     os.close(slave)
 
 
+# files go into a fresh folder: /tmp may hold the folders of the host's paths the execution keeps
+# (a virtualenv under /tmp), whose names a bare f0, f1, ... could meet
 _INODES = """
-import json, os, time
+import json, os, tempfile, time
 out = {}
 for folder in ("/tmp", "/dev/shm"):
+    flood = tempfile.mkdtemp(dir=folder)
     started, count, error = time.monotonic(), 0, None
     while count < 50000:
         try:
-            os.close(os.open(f"{folder}/f{count}", os.O_CREAT | os.O_WRONLY))
+            os.close(os.open(f"{flood}/f{count}", os.O_CREAT | os.O_WRONLY))
             count += 1
         except OSError as exc:
             error = exc.errno
