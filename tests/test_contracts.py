@@ -18,6 +18,7 @@ from codemoe.core.contracts import (
     Verdict,
     Verifier,
     play,
+    repository_task,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,3 +100,9 @@ def test_the_remote_executor_is_a_verifier_over_a_real_service(registry, verifie
         verdicts = remote.check_programs(checks, timeout_s=10.0)
     assert [v.status for v in verdicts] == [v.status for v in verifier.check_programs(checks)] == ["passed", "failed"]
     assert all(isinstance(v, Verdict) for v in verdicts) and verdicts[1].reason
+
+
+def test_a_consumer_that_needs_a_repository_task_is_told_what_it_got():
+    with pytest.raises(TypeError, match="'add' is not a repository task: agent evaluation needs a repository suite"):
+        repository_task(type("CodeTask", (), {"id": "add"})(), needed_by="agent evaluation")
+    assert repository_task(object()) is None

@@ -23,12 +23,7 @@ __all__ = ["agent_prompt", "run_agent_episodes"]
 
 def agent_prompt(environment: Environment, task: Any) -> str:
     """Reset ``environment`` on ``task`` (a repository suite's task); the policy's first prompt."""
-    inner = repository_task(task)
-    if inner is None:
-        raise TypeError(
-            f"task {getattr(task, 'id', task)!r} is not a repository task: agent evaluation needs a repository suite"
-        )
-    return environment.reset(inner)
+    return environment.reset(repository_task(task, needed_by="agent evaluation"))
 
 
 class _Run:

@@ -9,6 +9,7 @@ component ``softmax_topk`` with ``top_k=2``. Factories and config classes may be
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping
@@ -168,6 +169,7 @@ class Registry:
         return component.build(config, **kwargs)
 
 
+@functools.cache
 def _takes_registry(factory: Callable[..., Any]) -> bool:
     """Whether ``factory`` has a ``registry`` parameter (a component that builds nested components)."""
     try:

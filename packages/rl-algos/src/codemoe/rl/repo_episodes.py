@@ -28,13 +28,7 @@ class RepoEpisodes:
         self.environment, self.recipe = environment, recipe
 
     def reset(self, task: Any) -> str:
-        inner = repository_task(task)
-        if inner is None:
-            raise TypeError(
-                f"task {getattr(task, 'id', task)!r} is not a repository task: multi-step episodes need a "
-                "repository suite such as 'agentic-core'"
-            )
-        return self.environment.reset(inner)
+        return self.environment.reset(repository_task(task, needed_by="a multi-step episode"))
 
     def step(self, action: str, token_ids: list[int]) -> Turn:
         result = self.environment.step(action)

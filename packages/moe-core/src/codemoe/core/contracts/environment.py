@@ -88,10 +88,18 @@ class Agent(Protocol):
     def act(self, observation: str) -> str: ...
 
 
-def repository_task(task: object) -> RepositoryTask | None:
-    """The task-format object a suite's repository task carries (``task.task``); None for other tasks."""
+def repository_task(task: object, *, needed_by: str = "") -> RepositoryTask | None:
+    """The task-format object a suite's repository task carries (``task.task``); None for other
+    tasks, or with ``needed_by`` (what needs one, e.g. "agent evaluation") a TypeError saying so."""
     inner = getattr(task, "task", None)
-    return inner if isinstance(inner, RepositoryTask) else None
+    if isinstance(inner, RepositoryTask):
+        return inner
+    if needed_by:
+        raise TypeError(
+            f"task {getattr(task, 'id', task)!r} is not a repository task: {needed_by} needs a repository suite "
+            "such as 'agentic-core'"
+        )
+    return None
 
 
 def play(environment: Environment, task: RepositoryTask, agent: Agent) -> EpisodeState:

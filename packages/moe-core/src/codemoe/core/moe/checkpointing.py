@@ -27,6 +27,7 @@ from torch.utils.checkpoint import checkpoint
 __all__ = ["checkpoint_layers", "is_checkpointed"]
 
 _MARK = "_codemoe_checkpointed"
+_BLOCKS = "_codemoe_moe_blocks"
 
 
 def is_checkpointed(layer: nn.Module) -> bool:
@@ -38,6 +39,8 @@ def checkpoint_layers(layers: Iterable[nn.Module]) -> None:
     for layer in layers:
         if not is_checkpointed(layer):
             layer.forward = types.MethodType(_checkpointed_forward, layer)  # type: ignore[method-assign]
+            # found once; a plain list, so not submodules twice, and a deep copy points at its own blocks
+            object.__setattr__(layer, _BLOCKS, [m for m in layer.modules() if isinstance(m, MoEBlock)])
             setattr(layer, _MARK, True)
 
 
@@ -45,7 +48,7 @@ def _checkpointed_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     forward = types.MethodType(type(self).forward, self)
     if not torch.is_grad_enabled():
         return forward(*args, **kwargs)
-    blocks = [m for m in self.modules() if isinstance(m, MoEBlock)]
+    blocks: list[MoEBlock] = getattr(self, _BLOCKS)
     replays = [block._replay for block in blocks]  # what the first pass routes to, if it replays
 
     def contexts() -> tuple[contextlib.AbstractContextManager[None], contextlib.AbstractContextManager[None]]:
