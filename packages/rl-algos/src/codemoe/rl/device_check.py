@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from codemoe.core.device_checks import device_name, report
 
 __all__ = ["run_checks"]
 
@@ -161,17 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-tflops", type=float, default=0.0, help="the device's dense bf16 peak (MFU)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
-    name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else args.device
+    name = device_name(args.device)
     peak = args.peak_tflops or next((v for k, v in _PEAKS.items() if k in name), 0.0)
     print(f"training checks on {name} (torch {torch.__version__}), preset {args.preset}")
     results = run_checks(args.device, args.preset, args.steps, args.batch, block_tokens=args.block_tokens,
                          peak_tflops=peak)
-    for check, result in results.items():
-        figures = ", ".join(f"{k}={v}" for k, v in result.items() if k != "ok")
-        print(f"{'PASS' if result['ok'] else 'FAIL'} {check}" + (f" ({figures})" if figures else ""))
-    if args.json:
-        args.json.write_text(json.dumps({"device": name, "torch": torch.__version__, "checks": results}, indent=2))
-    return 0 if all(r["ok"] for r in results.values()) else 1
+    return report(name, results, args.json)
 
 
 if __name__ == "__main__":

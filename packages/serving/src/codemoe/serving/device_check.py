@@ -15,12 +15,12 @@ Exit status 0 when every check passes; each check prints one line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
+from codemoe.core.device_checks import device_name, report
 
 __all__ = ["run_checks"]
 
@@ -85,15 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny", help="model preset in registry/models (default tiny)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
-    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
+    name = device_name(args.device)
     print(f"embedded engine on {name} (torch {torch.__version__})")
     results = run_checks(args.device, args.model)
-    for check, result in results.items():
-        figures = ", ".join(f"{k}={v}" for k, v in result.items() if k != "ok")
-        print(f"{'PASS' if result['ok'] else 'FAIL'} {check}" + (f" ({figures})" if figures else ""))
-    if args.json:
-        args.json.write_text(json.dumps({"device": name, "torch": torch.__version__, "checks": results}, indent=2))
-    return 0 if all(r["ok"] for r in results.values()) else 1
+    return report(name, results, args.json)
 
 
 if __name__ == "__main__":
