@@ -11,8 +11,9 @@ from torch import nn
 __all__ = ["make_block", "replace_moe_blocks"]
 
 
-def make_block(config: Any, registry: Any, layer: int) -> MoEBlock:
-    """A codemoe MoE block for ``layer`` from a model config (router, experts and block options)."""
+def make_block(config: Any, registry: Any, layer: int, block_type: type[MoEBlock] = MoEBlock) -> MoEBlock:
+    """A codemoe MoE block for ``layer`` from a model config (router, experts and block options);
+    ``block_type`` is a subclass that names a part as a family's ``transformers`` block does."""
     router = registry.build(
         "router", config.router, where="model.router", hidden_size=config.hidden_size, num_experts=config.num_experts
     )
@@ -25,7 +26,7 @@ def make_block(config: Any, registry: Any, layer: int) -> MoEBlock:
         hidden_size=config.hidden_size,
         intermediate_size=config.moe_intermediate_size,
     )
-    return MoEBlock(router, experts, options_from(config), layer=layer)
+    return block_type(router, experts, options_from(config), layer=layer)
 
 
 @torch.no_grad()
@@ -41,7 +42,9 @@ def _copy_matching(src: nn.Module, dst: MoEBlock) -> None:
             target[name].copy_(param[held] if name.startswith("experts.") else param)
 
 
-def replace_moe_blocks(model: nn.Module, config: Any, registry: Any) -> nn.Module:
+def replace_moe_blocks(
+    model: nn.Module, config: Any, registry: Any, *, block_type: type[MoEBlock] = MoEBlock
+) -> nn.Module:
     """Swap every ``transformers`` sparse MoE block of ``model`` for a codemoe block with its weights.
 
     Parameters the ``transformers`` block lacks (a shared expert, extra router parameters) keep
@@ -51,7 +54,7 @@ def replace_moe_blocks(model: nn.Module, config: Any, registry: Any) -> nn.Modul
         old = layer.mlp
         if not hasattr(old, "experts"):
             continue
-        block = make_block(config, registry, layer_index)
+        block = make_block(config, registry, layer_index, block_type)
         _init_block(block, config.initializer_range, like=old.experts.gate_up_proj)
         _copy_matching(old, block)
         layer.mlp = block

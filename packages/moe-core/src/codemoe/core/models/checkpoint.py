@@ -46,21 +46,27 @@ def save_pretrained(model: Any, tokenizer: Any, out_dir: str | Path) -> Path:
     return out
 
 
-_PER_EXPERT = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<expert>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$")
+_PER_EXPERT = re.compile(
+    r"^(?P<prefix>.*\.experts)\.(?P<expert>\d+)\.(?P<proj>gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$"
+)
+_MIXTRAL_NAMES = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}  # Mixtral's saved names
 
 
 def fuse_experts(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Per-expert weights (``experts.{e}.{gate,up,down}_proj.weight``, the layout ``transformers``
-    saves) fused into ``experts.gate_up_proj [E, 2I, H]`` and ``experts.down_proj [E, H, I]``."""
+    saves; Mixtral's ``block_sparse_moe.experts.{e}.{w1,w3,w2}.weight`` too) fused into
+    ``mlp.experts.gate_up_proj [E, 2I, H]`` and ``mlp.experts.down_proj [E, H, I]``."""
     fused: dict[str, torch.Tensor] = {}
     experts: dict[str, dict[str, dict[int, torch.Tensor]]] = {}
     for key, value in state.items():
+        key = key.replace(".block_sparse_moe.", ".mlp.")
         match = _PER_EXPERT.match(key)
         if match is None:
             fused[key] = value
             continue
         projections = experts.setdefault(match["prefix"], {})
-        projections.setdefault(match["proj"], {})[int(match["expert"])] = value
+        proj = _MIXTRAL_NAMES.get(match["proj"], match["proj"])
+        projections.setdefault(proj, {})[int(match["expert"])] = value
     for prefix, projections in experts.items():
         count = len(projections["down_proj"])
         gate = [projections["gate_proj"][e] for e in range(count)]
@@ -85,9 +91,10 @@ def _load_state(path: Path) -> dict[str, torch.Tensor]:
 def load_pretrained(path: str | Path, *, registry: Any = None) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` from a checkpoint folder written by :func:`save_pretrained`.
 
-    A folder without a codemoe section (any standard ``qwen3_moe`` checkpoint) loads through
-    ``transformers`` and gets codemoe blocks with the same weights and the softmax top-k router.
-    The tokenizer is None when the folder has none.
+    A folder without a codemoe section loads through ``transformers``: a standard ``qwen3_moe``
+    checkpoint gets codemoe blocks with the same weights and the softmax top-k router, any other
+    causal LM (a plain Mixtral, GPT-OSS, Llama, ...) stays as ``transformers`` builds it, its own MoE
+    blocks included. The tokenizer is None when the folder has none.
     """
     from transformers import AutoTokenizer
 
@@ -105,10 +112,14 @@ def load_pretrained(path: str | Path, *, registry: Any = None) -> tuple[Any, Any
             raise ValueError(
                 f"checkpoint {folder} does not match its model spec: missing {missing}, unexpected {unexpected}"
             )
-    else:
+    elif config.get("model_type") == "qwen3_moe":
         from codemoe.core.models.convert import from_transformers
 
         model = from_transformers(folder, registry=registry)
+    else:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True)
     has_tokenizer = (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
     tokenizer = AutoTokenizer.from_pretrained(folder) if has_tokenizer else None
     return model, tokenizer
