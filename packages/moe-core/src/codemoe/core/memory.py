@@ -18,6 +18,13 @@ built before the block) does not count. Where it is measured (``peak.source``):
   the memory held, it is the block's peak.
 
 Per process: under ``torchrun`` each rank measures its own.
+
+On glibc the resident set follows tensors only as far as ``malloc`` gives memory back: freed
+blocks it keeps on its heap are reused without growing the resident set, so a block that runs
+after a larger one (a warm-up step) reads low. Start the measured process with
+:data:`FOLLOW_TENSORS_ENV` (``MALLOC_MMAP_THRESHOLD_=65536``): every allocation of 64 KiB or more
+is then mapped on its own and unmapped when freed (a fixed threshold also stops glibc raising it),
+and the peak follows the tensors' lifetimes.
 """
 
 from __future__ import annotations
@@ -27,7 +34,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PeakMemory", "resident_bytes"]
+__all__ = ["FOLLOW_TENSORS_ENV", "PeakMemory", "resident_bytes"]
+
+# environment of a process whose resident set should follow its tensors (see the module docstring)
+FOLLOW_TENSORS_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
