@@ -22,7 +22,9 @@ __all__ = [
     "attend_with_lse",
     "decode_attention",
     "shared_prefix_attention",
+    "sliding_window_layers",
     "supports_shared_prefix_attention",
+    "unshared_reason",
 ]
 
 ATTENTION_NAME = "codemoe_shared_prefix"
@@ -131,9 +133,48 @@ def _root_part(q: torch.Tensor, cache: PrefixKVCache, layer: int, scale: float) 
 
 
 def supports_shared_prefix_attention(model: torch.nn.Module) -> bool:
-    """True when the model dispatches attention through ``transformers``' AttentionInterface."""
+    """True when the model dispatches attention through ``transformers``' AttentionInterface and its
+    attention is plain softmax attention over the per-head keys and values it caches.
+
+    Other models are served by gathering each row's keys into one sequence for the model's own
+    attention (:attr:`codemoe.serving.kv_cache.StepPlan.gather`); see :func:`unshared_reason`.
+    """
     check = getattr(model, "_can_set_attn_implementation", None)
-    return bool(check and check()) and hasattr(getattr(model, "config", None), "_attn_implementation")
+    dispatches = bool(check and check()) and hasattr(getattr(model, "config", None), "_attn_implementation")
+    return dispatches and unshared_reason(model) is None
+
+
+def unshared_reason(model: torch.nn.Module) -> str | None:
+    """Why the shared-prefix attention cannot compute ``model``'s attention (None when it can):
+
+    - attention sinks (GPT-OSS): a per-head logit in every softmax's denominator;
+    - sliding-window layers (GPT-OSS, Mixtral or Qwen with a window): keys beyond the window are
+      masked per query position, which the model's own attention does with the engine's masks;
+    - latent keys and values (DeepSeek's MLA): the cache holds a compressed latent that the model
+      expands into per-head keys and values after reading it.
+    """
+    config = getattr(model, "config", None)
+    if any(isinstance(getattr(m, "sinks", None), torch.Tensor) for m in model.modules()):
+        return "attention sinks"
+    if sliding_window_layers(config):
+        return "sliding-window attention"
+    if getattr(config, "kv_lora_rank", None):
+        return "latent (MLA) keys and values"
+    return None
+
+
+def sliding_window_layers(config: object) -> dict[str, int] | None:
+    """The window of each layer type that has one, as ``transformers`` masks it: ``{"sliding_attention":
+    W}`` for models with per-layer ``layer_types``, ``{"*": W}`` for a window on every layer (Mixtral's
+    ``sliding_window``); None without windows. A query at position ``q`` sees keys ``k`` with
+    ``q - W < k <= q``."""
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is None:
+        return {"*": int(window)}
+    return {"sliding_attention": int(window)} if "sliding_attention" in layer_types else None
 
 
 @contextmanager

@@ -106,17 +106,22 @@ class PrefixKVCache:
         fresh[:rows, :, :cols] = old[:rows, :, :cols]
         return fresh
 
-    def _stores(self, layer: int, like: torch.Tensor):
+    def _stores(self, layer: int, key_like: torch.Tensor, value_like: torch.Tensor):
+        """The layer's stores, made on first use; keys and values each keep their own heads and
+        width (MLA caches a latent ``[B, 1, S, rank]`` and a shared rotary key ``[B, 1, S, rope]``)."""
         if layer not in self.prefix:
-            heads, dim = like.shape[1], like.shape[3]
             for name, rows, cols in self._STORES:
-                shape = (self.sizes[rows], heads, self.sizes[cols], dim)
-                getattr(self, name)[layer] = (like.new_zeros(shape), like.new_zeros(shape))
+                pair = tuple(
+                    like.new_zeros(self.sizes[rows], like.shape[1], self.sizes[cols], like.shape[3])
+                    for like in (key_like, value_like)
+                )
+                getattr(self, name)[layer] = pair
         return self.prefix[layer], self.suffix[layer]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
-        """Store this forward's keys/values ``[B, H, S, D]``; return what the model's attention should read."""
-        (pk, pv), (sk, sv) = self._stores(layer_idx, key_states)
+        """Store this forward's keys/values ``[B, H, S, D]`` (values may have other ``H, D``); return
+        what the model's attention should read."""
+        (pk, pv), (sk, sv) = self._stores(layer_idx, key_states, value_states)
         plan = self.plan
         if not plan.decoding and plan.offsets is None:  # prefill of whole prompts: they attend to themselves
             length = key_states.shape[2]
@@ -186,7 +191,7 @@ class PrefixKVCache:
     ) -> None:
         """Put reused keys/values (layer -> ``[H, >=length, D]``) at positions ``0 .. length-1`` of a prefix slot."""
         for layer, k in keys.items():
-            (pk, pv), _ = self._stores(layer, k[None])
+            (pk, pv), _ = self._stores(layer, k[None], values[layer][None])
             pk[slot, :, :length] = k[:, :length]
             pv[slot, :, :length] = values[layer][:, :length]
 

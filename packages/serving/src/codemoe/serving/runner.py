@@ -6,6 +6,11 @@ A decode step of a Qwen3(-MoE) model is computed straight from its parameters
 the engine's KV cache through its ``update``. Around each engine step the model is in inference
 mode (:meth:`ModelRunner.inference`): modules in eval mode, MoE blocks recording no statistics,
 the shared-prefix attention switched on, no autograd.
+
+The engine gives the model its own additive masks (prompts right-padded, decode keys gathered from
+the cache), which ``transformers`` uses as they are; so for models with sliding-window layers
+(GPT-OSS, a Mixtral with ``sliding_window``) the runner narrows them to each layer type's window
+itself, from the absolute position of every key column (:func:`window_masks`).
 """
 
 from __future__ import annotations
@@ -15,13 +20,59 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from codemoe.serving.attention import shared_prefix_attention
+from codemoe.core.contracts import EngineError
+from codemoe.serving.attention import shared_prefix_attention, sliding_window_layers
 from codemoe.serving.batches import DecodeBatch, PrefillBatch
-from codemoe.serving.kv_cache import PrefixKVCache
+from codemoe.serving.kv_cache import PrefixKVCache, StepPlan
 from codemoe.serving.lean_decode import LeanDecoder
 from codemoe.serving.routing import RoutingRecorder
 
-__all__ = ["ModelRunner"]
+__all__ = ["ModelRunner", "key_positions", "window_masks"]
+
+# attention the engine's masks cannot express: refused when the model is given to the engine
+_UNSERVED_ATTENTION = {
+    "attention_chunk_size": "chunked attention",
+    "sliding_window_pattern": "an interleaved sliding-window pattern without layer_types",
+}
+
+
+def key_positions(plan: StepPlan, positions: torch.Tensor, keys: int) -> torch.Tensor:
+    """The absolute position of every key column ``[R, keys]`` of a forward's mask: a prefill's
+    columns are positions ``0 .. keys-1``; a gathered decode step's are its group's prompt
+    (``0 .. P-1``) then the row's own tokens (from the row's prompt length on)."""
+    columns = torch.arange(keys, device=positions.device)
+    if not plan.decoding:
+        return columns[None].expand(positions.shape[0], -1)
+    prompt = plan.prefix_mask.shape[-1]
+    own_start = positions[:, 0] - plan.suffix_pos  # [B] the row's prompt length
+    own = own_start[:, None] + columns[None, : keys - prompt]
+    return torch.cat([columns[None, :prompt].expand(positions.shape[0], -1), own], dim=1)
+
+
+def window_masks(
+    mask: torch.Tensor, positions: torch.Tensor, plan: StepPlan, windows: dict[str, int]
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """``mask [R, 1, S, K]`` with keys outside each window hidden: the mask for every layer
+    (``windows == {"*": W}``) or ``transformers``' mapping layer type -> mask."""
+    keys = key_positions(plan, positions, mask.shape[-1])  # [R, K]
+    distance = positions[:, None, :, None] - keys[:, None, None, :]  # [R, 1, S, K] query minus key position
+    narrowed = {
+        layer_type: mask.masked_fill(distance >= window, torch.finfo(mask.dtype).min)
+        for layer_type, window in windows.items()
+    }
+    if "*" in narrowed:
+        return narrowed["*"]
+    return {"full_attention": mask, **narrowed}
+
+
+def _check_servable(model: torch.nn.Module) -> None:
+    config = getattr(model, "config", None)
+    for key, what in _UNSERVED_ATTENTION.items():
+        if getattr(config, key, None):
+            raise EngineError(
+                f"the embedded engine cannot serve {type(model).__name__}: its config sets '{key}' "
+                f"({what}), which the engine's attention masks do not apply; serve it with the sglang engine"
+            )
 
 
 def _forward_argument_names(model: torch.nn.Module) -> tuple[str, bool]:
@@ -70,7 +121,9 @@ class ModelRunner:
     def __init__(self, model: torch.nn.Module, cache: PrefixKVCache, *, shared_attention: bool, lean_decode: bool):
         from codemoe.core.moe import moe_blocks
 
+        _check_servable(model)
         self.model = model
+        self.windows = sliding_window_layers(getattr(model, "config", None))
         self.cache = cache
         self.cache_arg, self.has_logits_to_keep = _forward_argument_names(model)
         self.recorder = RoutingRecorder.for_model(model)
@@ -115,6 +168,8 @@ class ModelRunner:
         keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits ``[B, V]`` at position ``keep[b]`` of each row (default: the last position)."""
+        if self.windows and mask is not None:
+            mask = window_masks(mask, positions, self.cache.plan, self.windows)
         kwargs = {self.cache_arg: self.cache, "position_ids": positions, "attention_mask": mask, "use_cache": True}
         wanted = keep if keep is not None else torch.full((input_ids.shape[0],), input_ids.shape[1] - 1)
         columns = torch.arange(input_ids.shape[1])
