@@ -28,7 +28,7 @@ FAMILIES = {
 
 # tokens 3 .. 17 then 2 more: 15- and 17-token prompts sharing 15 tokens, plus a short one; with
 # 14 new tokens every sequence outgrows GPT-OSS's 8-token window
-PROMPTS = [list(range(3, 18)), [5, 6, 7], list(range(3, 18)) + [40, 41]]
+PROMPTS = [list(range(3, 18)), [5, 6, 7], [*range(3, 18), 40, 41]]
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
