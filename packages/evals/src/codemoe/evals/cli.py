@@ -114,7 +114,7 @@ def add_eval_command(subparsers: Any) -> None:
     p.add_argument("--tasks", nargs="+", default=["codemoe_synthetic"], help="codemoe_synthetic, codemoe_humaneval")
     p.add_argument("--limit", type=int, help="evaluate only the first N documents of each task")
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="auto", help="auto (the GPU when CUDA is available), cpu, cuda or cuda:N")
     p.add_argument("--metadata", help="JSON passed to the task data loaders, e.g. '{\"seed\": 1}'")
     p.set_defaults(handler=_cmd_lm_eval)
 

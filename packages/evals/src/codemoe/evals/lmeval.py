@@ -30,7 +30,7 @@ def run_lm_eval(
     *,
     limit: int | None = None,
     batch_size: int = 8,
-    device: str = "cpu",
+    device: str = "auto",
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``checkpoint`` with lm-eval's ``hf`` model on codemoe's tasks; returns
@@ -46,9 +46,13 @@ def run_lm_eval(
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         raise ValueError(f"unknown codemoe lm-eval task(s) {unknown}; codemoe's tasks: {', '.join(TASKS)}")
+    from codemoe.core.devices import resolve_device
+
+    target = resolve_device(device, key="--device")  # auto | cpu | cuda | cuda:N
     model, tokenizer = load_policy(checkpoint)
+    model.to(target)
     output = lm_eval.simple_evaluate(
-        model=HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=device),
+        model=HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=str(target)),
         tasks=list(tasks),
         task_manager=TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata=metadata or {}),
         limit=limit,

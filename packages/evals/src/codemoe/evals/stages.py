@@ -59,6 +59,13 @@ class EvalStageConfig:
     # resolves the task on the hidden tests
     environment: Any = field(default=None, metadata={"kind": "environment"})
     max_turns: int = 8  # actions per episode (the environment's step budget)
+    # where the evaluated policy runs: auto | cpu | cuda | cuda:N (auto: the GPU when CUDA is available)
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        from codemoe.core.devices import check_device
+
+        check_device(self.device)
 
 
 class ExpertLoad:
@@ -210,10 +217,12 @@ class EvalStage:
     ) -> tuple[list[Any], dict[str, Any]]:
         """Load the policy, sample with the engine, grade in the sandbox; the summary carries the
         checkpoint and the expert load seen while sampling."""
+        from codemoe.core.devices import resolve_device
         from codemoe.core.models import load_policy
 
         cfg, where = self.config, f"stages.{stage.id}"
         model, tokenizer = load_policy(checkpoint, registry=ctx.registry)
+        model.to(resolve_device(cfg.device, key=f"{where}.device"))
         engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=model, tokenizer=tokenizer)
         executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
         options = EvalOptions(

@@ -35,16 +35,17 @@ def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
 
 def pack(prompt_ids: list[list[int]], completions: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
     """``(input_ids [B, L], positions [B, T])``: rows ``prompt + completion``, and where each
-    completion token's predicting logit sits."""
+    completion token's predicting logit sits; on the completions' device."""
     b, t = completions.shape
+    device = completions.device
     lengths = torch.tensor([len(p) for p in prompt_ids])
     width = int(lengths.max()) + t
-    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
+    input_ids = torch.full((b, width), pad_id, dtype=torch.long, device=device)
     for i, prompt in enumerate(prompt_ids):
         p = len(prompt)
         input_ids[i, :p] = torch.tensor(prompt, dtype=torch.long)
         input_ids[i, p : p + t] = completions[i]
-    positions = lengths.unsqueeze(-1) - 1 + torch.arange(t)  # [B, T]
+    positions = (lengths.unsqueeze(-1) - 1 + torch.arange(t)).to(device)  # [B, T]
     return input_ids, positions
 
 
@@ -92,7 +93,8 @@ def _route_table(model: torch.nn.Module, routes: list[Tensor] | None, width: int
         return None
     layers = [block.layer for block in moe_blocks(model)]
     k = routes[0].shape[-1]
-    full = torch.arange(k).expand(len(routes), width, len(layers), k).clone()  # [B, L, layers, k]
+    device = next(model.parameters()).device
+    full = torch.arange(k, device=device).expand(len(routes), width, len(layers), k).clone()  # [B, L, layers, k]
     for row, route in enumerate(routes):
         full[row, : route.shape[0]] = route
     return layers, full
@@ -155,7 +157,7 @@ def _shared_prompt_stats(
     prefix_mask = (torch.arange(width) < (lengths - 1).unsqueeze(-1)).long()  # [U, width]
     # each row: its prompt's last token, then its completion: [B, T + 1]
     last = torch.tensor([p[-1] for p in prompt_ids], dtype=torch.long)
-    suffix = torch.cat([last.unsqueeze(-1), completions], dim=1)
+    suffix = torch.cat([last.to(completions.device).unsqueeze(-1), completions], dim=1)
     start = lengths[owner] - 1  # [B] position of each row's first suffix token
     suffix_positions = start.unsqueeze(-1) + torch.arange(t + 1)  # [B, T + 1]
     mask = torch.cat([prefix_mask[owner], torch.ones(b, t + 1, dtype=torch.long)], dim=1)
@@ -165,7 +167,7 @@ def _shared_prompt_stats(
     if table is not None:
         layers, full = table  # [B, L, layers, k]
         prefix_table = layers, full[first_row, :width]
-        gather = suffix_positions[:, :, None, None].expand(-1, -1, *full.shape[2:])
+        gather = suffix_positions[:, :, None, None].expand(-1, -1, *full.shape[2:]).to(full.device)
         suffix_table = layers, full.gather(1, gather)
 
     cache_arg = _cache_argument(model)

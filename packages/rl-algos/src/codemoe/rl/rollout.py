@@ -64,6 +64,10 @@ class Rollouts:
         rows = self.rows(groups).tolist()
         return Rollouts(group_size=self.group_size, **{name: _rows(getattr(self, name), rows) for name in _ROW_FIELDS})
 
+    def to(self, device: torch.device) -> Rollouts:
+        """The same rollouts with every tensor (routes included) on ``device``, the trainer's."""
+        return Rollouts(group_size=self.group_size, **{name: _to(getattr(self, name), device) for name in _ROW_FIELDS})
+
     @staticmethod
     def concat(parts: list[Rollouts]) -> Rollouts:
         """Rows of every part, in order."""
@@ -90,6 +94,14 @@ def _rows(value: Any, rows: list[int]) -> Any:
     if value is None:
         return None
     return value[rows] if isinstance(value, Tensor) else [value[i] for i in rows]
+
+
+def _to(value: Any, device: torch.device) -> Any:
+    if isinstance(value, Tensor):
+        return value.to(device)
+    if isinstance(value, list) and value and isinstance(value[0], Tensor):
+        return [v.to(device) for v in value]
+    return value
 
 
 def _join(values: list[Any]) -> Any:

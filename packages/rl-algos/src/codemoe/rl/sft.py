@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from codemoe.core.devices import check_device, resolve_device
 from codemoe.rl.distributed import Dist, check_precision, compute_precision, shard_model
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs
@@ -60,9 +61,13 @@ class SFTConfig:
     seed: int = 0  # example order
     precision: str = "fp32"  # fp32 | bf16 (bf16 compute; fp32 master weights, optimizer state, reductions)
     activation_checkpointing: bool = False  # recompute each block's activations in backward (less memory)
+    # where the model and every batch tensor live: auto | cpu | cuda | cuda:N (auto: the local
+    # rank's GPU when CUDA is available, else the CPU)
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
+        check_device(self.device)
 
 
 @dataclass
@@ -124,6 +129,8 @@ class SFTTrainer:
         self.pad_id, self.set_trainable, self.on_step = pad_id, set_trainable, on_step
         self.rng = random.Random(config.seed)
         self.order: list[int] = []
+        self.device = resolve_device(config.device)
+        model.to(self.device)  # before sharding, which keeps to the parameters' device
         if config.balance_coef > 0:
             enable_router_outputs(model)
         # in place; in one process only the checkpointing applies
@@ -174,14 +181,14 @@ class SFTTrainer:
         batch = self._batch()[env.rank :: env.world]  # every rank draws the global batch, trains on its share
         width = max(len(e.completion_ids) for e in batch)
         completions = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(batch), width)
         for i, example in enumerate(batch):
             completions[i, : len(example.completion_ids)] = torch.tensor(example.completion_ids)
-            mask[i, : len(example.completion_ids)] = 1.0
+        lengths = torch.tensor([len(e.completion_ids) for e in batch])
+        completions = completions.to(self.device)  # one copy of the batch, built on the host
+        mask = (torch.arange(width, device=self.device) < lengths.to(self.device).unsqueeze(-1)).float()  # [B, T]
         with compute_precision(self.config.precision, env, self.model):
             stats = token_stats(self.model, [e.prompt_ids for e in batch], completions, pad_id=self.pad_id)
             balance = balance_loss(self.model, stats.outputs)
-        mask = mask.to(stats.logp.device)  # the model's device (token_stats moves its inputs there)
         tokens = env.all_sum(mask.sum())
         # token mean over the global batch; FSDP averages gradients over ranks, hence the world size
         nll_sum = -(stats.logp * mask).sum()

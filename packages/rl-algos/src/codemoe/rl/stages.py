@@ -1,11 +1,14 @@
 """The ``sft`` and ``rl`` pipeline stages: resolve everything from the config and the registry,
 hand it to :class:`~codemoe.rl.sft.SFTTrainer` / :class:`~codemoe.rl.trainer.RLTrainer`, and save
 a checkpoint whose path the next stage reads from ``ctx.results[<stage id>]["checkpoint"]``.
+
+No rank holds a second whole model: the RL stage's engine samples the trainer's policy module
+itself (under ``torchrun`` its sharded parameters, gathered block by block), and the checkpoint
+is gathered one parameter at a time into rank 0's host memory, which writes it.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from dataclasses import dataclass, field
@@ -174,7 +177,7 @@ class SFTStage:
 
     def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
         import torch
-        from codemoe.core.models import build_model, load_pretrained, save_pretrained
+        from codemoe.core.models import build_model, load_pretrained
         from codemoe.core.moe import set_trainable
         from codemoe.core.tokenizer import train_tokenizer
         from codemoe.rl.distributed import init_distributed
@@ -199,7 +202,7 @@ class SFTStage:
         examples = encode_examples(tokenizer, pairs, cfg.max_tokens)
         total = sum(phase.steps for phase in cfg.phases)
         env = init_distributed()  # under torchrun: FSDP2, each rank trains on its share of every batch
-        whole = copy.deepcopy(model) if env.enabled else model  # what rank 0 saves (the trained model is sharded)
+        _on_device(model, cfg.device, f"stages.{stage.id}.device")
         with ctx.progress(f"sft ({stage.id})", total) as advance:
             trainer = SFTTrainer(
                 cfg,
@@ -211,16 +214,7 @@ class SFTStage:
                 env=env,
             )
             result = trainer.fit()
-        path = ctx.stage_dir(stage) / "checkpoint"
-        if env.enabled:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-            state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-            if env.is_main:
-                whole.load_state_dict(state)
-        if env.is_main:
-            save_pretrained(whole, tokenizer, path)
-        env.barrier()
+        path = save_policy(model, tokenizer, ctx.stage_dir(stage) / "checkpoint", env)
         return {"checkpoint": str(path), "examples": len(examples), **result}
 
 
@@ -239,24 +233,26 @@ class RLStage:
         env = init_distributed()
         torch.manual_seed(ctx.seed + cfg.seed)
         policy, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from), registry=ctx.registry)
-        served = copy.deepcopy(policy)  # the engine keeps whole weights; the policy may be sharded
+        _on_device(policy, cfg.device, f"stages.{stage.id}.device")  # before the engine, which runs it there
         executor = ctx.registry.build("executor", cfg.executor, where=f"stages.{stage.id}.executor")
         try:
             with ctx.progress(f"rl ({stage.id})", cfg.steps) as advance:
-                trainer = self._trainer(ctx, stage, env, policy, served, tokenizer, executor, advance)
+                trainer = self._trainer(ctx, stage, env, policy, tokenizer, executor, advance)
                 result = trainer.fit()
         finally:
             executor.close()  # the sandbox's worker processes end with the stage
-        return {"checkpoint": str(self._export(ctx, stage, env, trainer, served, tokenizer)), **result}
+        path = save_policy(trainer.policy, tokenizer, ctx.stage_dir(stage) / "checkpoint", env)
+        return {"checkpoint": str(path), **result}
 
     def _trainer(
-        self, ctx: Any, stage: Any, env: Any, policy: Any, served: Any, tokenizer: Any, executor: Any, advance: Any
+        self, ctx: Any, stage: Any, env: Any, policy: Any, tokenizer: Any, executor: Any, advance: Any
     ) -> RLTrainer:
-        """The trainer with every component resolved from the registry."""
+        """The trainer with every component resolved from the registry; the engine is built on the
+        policy module itself (the embedded engine samples its live parameters, no copy)."""
         from codemoe.rl.scoring import VerifierScorer
 
         cfg, where = self.config, f"stages.{stage.id}"
-        engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=served, tokenizer=tokenizer)
+        engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=policy, tokenizer=tokenizer)
         recipe = ctx.registry.build("reward", cfg.reward, where=f"{where}.reward")
         algorithm = ctx.registry.build("algorithm", cfg.algo, where=f"{where}.algo", registry=ctx.registry)
         return RLTrainer(
@@ -290,14 +286,34 @@ class RLStage:
 
         return make
 
-    def _export(self, ctx: Any, stage: Any, env: Any, trainer: RLTrainer, served: Any, tokenizer: Any) -> Path:
-        """Save the trained policy as a Hugging Face checkpoint (rank 0 writes; every rank gathers)."""
-        from codemoe.core.models import save_pretrained
 
-        path = Path(ctx.stage_dir(stage) / "checkpoint")
-        state = trainer.policy_state()
-        if env.is_main:
-            served.load_state_dict(state)
-            save_pretrained(served, tokenizer, path)
-        env.barrier()
+def _on_device(model: Any, spec: str, key: str) -> None:
+    """Move ``model`` to the device ``spec`` names (:func:`codemoe.core.devices.resolve_device`)."""
+    from codemoe.core.devices import resolve_device
+
+    model.to(resolve_device(spec, key=key))
+
+
+def save_policy(model: Any, tokenizer: Any, path: Path, env: Any) -> Path:
+    """Save a trained policy as a Hugging Face checkpoint in ``path``; every rank calls it.
+
+    Sharded (FSDP2), the whole state dict is gathered one parameter at a time into rank 0's host
+    memory (``cpu_offload``: the other ranks keep nothing, and no device holds more than its shard
+    and one parameter), and rank 0 writes it with the model's own ``save_pretrained``.
+    """
+    from codemoe.core.models import save_pretrained
+
+    if not env.enabled:
+        save_pretrained(model, tokenizer, path)
         return path
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if env.is_main:
+        path.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(path, state_dict=state)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(path)
+    del state
+    env.barrier()
+    return path

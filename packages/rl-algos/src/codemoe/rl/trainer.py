@@ -19,6 +19,7 @@ denominators`` over ranks, so one rank and many give the same update.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import time
@@ -29,6 +30,7 @@ from typing import Any
 
 import torch
 from codemoe.core.contracts import SamplingParams
+from codemoe.core.devices import check_device, resolve_device
 from codemoe.rl.advantages import AdvantageInput, AdvantageOutput
 from codemoe.rl.algorithm import Algorithm, value_loss
 from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -74,9 +76,13 @@ class RLConfig:
     precision: str = "fp32"  # fp32 | bf16 (bf16 compute; fp32 master weights, optimizer state, reductions)
     activation_checkpointing: bool = False  # recompute each policy block's activations in backward (less memory)
     health: HealthConfig = field(default_factory=HealthConfig)
+    # where the policy, reference, critic and every batch tensor live: auto | cpu | cuda | cuda:N
+    # (auto: the local rank's GPU when CUDA is available, else the CPU)
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
+        check_device(self.device)
 
 
 @dataclass
@@ -114,13 +120,15 @@ class RLTrainer:
         self.env = env or Dist()
         self.on_step, self.on_rollouts = on_step, on_rollouts
         self._check_sizes()
+        self.device = resolve_device(config.device)
+        policy.to(self.device)  # before the copies and the sharding, which keep to the parameters' device
         if algorithm.config.balance_coef > 0:
             enable_router_outputs(policy)
         # The reference and the critic start from the policy's initial weights, before sharding.
         self.reference = self._frozen_copy(policy) if algorithm.uses_reference else None
         self.critic = None
         if algorithm.config.critic is not None:
-            critic = Critic(policy, policy.config.hidden_size)
+            critic = Critic(policy, policy.config.hidden_size).to(self.device)
             self.critic = shard_model(
                 critic, self.env, precision=config.precision, checkpointing=config.activation_checkpointing
             )
@@ -214,7 +222,8 @@ class RLTrainer:
         """This rank's groups of the step; zero-signal groups refilled from the stream when configured."""
         world, rank = self.env.world, self.env.rank
         mine = self._take(self.config.prompts_per_step)[rank::world]
-        rollouts = self._rollout(mine, self._seed(step, 0))
+        with self._generation():
+            rollouts = self._rollout(mine, self._seed(step, 0))
         rounds = 0
         while rounds < self.algo.config.dynamic_sampling.refill_rounds:
             bad = rollouts.zero_signal()
@@ -223,12 +232,20 @@ class RLTrainer:
                 break
             rounds += 1
             extra_tasks = self._take(sum(counts))  # every rank advances the stream alike
-            if counts[rank]:
-                start = sum(counts[:rank])
-                extra = self._rollout(extra_tasks[start : start + counts[rank]], self._seed(step, rounds))
-                good = rollouts.select((~bad).nonzero().flatten())
-                rollouts = Rollouts.concat([good, extra])
-        return rollouts, rounds
+            with self._generation():  # every rank, also one with nothing to refill
+                if counts[rank]:
+                    start = sum(counts[:rank])
+                    extra = self._rollout(extra_tasks[start : start + counts[rank]], self._seed(step, rounds))
+                    good = rollouts.select((~bad).nonzero().flatten())
+                    rollouts = Rollouts.concat([good, extra])
+        return rollouts.to(self.device), rounds
+
+    def _generation(self) -> contextlib.AbstractContextManager[Any]:
+        """The context every rank generates in: the engine's lockstep when it has one (an engine
+        running the sharded policy itself gathers each block from all ranks, see
+        :meth:`codemoe.serving.embedded.EmbeddedEngine.lockstep`), else nothing."""
+        lockstep = getattr(self.engine, "lockstep", None)
+        return lockstep() if lockstep is not None else contextlib.nullcontext()
 
     def _seed(self, step: int, round_: int) -> int:
         """Sampling seed of a step's round; the same on every rank (engines mix in the prompt)."""
@@ -246,7 +263,7 @@ class RLTrainer:
 
     @torch.no_grad()
     def _token_data(self, rollouts: Rollouts) -> _TokenData:
-        keep = torch.ones(len(rollouts.prompt_ids), dtype=torch.bool)
+        keep = torch.ones(len(rollouts.prompt_ids), dtype=torch.bool, device=self.device)
         if self.algo.config.dynamic_sampling.drop:
             keep = ~rollouts.zero_signal().repeat_interleave(rollouts.group_size)
         with self._compute():
@@ -400,7 +417,13 @@ class RLTrainer:
         return get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=self.env.enabled))
 
     def _sync_engine(self) -> None:
-        self.engine.update_weights(state_dict=self.policy_state())
+        """The engine samples from the new weights next step. An engine running the policy module
+        itself (the embedded engine built on it) already reads them and only drops what it kept of
+        the old ones; any other engine is sent the whole state dict."""
+        if getattr(self.engine, "model", None) is self.policy:
+            self.engine.weights_changed()
+        else:
+            self.engine.update_weights(state_dict=self.policy_state())
 
     def _metrics(
         self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, update: dict[str, Any], rounds: int
@@ -410,7 +433,7 @@ class RLTrainer:
         passed = torch.cat(env.all_gather(rollouts.passed))
         zero = torch.cat(env.all_gather(rollouts.zero_signal()))
         lengths = torch.cat(env.all_gather(rollouts.mask.sum(-1)))
-        tokens = max(float(env.all_sum(torch.tensor(update["tokens"]))), 1.0)
+        tokens = max(float(env.all_sum(torch.tensor(update["tokens"], device=self.device))), 1.0)
         n = max(update["updates"], 1.0)
         metrics = {
             "reward_mean": rewards.mean().item(),
@@ -421,21 +444,25 @@ class RLTrainer:
             "response_len": lengths.mean().item(),
             "tokens": float(lengths.sum()),
             "loss": update["loss"] / n,
-            "entropy": float(env.all_sum(torch.tensor(update["entropy"]))) / tokens,
-            "clip_frac": float(env.all_sum(torch.tensor(update["clipped"]))) / tokens,
+            "entropy": float(env.all_sum(torch.tensor(update["entropy"], device=self.device))) / tokens,
+            "clip_frac": float(env.all_sum(torch.tensor(update["clipped"], device=self.device))) / tokens,
             "grad_norm": update["grad_norm"] / n,
             "adv_abs_mean": float(env.all_sum((adv.advantages.abs() * rollouts.mask).sum()))
             / max(float(lengths.sum()), 1.0),
             **_is_metrics(env.all_gather(update["is_stats"])),
         }
         if self.reference is not None:
-            metrics["kl"] = float(env.all_sum(torch.tensor(update["kl"]))) / tokens
+            metrics["kl"] = float(env.all_sum(torch.tensor(update["kl"], device=self.device))) / tokens
         if update["balance"]:
             metrics["balance_loss"] = update["balance"] / n
         if self.critic is not None:
             metrics["vf_loss"] = update["vf_loss"] / n
-        metrics.update(expert_load(self.policy, env.all_sum if env.enabled else None))
+        metrics.update(expert_load(self.policy, self._all_sum_on_device if env.enabled else None))
         return metrics
+
+    def _all_sum_on_device(self, value: torch.Tensor) -> torch.Tensor:
+        """``env.all_sum`` of a host tensor through the trainer's device (NCCL reduces GPU tensors only)."""
+        return self.env.all_sum(value.to(self.device)).to(value.device)
 
     def _modules(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
         modules = {"policy": (self.policy, self.optimizer)}

@@ -30,6 +30,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         default=64,
         help="prompts sharing at least this many leading tokens keep and read them once (default 64; 0: off)",
     )
+    p.add_argument("--device", default="auto", help="auto (the GPU when CUDA is available), cpu, cuda or cuda:N")
     p.set_defaults(handler=_serve)
 
 
@@ -45,6 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_context=args.max_context,
         prefix_cache_tokens=args.prefix_cache_tokens,
         common_prefix_tokens=args.common_prefix_tokens,
+        device=args.device,
     )
     engine = build_embedded_engine(config)
     app = ServingApp(engine, args.served_model_name or path.resolve().name, str(path))

@@ -25,13 +25,21 @@
 
 The engine is thread-safe: ``generate`` may be called from several threads (the HTTP server
 does), and each call to :meth:`EmbeddedEngine.step` advances every request in flight.
+
+The engine reads the model's live parameters, so an engine built on a trainer's policy holds no
+copy of it: the trainer's updates are sampled at once (:meth:`EmbeddedEngine.weights_changed`
+drops what was kept of the old weights). A policy sharded with FSDP2 over ``torchrun``'s ranks is
+run through its own forward, which gathers one block's parameters at a time; those gathers are
+collectives, so the ranks' engines step together inside :meth:`EmbeddedEngine.lockstep` (a rank
+with nothing to compute joins with a one-token forward).
 """
 
 from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +76,14 @@ class EmbeddedEngineConfig:
     lean_decode: bool = True  # decode steps of Qwen3(-MoE) models computed from the weights, without the module stack
     prefix_cache_tokens: int = 0  # keep finished samples' KV (this many tokens) for prompts that extend them
     common_prefix_tokens: int = 64  # groups sharing at least this many leading tokens read them once (0: off)
+    # where a model loaded from model_dir runs: auto | cpu | cuda | cuda:N (auto: the local rank's GPU
+    # when CUDA is available); a model passed in stays where it is, and another device is refused
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        from codemoe.core.devices import check_device
+
+        check_device(self.device)
 
 
 class EmbeddedEngine:
@@ -85,13 +101,21 @@ class EmbeddedEngine:
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.weights_version = 0
         self.tokens_generated = 0
+        self._lock = threading.RLock()
+        self._in_lockstep = False
+        self._rooms(sharded=False)
+
+    def _rooms(self, *, sharded: bool) -> None:
+        """KV slots, runner and scheduler for the model; a sharded model runs its own forward (the
+        shared-prefix attention and lean decode read whole parameters and the engine's cache)."""
         cfg = self.config
-        shared = cfg.shared_prefix_attention and supports_shared_prefix_attention(model)
+        shared = cfg.shared_prefix_attention and supports_shared_prefix_attention(self.model) and not sharded
         # roots are read by the shared-prefix attention only
         self.kv = KVSlots(self.device, self.dtype, cfg.prefix_cache_tokens, cfg.common_prefix_tokens if shared else 0)
-        self.runner = ModelRunner(model, self.kv.cache, shared_attention=shared, lean_decode=cfg.lean_decode)
+        lean = cfg.lean_decode and not sharded
+        self.runner = ModelRunner(self.model, self.kv.cache, shared_attention=shared, lean_decode=lean)
         self.scheduler = Scheduler(self.kv, cfg.max_batch_size, cfg.max_prefill_tokens)
-        self._lock = threading.RLock()
+        self._sharded = sharded
 
     @property
     def common_prefix_tokens_saved(self) -> int:
@@ -105,6 +129,7 @@ class EmbeddedEngine:
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
         """Sample ``params.n`` continuations of every prompt (see :class:`codemoe.core.contracts.Engine`)."""
         params.validate()
+        self._check_lockstep()
         prompt_ids = [self.encode(p) for p in prompts]
         for i, ids in enumerate(prompt_ids):
             self.check_request(ids, params, where=f"prompt {i}")
@@ -142,7 +167,9 @@ class EmbeddedEngine:
     def wait(self, group: Group) -> None:
         """Drive the engine until ``group`` is done (another thread may be driving it too)."""
         while not group.done.is_set():
-            if not self.step():
+            if self._in_lockstep:
+                self._lockstep_step(in_session=True)
+            elif not self.step():
                 group.done.wait(0.01)
         if group.error is not None:
             raise EngineError(f"generation failed: {type(group.error).__name__}: {group.error}") from group.error
@@ -175,6 +202,50 @@ class EmbeddedEngine:
                 )
             self.weights_version += 1
             self.kv.clear_kept()
+
+    def weights_changed(self) -> None:
+        """The model's parameters were changed in place (a trainer sharing it took a step): what was
+        kept of the old weights (finished samples' keys and values) is dropped."""
+        with self._lock:
+            self.weights_version += 1
+            self.kv.clear_kept()
+
+    @contextmanager
+    def lockstep(self) -> Iterator[None]:
+        """Generation in step with every rank of the process group, inside the block.
+
+        Needed when the model is sharded with FSDP2 (a trainer's policy under ``torchrun``): every
+        forward gathers each block's parameters from all ranks, so every rank must run as many
+        forwards. Inside the block each engine step is agreed on by all ranks (one all-reduce: does
+        any rank prefill, decode, or still generate); a rank without that work runs a one-token
+        forward instead. Ranks may call :meth:`generate` a different number of times; on leaving
+        the block a rank keeps joining until every rank has left. A model that is not sharded
+        needs nothing of this and the block is a plain one.
+        """
+        from torch.distributed.fsdp import FSDPModule
+
+        if not isinstance(self.model, FSDPModule):
+            yield
+            return
+        with self._lock:
+            if not self._sharded:  # first use since the trainer sharded the model: nothing is in flight
+                self._rooms(sharded=True)
+            self._in_lockstep = True
+        try:
+            yield
+        finally:
+            self._in_lockstep = False
+            while self._lockstep_step(in_session=False):
+                pass
+
+    def _check_lockstep(self) -> None:
+        from torch.distributed.fsdp import FSDPModule
+
+        if not self._in_lockstep and isinstance(self.model, FSDPModule):
+            raise EngineError(
+                "the engine's model is sharded over the ranks (FSDP2): generate inside engine.lockstep() "
+                "on every rank, so that the ranks gather each block's parameters together"
+            )
 
     def health(self) -> dict[str, Any]:
         """Status, load and model facts."""
@@ -253,6 +324,36 @@ class EmbeddedEngine:
                 raise
             return True
 
+    def _lockstep_step(self, *, in_session: bool) -> bool:
+        """One engine step taken with every rank (see :meth:`lockstep`); False once every rank left."""
+        import torch.distributed as dist
+
+        with self._lock:
+            joins = 0
+            try:
+                with self.runner.inference():
+                    admitted = self.scheduler.admit() if in_session and not self.scheduler.idle else []
+                    wanted = [bool(admitted), bool(admitted or self.scheduler.running), in_session]
+                    flags = torch.tensor(wanted, dtype=torch.int32, device=self.device)
+                    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+                    prefill, decode, session = flags.tolist()
+                    if not session:
+                        return False
+                    if prefill and admitted:
+                        self._prefill(admitted)
+                    elif prefill:
+                        joins += 1
+                    if decode and self.scheduler.running:
+                        self._decode()
+                    elif decode:
+                        joins += 1
+                    for _ in range(joins):  # the same collectives as another rank's forward
+                        self.model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=self.device), use_cache=False)
+            except Exception as exc:
+                self.scheduler.fail_all(exc)
+                raise
+            return True
+
     def _prefill(self, groups: list[Group]) -> None:
         """Compute each group's prompt once (one right-padded forward; tokens reused from the prefix
         cache are copied in, not computed), then start its samples."""
@@ -298,11 +399,23 @@ class EmbeddedEngine:
 
 
 def build_embedded_engine(config: EmbeddedEngineConfig, *, model: Any = None, tokenizer: Any = None) -> EmbeddedEngine:
-    """Embedded engine over ``model``/``tokenizer``, or over the checkpoint in ``config.model_dir``."""
+    """Embedded engine over ``model``/``tokenizer``, or over the checkpoint in ``config.model_dir``
+    placed on ``config.device``. A model passed in (a trainer's policy, which the engine then
+    shares) stays on its device; a ``device`` other than ``auto`` must be that one."""
+    from codemoe.core.devices import resolve_device
+    from codemoe.core.errors import ConfigError
+
     if model is None:
         if not config.model_dir:
             raise EngineError("the embedded engine needs a model: pass model=... or set model_dir")
         from codemoe.serving.checkpoint import load_checkpoint
 
-        model, tokenizer = load_checkpoint(config.model_dir)
+        model, tokenizer = load_checkpoint(config.model_dir, device=config.device)
+    elif config.device != "auto":
+        device, where = resolve_device(config.device), next(model.parameters()).device
+        if device != where:
+            raise ConfigError(
+                f"'device': {config.device!r} is {device}, but the model the engine is given is on {where}; "
+                "the engine shares that model: set the device of the stage that holds it"
+            )
     return EmbeddedEngine(model, tokenizer, config)
