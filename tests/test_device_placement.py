@@ -128,3 +128,29 @@ def test_the_engine_samples_the_trainers_parameters_without_a_copy(tmp_path):
         # engine decode (lean, fp32) against the trainer's forward (fp32) on the same weights: a few
         # ulp of a log-softmax over 64 logits; weights one update old would differ by ~lr
         assert metrics["logp_mismatch_max"] < 1e-4, metrics
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_under_torchrun_the_engine_runs_the_sharded_policy_and_the_reference_is_sharded_alike(tmp_path):
+    import json
+    import os
+    import subprocess
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    script = Path(__file__).parent / "rl_sharded_run.py"
+    subprocess.run([*torchrun, str(script), str(tmp_path)], env=env, check=True, timeout=300)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for r in ranks:
+        assert r["engine_is_policy"] and r["device"] == "cpu"
+        assert set(r["policy"].values()) != {"whole"}
+        assert r["reference"] == r["policy"]  # every parameter on the same mesh with the same placement
+        assert [m["kl"] >= 0 for m in r["metrics"]] == [True, True]
+        for metrics in r["metrics"]:
+            # the engine sampled the live sharded weights: its log-probs are the trainer's (a few
+            # ulp of fp32 log-softmax over 64 logits; weights one update old would differ by ~lr)
+            assert metrics["logp_mismatch_max"] < 1e-4, metrics
+    own = {"gen_seconds", "step_seconds", "tokens_per_s", "balance_loss"}  # each rank's clock and MoE balance
+    same = [{k: v for k, v in m.items() if k not in own} for m in ranks[0]["metrics"]]
+    assert same == [{k: v for k, v in m.items() if k not in own} for m in ranks[1]["metrics"]]  # the job's
