@@ -105,3 +105,27 @@ def test_attention_the_engine_cannot_mask_is_refused():
     model.config.attention_chunk_size = 4
     with pytest.raises(EngineError, match="attention_chunk_size"):
         EmbeddedEngine(model, None)
+
+
+def test_a_transformers_moe_policy_asked_for_its_balance_loss_is_served():
+    """A trainer turns on ``output_router_logits`` of a plain transformers MoE policy; the engine's
+    forwards (right-padded prompts, gathered keys) do not compute that loss."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(0)
+    config = MixtralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        num_local_experts=4,
+        max_position_embeddings=128,
+        output_router_logits=True,
+    )
+    model = MixtralForCausalLM(config).eval()
+    engine = EmbeddedEngine(model, None, EmbeddedEngineConfig(shared_prefix_attention=False))
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=1, ignore_eos=True)
+    _assert_teacher_forced(model, engine.generate([[3, 4, 5, 6], [7, 8]], params))

@@ -127,6 +127,10 @@ def _can_share(model: torch.nn.Module, prompt_ids: list[list[int]]) -> bool:
         and all(len(p) >= 2 for p in prompt_ids)
         and _cache_argument(model) is not None
         and hasattr(model, "config")
+        # a transformers cache keeps only the last window of a sliding-window layer (GPT-OSS)
+        and not getattr(model.config, "sliding_window", None)
+        # transformers' own MoE balance loss needs one padding mask over exactly the forward's tokens
+        and not getattr(model.config, "output_router_logits", False)
     )
 
 

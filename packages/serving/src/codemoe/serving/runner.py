@@ -75,11 +75,12 @@ def _check_servable(model: torch.nn.Module) -> None:
             )
 
 
-def _forward_argument_names(model: torch.nn.Module) -> tuple[str, bool]:
-    """The model's name for the cache argument, and whether it accepts ``logits_to_keep``."""
+def _forward_argument_names(model: torch.nn.Module) -> tuple[str, bool, bool]:
+    """The model's name for the cache argument, and whether it accepts ``logits_to_keep`` and
+    ``output_router_logits``."""
     params = inspect.signature(model.forward).parameters
     cache_arg = "cache" if "cache" in params else "past_key_values"
-    return cache_arg, "logits_to_keep" in params
+    return cache_arg, "logits_to_keep" in params, "output_router_logits" in params
 
 
 @contextmanager
@@ -125,7 +126,7 @@ class ModelRunner:
         self.model = model
         self.windows = sliding_window_layers(getattr(model, "config", None))
         self.cache = cache
-        self.cache_arg, self.has_logits_to_keep = _forward_argument_names(model)
+        self.cache_arg, self.has_logits_to_keep, self.has_router_logits = _forward_argument_names(model)
         self.recorder = RoutingRecorder.for_model(model)
         self.shared_attention = shared_attention  # the model supports it (supports_shared_prefix_attention)
         self.lean = LeanDecoder.for_model(model) if self.shared_attention and lean_decode else None
@@ -171,6 +172,10 @@ class ModelRunner:
         if self.windows and mask is not None:
             mask = window_masks(mask, positions, self.cache.plan, self.windows)
         kwargs = {self.cache_arg: self.cache, "position_ids": positions, "attention_mask": mask, "use_cache": True}
+        if self.has_router_logits:
+            # a trainer sharing a transformers MoE policy asks it for its balance loss, which the
+            # engine does not read (and which transformers computes from a 2-D padding mask only)
+            kwargs["output_router_logits"] = False
         wanted = keep if keep is not None else torch.full((input_ids.shape[0],), input_ids.shape[1] - 1)
         columns = torch.arange(input_ids.shape[1])
         if self.has_logits_to_keep:
