@@ -6,6 +6,12 @@ rank routes its own tokens, sends every (token, expert) row to the rank holding 
 runs its local experts on what it receives, and sends the outputs back, where they are summed
 per token. Both exchanges are differentiable: gradients travel the reverse way. Communication is
 the scaling bottleneck of MoE training, so the dispatcher counts what it sends.
+
+A trainer builds the whole model on every rank and calls :func:`split_experts` with the ``ep``
+dimension of its device mesh: every MoE layer keeps its rank's slice of the experts (the same values
+the whole model has for them), as a ``DTensor`` sharded on dim 0 over that mesh, so state dicts and
+checkpoints see the global ``[E, ...]`` tensors, and its dispatcher exchanges rows over the ``ep``
+group only.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import torch
 import torch.distributed as dist
 from codemoe.core.moe.dispatch import Dispatched
 
-__all__ = ["AllToAllDispatcher", "AllToAllDispatcherConfig"]
+__all__ = ["AllToAllDispatcher", "AllToAllDispatcherConfig", "split_experts"]
 
 
 class _AllToAll(torch.autograd.Function):
@@ -129,6 +135,48 @@ class AllToAllDispatcher:
         back = _AllToAll.apply(out, ctx.recv, ctx.send, self.group)  # [S_sent, H] in send order
         self._count(out, ctx.recv, dist.get_rank(self.group))
         return back.new_zeros(num_tokens, back.shape[-1]).index_add(0, ctx.source, back)
+
+
+@torch.no_grad()
+def split_experts(model: torch.nn.Module, ep_mesh: Any) -> int:
+    """Keep, in every MoE layer of ``model``, this rank's slice of the experts; returns the layers split.
+
+    ``ep_mesh`` is a 1-D ``DeviceMesh`` (the trainer's ``ep`` dimension): its rank ``r`` of ``W``
+    keeps experts ``[r · E / W, (r + 1) · E / W)`` as ``DTensor`` parameters placed ``Shard(0)`` on
+    it (global shape ``[E, ...]``), and the layer's dispatcher becomes the all-to-all over that
+    mesh's process group. The experts must be the grouped kind (they dispatch through a dispatcher)
+    and still whole (the ``local`` dispatcher).
+    """
+    from codemoe.core.moe.dispatch import LocalDispatcher
+    from codemoe.core.moe.readout import moe_blocks
+    from torch.distributed.tensor import DTensor, Shard
+
+    world, rank = ep_mesh.size(), ep_mesh.get_local_rank()
+    group = ep_mesh.get_group()
+    split = 0
+    for block in moe_blocks(model):
+        experts = block.experts
+        where = f"MoE layer {block.layer}"
+        if not isinstance(getattr(experts, "dispatcher", None), LocalDispatcher):
+            kind = type(getattr(experts, "dispatcher", experts)).__name__
+            raise ValueError(
+                f"{where}: expert parallelism splits grouped experts whose dispatcher is 'local'; this layer has "
+                f"{kind} (use experts: {{name: grouped}} with the default dispatcher)"
+            )
+        total = experts.num_experts
+        if total % world:
+            raise ValueError(f"{where}: {total} experts cannot be split evenly over {world} expert-parallel ranks")
+        held = total // world
+        offset = rank * held
+        for name in ("gate_up_proj", "down_proj"):
+            whole = getattr(experts, name)
+            local = whole.detach()[offset : offset + held].clone()
+            sharded = DTensor.from_local(local, ep_mesh, [Shard(0)], run_check=False)
+            setattr(experts, name, torch.nn.Parameter(sharded, requires_grad=whole.requires_grad))
+        experts.num_experts, experts.expert_offset = held, offset
+        experts.dispatcher = AllToAllDispatcher(group=group)
+        split += 1
+    return split
 
 
 def build_all_to_all_dispatcher(config: AllToAllDispatcherConfig) -> AllToAllDispatcher:

@@ -218,13 +218,16 @@ class GroupedExperts(Experts):
     def forward(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         # x: [T, H]; indices, weights: [T, k]
         kind = x.device.type
+        # expert parallelism keeps the weights as DTensors sharded over the experts: the kernels
+        # compute on this rank's slice (gradients flow back into the DTensor)
+        gate_up, down = _local(self.gate_up_proj), _local(self.down_proj)
         if torch.is_autocast_enabled(kind):
             # mixed precision without FSDP: the fused kernels run in the autocast dtype themselves
             # (their buffers take the input's dtype), on bf16 casts of the fp32 master weights
             dtype = torch.get_autocast_dtype(kind)
             with torch.autocast(kind, enabled=False):
-                return self._experts(x.to(dtype), indices, weights, self.gate_up_proj.to(dtype), self.down_proj.to(dtype))
-        return self._experts(x, indices, weights, self.gate_up_proj, self.down_proj)
+                return self._experts(x.to(dtype), indices, weights, gate_up.to(dtype), down.to(dtype))
+        return self._experts(x, indices, weights, gate_up, down)
 
     def _experts(
         self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor
@@ -253,6 +256,13 @@ class TorchGroupedMMExperts(GroupedExperts):
         y = F.grouped_mm(a, down.transpose(1, 2), offs=offsets)  # [S, H]
         out = torch.zeros_like(d.tokens).index_add(0, d.rows, y)
         return self.dispatcher.combine(out, d, x.shape[0])
+
+
+def _local(weight: torch.Tensor) -> torch.Tensor:
+    """This rank's part of an expert weight (the weight itself unless it is a DTensor)."""
+    from torch.distributed.tensor import DTensor
+
+    return weight.to_local() if isinstance(weight, DTensor) else weight
 
 
 def _with_dispatcher(cls: type, config: GroupedExpertsConfig, registry: Any, shape: dict[str, Any]) -> Any:
