@@ -108,3 +108,9 @@ def test_a_bad_precision_is_refused_at_start_up_with_its_key_path(pipeline, caps
     assert main(["config", "show", str(pipeline), "+stages.sft.precision=bf17"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "'stages.sft.precision': 'bf17' is not one of fp32, bf16" in err, err
+
+
+def test_a_bad_parallel_option_is_refused_at_start_up_with_its_nested_key_path(pipeline, capsys):
+    assert main(["config", "show", str(pipeline), "+stages.rl.parallel.ep=0"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "'stages.rl.parallel.ep': 0 must be an integer of at least 1" in err, err

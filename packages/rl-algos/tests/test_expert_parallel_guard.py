@@ -1,5 +1,7 @@
-"""Data-parallel training refuses experts that are already split over the ranks (the all_to_all
-dispatcher), instead of sharding them a second time and losing experts silently."""
+"""Training refuses a model whose experts are already split over every rank (built with the
+all_to_all dispatcher), with or without the ``parallel.ep`` mesh, instead of sharding them a second
+time and losing experts silently; the ``local`` dispatcher shards (the mesh splits the experts
+itself, see test_expert_mesh.py)."""
 
 from __future__ import annotations
 
@@ -14,14 +16,15 @@ SCRIPT = """
 import json, sys
 from codemoe.core.errors import ConfigError
 from codemoe.core.models import build_model
-from codemoe.rl.distributed import init_distributed, shard_model
+from codemoe.rl.distributed import ParallelConfig, device_mesh, init_distributed, shard_model
 env = init_distributed()
 spec = {"name": "qwen3_moe", "hidden_size": 16, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 8,
         "num_experts": 4, "moe_intermediate_size": 8, "max_position_embeddings": 32,
         "experts": {"name": "grouped", "dispatcher": {"name": sys.argv[1]}}}
 model = build_model(spec, vocab_size=32)
 try:
-    shard_model(model, env)
+    mesh = device_mesh(ParallelConfig(ep=int(sys.argv[2])), env, model)
+    shard_model(model, env, mesh=mesh)
     print(json.dumps({"rank": env.rank, "error": ""}))
 except ConfigError as exc:
     print(json.dumps({"rank": env.rank, "error": str(exc)}))
@@ -29,11 +32,11 @@ env.close()
 """
 
 
-def _ranks(tmp_path, dispatcher: str) -> list[dict]:
+def _ranks(tmp_path, dispatcher: str, ep: int = 1) -> list[dict]:
     script = tmp_path / "guard.py"
     script.write_text(SCRIPT)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "--tee", "1", str(script), dispatcher]
+               "--tee", "1", str(script), dispatcher, str(ep)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=True)
     lines = [line.split("]:", 1)[-1].strip() for line in done.stdout.splitlines() if '"rank"' in line]
@@ -45,8 +48,9 @@ def _ranks(tmp_path, dispatcher: str) -> list[dict]:
 def test_fsdp_over_expert_parallel_experts_is_refused_on_every_rank(tmp_path):
     split = _ranks(tmp_path, "all_to_all")
     assert [r["rank"] for r in split] == [0, 1]
-    for result in split:
-        assert "expert-parallel dispatcher (all_to_all)" in result["error"], result
+    for result in split + _ranks(tmp_path, "all_to_all", ep=2):
+        assert "expert-parallel dispatcher (all_to_all) over every rank" in result["error"], result
         assert "model.layers.0.mlp.experts" in result["error"]
+        assert "set 'parallel.ep'" in result["error"]  # the way to split experts that works
     local = _ranks(tmp_path, "local")
     assert [r["error"] for r in local] == ["", ""]

@@ -335,7 +335,7 @@ def _merge_into(cls: type, values: Mapping[str, Any], where: str) -> Any:
     except ConfigError as exc:  # the config class's own check (``__post_init__``), naming its field
         message = str(exc)
         field_name = message[1:].split("'", 1)[0] if message.startswith("'") else ""
-        if field_name in fields:
+        if field_name.split(".", 1)[0] in fields:  # a nested config's key too ('parallel.ep')
             raise ConfigError(f"'{where}.{field_name}'{message[len(field_name) + 2:]}") from None
         raise ConfigError(f"'{where}': {message}") from None
     except OmegaConfBaseException as exc:

@@ -1,5 +1,13 @@
-"""Data parallelism with FSDP2: process group from ``torchrun``'s environment, one ``fully_shard``
-per transformer block, and the few collectives the trainer needs.
+"""Data and expert parallelism with FSDP2: process group from ``torchrun``'s environment, one
+``fully_shard`` per transformer block, the ``(dp, ep)`` device mesh, and the few collectives the
+trainer needs.
+
+Every rank trains on its own share of each batch. With ``parallel: {dp: N, ep: M}`` and ``M > 1``
+the ranks also form an ``N x M`` mesh: each MoE layer's experts are split over the ``M`` ranks of
+an ``ep`` group (tokens reach them by all-to-all over that group only) and each slice is sharded
+over the ``N`` ranks of a ``dp`` group that hold the same slice; everything else is sharded over
+all ranks. Gradients of every parameter are divided by the whole world size, so the update is the
+one process's (see :func:`shard_model`).
 
 Without ``torchrun`` (no ``WORLD_SIZE`` in the environment) everything here is a no-op, so the same
 trainer runs in one process. On CPU the backend is gloo, on GPU NCCL.
@@ -12,17 +20,49 @@ import contextlib
 import gc
 import os
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from codemoe.core.errors import ConfigError
 
-__all__ = ["PRECISIONS", "Dist", "check_precision", "close_distributed", "compute_precision", "init_distributed", "shard_model"]
+__all__ = [
+    "PRECISIONS",
+    "Dist",
+    "ParallelConfig",
+    "check_precision",
+    "clip_grad_norm",
+    "close_distributed",
+    "compute_precision",
+    "device_mesh",
+    "init_distributed",
+    "shard_model",
+]
 
 # Training precision: fp32 everywhere, or bf16 compute with fp32 master weights, optimizer state and
 # gradient reduction (FSDP2's MixedPrecisionPolicy under torchrun, autocast in one process).
 PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass
+class ParallelConfig:
+    """How a ``torchrun`` job's ranks share the model (option ``parallel: {dp: N, ep: M}``).
+
+    Every rank trains on its own share of each batch. ``ep``: ranks that split each MoE layer's
+    experts (``num_experts / ep`` each, tokens exchanged by all-to-all); ``dp``: ranks that hold the
+    same expert slice and shard it (FSDP2). ``dp x ep`` must be ``WORLD_SIZE``.
+    """
+
+    dp: int = 0  # ranks per expert slice; 0: WORLD_SIZE / ep
+    ep: int = 1  # expert-parallel ranks; 1: every rank holds every expert (data parallelism only)
+
+    def __post_init__(self) -> None:
+        for key in ("dp", "ep"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < (0 if key == "dp" else 1):
+                least = "0 (WORLD_SIZE / ep)" if key == "dp" else "1"
+                raise ConfigError(f"'parallel.{key}': {value!r} must be an integer of at least {least}")
 
 
 @dataclass(frozen=True)
@@ -119,8 +159,50 @@ def compute_precision(precision: str, env: Dist, model: torch.nn.Module) -> cont
     return torch.autocast(device_type=device, dtype=torch.bfloat16)
 
 
+def device_mesh(parallel: ParallelConfig, env: Dist, model: torch.nn.Module) -> Any:
+    """The ``(dp, ep)`` device mesh of ``parallel`` for ``model``, or None when ``ep`` is 1 (FSDP2
+    over every rank needs no mesh of its own). Checks the option against the job and the model
+    (:class:`~codemoe.core.errors.ConfigError` naming the key)."""
+    from codemoe.core.moe import moe_blocks
+
+    ep = parallel.ep
+    if env.world % ep:
+        raise ConfigError(f"'parallel.ep': {ep} expert-parallel ranks do not divide the job's {env.world} (WORLD_SIZE)")
+    dp = parallel.dp or env.world // ep
+    if dp * ep != env.world:
+        raise ConfigError(
+            f"'parallel': dp={dp} x ep={ep} = {dp * ep} ranks, but the job has {env.world} (WORLD_SIZE); "
+            "set dp x ep to WORLD_SIZE, or dp: 0 for WORLD_SIZE / ep"
+        )
+    if ep == 1:
+        return None
+    blocks = list(moe_blocks(model))
+    if not blocks:
+        raise ConfigError(
+            f"'parallel.ep': ep={ep} splits MoE experts over ranks, but {type(model).__name__} has no codemoe MoE "
+            "layers; use ep: 1"
+        )
+    experts = blocks[0].num_experts
+    if experts % ep:
+        raise ConfigError(f"'parallel.ep': {experts} experts per MoE layer cannot be split evenly over ep={ep} ranks")
+    if not hasattr(blocks[0].experts, "dispatcher"):
+        raise ConfigError(
+            f"'parallel.ep': the model's {type(blocks[0].experts).__name__} compute without a dispatcher, so their "
+            "tokens cannot travel to other ranks; build the model with experts: {name: grouped} (or grouped_mm)"
+        )
+    from torch.distributed.device_mesh import init_device_mesh
+
+    device = next(model.parameters()).device.type  # the trainer's device (its 'device' option)
+    return init_device_mesh(device, (dp, ep), mesh_dim_names=("dp", "ep"))
+
+
 def shard_model(
-    model: torch.nn.Module, env: Dist, *, precision: str = "fp32", checkpointing: bool = False
+    model: torch.nn.Module,
+    env: Dist,
+    *,
+    precision: str = "fp32",
+    checkpointing: bool = False,
+    mesh: Any = None,
 ) -> torch.nn.Module:
     """FSDP2: ``fully_shard`` each transformer block, then the root (embeddings, head).
 
@@ -129,9 +211,18 @@ def shard_model(
     ``checkpointing``: each block recomputes its activations in backward
     (:func:`codemoe.core.moe.checkpoint_layers`, routing counted once), in one process too.
 
-    A model whose experts are already split over the ranks (the ``all_to_all`` dispatcher) is
-    refused: sharding them again over the same ranks would leave each rank a slice of a slice and
-    a whole-model state dict without most experts, silently.
+    ``mesh`` (:func:`device_mesh`, expert parallelism): every MoE layer keeps its ``ep`` rank's
+    slice of the experts (:func:`codemoe.core.moe.expert_parallel.split_experts`), and the slice is
+    ``fully_shard``ed over the ``dp`` dimension alone. Gradient division: each rank's loss is
+    scaled by the world size ``W`` (its share of a global mean), and every rank's tokens reach the
+    experts of its ``ep`` group, so an expert's gradient summed over its ``dp`` group already holds
+    all ``W`` ranks' contributions: it is divided by ``W = dp x ep`` (FSDP2's average over ``dp``,
+    then ``ep`` in the reduction's hook), not by the ``dp`` group's size alone, exactly as the other
+    parameters' average over all ``W`` ranks is.
+
+    A model whose experts are already split over the ranks (built with the ``all_to_all``
+    dispatcher, over the whole world) is refused: sharding them again over the same ranks would
+    leave each rank a slice of a slice and a whole-model state dict without most experts, silently.
     """
     check_precision(precision)
     if checkpointing:
@@ -146,15 +237,58 @@ def shard_model(
                     and getattr(m.dispatcher, "splits_experts", False)})
     if split:
         raise ConfigError(
-            f"{len(split)} expert layers (first: {split[0]}) use an expert-parallel dispatcher (all_to_all), which "
-            "data-parallel training (FSDP2 over every rank) cannot shard correctly; use the 'local' dispatcher "
-            "under torchrun until the dp x ep mesh exists"
+            f"{len(split)} expert layers (first: {split[0]}) use an expert-parallel dispatcher (all_to_all) over "
+            "every rank, which FSDP2 over every rank cannot shard correctly; build the model with the 'local' "
+            "dispatcher and set 'parallel.ep' to split the experts over a mesh dimension"
         )
 
     policy = MixedPrecisionPolicy()
     if precision == "bf16":
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if mesh is not None:
+        from codemoe.core.moe import moe_blocks
+        from codemoe.core.moe.expert_parallel import split_experts
+
+        split_experts(model, mesh["ep"])
+        ep = mesh["ep"].size()
+        for block in moe_blocks(model):
+            fully_shard(block.experts, mesh=mesh["dp"], mp_policy=policy)
+            # FSDP2 averages over the dp group; the hook divides the reduced gradient by ep too. (Not
+            # set_gradient_divide_factor(W): on a dp group of one rank, torch 2.13 divides a float64
+            # or fp16 gradient by a custom factor twice.)
+            block.experts.set_all_reduce_hook(partial(_divide, by=float(ep)))
     for block in transformer_blocks(model):
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     return model
+
+
+def _divide(grad: torch.Tensor, by: float) -> None:
+    grad.div_(by)
+
+
+def clip_grad_norm(parameters: Any, max_norm: float) -> float:
+    """Scale the gradients of ``parameters`` to a global 2-norm of at most ``max_norm``; returns the
+    norm before scaling (the whole model's, on every rank).
+
+    Under expert parallelism the gradients live on two meshes (experts on ``(dp, ep)``, the rest on
+    every rank), which one ``torch.nn.utils.clip_grad_norm_`` cannot stack: each mesh's norm is
+    reduced to a full value first, then the squares are added.
+    """
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    groups: dict[Any, list[torch.Tensor]] = {}
+    for grad in grads:
+        groups.setdefault(grad.device_mesh if isinstance(grad, DTensor) else None, []).append(grad)
+    squares = torch.zeros((), dtype=torch.float64)
+    for group in groups.values():
+        norm = torch.nn.utils.get_total_norm(group)
+        norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
+        squares += norm.double().cpu() ** 2
+    total = float(squares.sqrt())
+    coef = max_norm / (total + 1e-6)
+    if coef < 1.0:
+        for grad in grads:
+            grad.mul_(coef)
+    return total

@@ -11,7 +11,9 @@ context, not a target), plus ``balance_coef`` times the MoE balance loss.
 Under ``torchrun`` (``env`` from :func:`codemoe.rl.distributed.init_distributed`) the model is
 sharded with FSDP2 per transformer block, every rank draws the same global batch and trains on its
 share of it (``batch[rank::world]``), and the token mean is taken over the whole global batch
-(numerators and token counts summed over ranks), so 2 ranks take the steps 1 rank takes.
+(numerators and token counts summed over ranks), so 2 ranks take the steps 1 rank takes. With
+``parallel.ep > 1`` each MoE layer's experts are split over the mesh's ``ep`` groups as well
+(:func:`codemoe.rl.distributed.shard_model`); the ranks split each batch the same way.
 """
 
 from __future__ import annotations
@@ -24,10 +26,17 @@ from typing import Any
 
 import torch
 from codemoe.core.devices import check_device, resolve_device
-from codemoe.rl.distributed import Dist, check_precision, compute_precision, shard_model
+from codemoe.rl.distributed import (
+    Dist,
+    ParallelConfig,
+    check_precision,
+    clip_grad_norm,
+    compute_precision,
+    device_mesh,
+    shard_model,
+)
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs
-from torch.distributed.tensor import DTensor
 
 __all__ = ["Example", "PhaseConfig", "SFTConfig", "SFTTrainer", "encode_examples", "trajectory_pairs"]
 
@@ -61,6 +70,7 @@ class SFTConfig:
     seed: int = 0  # example order
     precision: str = "fp32"  # fp32 | bf16 (bf16 compute; fp32 master weights, optimizer state, reductions)
     activation_checkpointing: bool = False  # recompute each block's activations in backward (less memory)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)  # dp x ep mesh under torchrun (expert parallelism)
     # where the model and every batch tensor live: auto | cpu | cuda | cuda:N (auto: the local
     # rank's GPU when CUDA is available, else the CPU)
     device: str = "auto"
@@ -134,7 +144,10 @@ class SFTTrainer:
         if config.balance_coef > 0:
             enable_router_outputs(model)
         # in place; in one process only the checkpointing applies
-        shard_model(model, self.env, precision=config.precision, checkpointing=config.activation_checkpointing)
+        mesh = device_mesh(config.parallel, self.env, model)
+        shard_model(
+            model, self.env, precision=config.precision, checkpointing=config.activation_checkpointing, mesh=mesh
+        )
 
     def fit(self) -> dict[str, Any]:
         """Train every phase in order; returns the first and last loss and the steps per phase."""
@@ -200,8 +213,7 @@ class SFTTrainer:
         for p in frozen:
             p.grad = None
         max_norm = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        grad_norm = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+        grad_norm = clip_grad_norm(params, max_norm)
         optimizer.step()
         hits = env.all_sum(((stats.logp.detach() > -0.6931) * mask).sum())  # p(token) > 1/2
         balance_mean = env.all_sum(balance.detach()) / env.world if balance is not None else None

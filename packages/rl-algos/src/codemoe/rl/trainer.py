@@ -14,7 +14,9 @@ placed on the actions' tokens for the estimators to spread back.
 
 Data parallelism: every rank samples its own share of the step's prompts (whole groups, so group
 advantages stay local) and FSDP2 averages gradients. Each loss is ``sum of numerators / sum of
-denominators`` over ranks, so one rank and many give the same update.
+denominators`` over ranks, so one rank and many give the same update. Expert parallelism
+(``parallel.ep > 1``) splits each MoE layer's experts over the mesh's ``ep`` groups of the policy,
+reference and critic alike (:func:`codemoe.rl.distributed.shard_model`); the data split is the same.
 """
 
 from __future__ import annotations
@@ -36,13 +38,20 @@ from codemoe.rl.algorithm import Algorithm, value_loss
 from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from codemoe.rl.critic import Critic
 from codemoe.rl.diagnostics import HealthConfig, HealthMonitor, update_cv
-from codemoe.rl.distributed import Dist, check_precision, compute_precision, shard_model
+from codemoe.rl.distributed import (
+    Dist,
+    ParallelConfig,
+    check_precision,
+    clip_grad_norm,
+    compute_precision,
+    device_mesh,
+    shard_model,
+)
 from codemoe.rl.episodes import Environment, run_episodes
 from codemoe.rl.importance import ISStats, mismatch_stats
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs, expert_load
 from codemoe.rl.rollout import Rollouts, Score, build_rollouts
-from torch.distributed.tensor import DTensor
 
 __all__ = ["RLConfig", "RLTrainer", "Scorer"]
 
@@ -75,6 +84,7 @@ class RLConfig:
     share_prompt_forward: bool = True  # training forwards run each group's prompt once (same log-probs and gradients)
     precision: str = "fp32"  # fp32 | bf16 (bf16 compute; fp32 master weights, optimizer state, reductions)
     activation_checkpointing: bool = False  # recompute each policy block's activations in backward (less memory)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)  # dp x ep mesh under torchrun (expert parallelism)
     health: HealthConfig = field(default_factory=HealthConfig)
     # where the policy, reference, critic and every batch tensor live: auto | cpu | cuda | cuda:N
     # (auto: the local rank's GPU when CUDA is available, else the CPU)
@@ -124,17 +134,22 @@ class RLTrainer:
         policy.to(self.device)  # before the copies and the sharding, which keep to the parameters' device
         if algorithm.config.balance_coef > 0:
             enable_router_outputs(policy)
+        self.mesh = device_mesh(config.parallel, self.env, policy)  # None without expert parallelism
         # The reference and the critic start from the policy's initial weights, before sharding.
         self.reference = self._frozen_copy(policy) if algorithm.uses_reference else None
         self.critic = None
         if algorithm.config.critic is not None:
             critic = Critic(policy, policy.config.hidden_size).to(self.device)
             self.critic = shard_model(
-                critic, self.env, precision=config.precision, checkpointing=config.activation_checkpointing
+                critic,
+                self.env,
+                precision=config.precision,
+                checkpointing=config.activation_checkpointing,
+                mesh=self.mesh,
             )
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=algorithm.config.critic.lr)
         self.policy = shard_model(
-            policy, self.env, precision=config.precision, checkpointing=config.activation_checkpointing
+            policy, self.env, precision=config.precision, checkpointing=config.activation_checkpointing, mesh=self.mesh
         )
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.monitor = HealthMonitor(config.health)
@@ -401,10 +416,7 @@ class RLTrainer:
 
     def _clip(self, module: torch.nn.Module) -> float:
         max_norm = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)
-        if isinstance(norm, DTensor):
-            norm = norm.full_tensor()
-        return float(norm)
+        return clip_grad_norm(module.parameters(), max_norm)
 
     # ------------------------------------------------------------------------------------------
     # 5-7. weight sync, metrics, checkpoints
@@ -487,7 +499,7 @@ class RLTrainer:
         reference = copy.deepcopy(policy)
         reference.requires_grad_(False)
         reference.eval()
-        return shard_model(reference, self.env, precision=self.config.precision)
+        return shard_model(reference, self.env, precision=self.config.precision, mesh=self.mesh)
 
     def _check_sizes(self) -> None:
         from codemoe.core.errors import ConfigError
