@@ -1,4 +1,5 @@
-"""``codemoe model summary PRESET`` and ``codemoe model init PRESET --out DIR``."""
+"""``codemoe model summary PRESET``, ``codemoe model plan PRESET --dp N --ep M`` and
+``codemoe model init PRESET --out DIR``."""
 
 from __future__ import annotations
 
@@ -16,12 +17,121 @@ def add_model_command(subparsers) -> None:
     summary.add_argument("preset", help="model preset name in registry/models")
     summary.add_argument("--json", action="store_true", help="print JSON instead of a table")
     summary.set_defaults(handler=_cmd_summary)
+    _add_plan_command(sub)
     init = sub.add_parser("init", help="write a freshly initialised checkpoint with a tokenizer")
     init.add_argument("preset", help="model preset name in registry/models")
     init.add_argument("--out", required=True, help="output folder")
     init.add_argument("--texts", nargs="*", default=None, help="text files to train the tokenizer on")
     init.add_argument("--seed", type=int, default=0, help="initialisation seed")
     init.set_defaults(handler=_cmd_init)
+
+
+def _add_plan_command(sub) -> None:
+    plan = sub.add_parser(
+        "plan",
+        help="memory and communication per rank of a training step on a dp x ep mesh (no memory allocated)",
+        description="Bytes per rank of one training step (docs/memory-plan.md gives every formula).",
+    )
+    plan.add_argument("preset", help="model preset name in registry/models, or a path to a model YAML")
+    plan.add_argument("--dp", type=int, default=1, help="data-parallel ranks (FSDP shards over dp x ep)")
+    plan.add_argument("--ep", type=int, default=1, help="expert-parallel ranks the experts are split over")
+    plan.add_argument("--seq", type=int, default=2048, help="tokens per sequence L")
+    plan.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch B")
+    plan.add_argument("--checkpointing", action="store_true", help="activation checkpointing per block")
+    plan.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: fp32 master weights")
+    plan.add_argument(
+        "--engine-batch",
+        type=int,
+        default=None,
+        help="samples in the embedded engine's KV cache (default: the micro-batch; 0: no embedded engine)",
+    )
+    plan.add_argument("--gpu-memory", type=float, default=None, help="GB of memory per GPU: says whether it fits")
+    plan.add_argument("--json", metavar="PATH", default=None, help="also write the plan as JSON ('-': print it)")
+    plan.set_defaults(handler=_cmd_plan)
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.2f} GB"
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from codemoe.core.models.build import default_registry
+    from codemoe.core.models.plan import plan_memory
+    from rich.console import Console
+    from rich.table import Table
+
+    p = plan_memory(
+        args.preset,
+        dp=args.dp,
+        ep=args.ep,
+        seq=args.seq,
+        micro_batch=args.micro_batch,
+        checkpointing=args.checkpointing,
+        precision=args.precision,
+        engine_batch=args.engine_batch,
+        gpu_memory_gb=args.gpu_memory,
+        registry=default_registry(),
+    )
+    if args.json:
+        text = json.dumps(p.as_dict(), indent=2)
+        if args.json == "-":
+            print(text)
+            return 0
+        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    ckpt = "with" if p.checkpointing else "without"
+    table = Table(
+        title=(
+            f"{p.preset}: {_human(p.parameters_total)} parameters on dp {p.dp} x ep {p.ep} = {p.dp * p.ep} ranks, "
+            f"{p.precision}, micro-batch {p.micro_batch} x {p.seq} tokens, {ckpt} activation checkpointing"
+        )
+    )
+    table.add_column("per rank")
+    table.add_column("bytes", justify="right")
+    table.add_column("what", overflow="fold")
+    master = " (the fp32 master weights)" if p.precision == "bf16" else ""
+    rows = [
+        ("parameters", p.parameters, f"{_human(p.parameters_per_rank)} fp32 shards{master}"),
+        ("gradients", p.gradients, "fp32 shards"),
+        ("optimizer", p.optimizer, "AdamW: two fp32 moments"),
+        ("optimizer step", p.optimizer_step, "foreach AdamW's temporary"),
+        ("activations", p.activations_full, "without checkpointing" + (" (used)" if not p.checkpointing else "")),
+        (
+            "activations, checkpointed",
+            p.activations_checkpointed,
+            "with checkpointing" + (" (used)" if p.checkpointing else ""),
+        ),
+        (
+            "gathered",
+            p.gathered,
+            "FSDP's unsharded root and layers" if p.dp * p.ep > 1 else "autocast's bf16 weight copies",
+        ),
+        ("training peak", p.training_peak, "parameters + optimizer + gathered + max(activations, gradients + step)"),
+        ("engine weights", p.engine_weights, "the embedded engine's whole copy"),
+        ("engine KV cache", p.engine_kv_cache, f"{p.engine_batch} samples x {p.seq} tokens"),
+        ("total", p.total, "training peak + engine"),
+        (
+            "all-to-all forward",
+            p.all_to_all_forward,
+            f"dispatch + combine of {p.micro_batch * p.seq * p.top_k:,} rows x "
+            f"{p.moe_layers} MoE layers, (ep-1)/ep leave the rank",
+        ),
+        (
+            "all-to-all backward",
+            p.all_to_all_backward,
+            "gradients" + (" + the recomputed forward" if p.checkpointing else ""),
+        ),
+        ("weight sync", p.weight_sync, "received per update to gather the whole state dict"),
+    ]
+    for name, value, what in rows:
+        table.add_row(name, _gb(value), what)
+    console = Console()
+    console.print(table)
+    if p.fits is not None:
+        verdict = "fits" if p.fits else "does NOT fit"
+        console.print(f"total {_gb(p.total)} {verdict} in {p.gpu_memory_gb:g} GB per GPU")
+    return 0
 
 
 def _human(n: float) -> str:
