@@ -1,11 +1,13 @@
-"""One SFT step and one GRPO step of the toy policy, with ``parallel: {dp, ep}``; rank 0 saves what
-the test compares with one process: ``python ep_toy_run.py OUT [DP EP]`` (one process without them,
-under ``torchrun`` with them).
+"""One SFT step and ``RL_STEPS`` GRPO steps of the toy policy, with ``parallel: {dp, ep}``; rank 0
+saves what the tests compare with one process: ``python ep_toy_run.py OUT RL_STEPS [DP EP]`` (one
+process without them, under ``torchrun`` with them). The GRPO trainer checkpoints every step in
+``OUT/ckpt`` and resumes from there, so a run may continue one saved on another layout.
 
-``OUT/result.pt`` holds, per trainer (``sft``, ``rl``), the step's metrics, every parameter's whole
-gradient and the whole state dict after the step, and the logits of a fixed batch computed by the
-trained (sharded) policy; ``OUT/hf`` is the RL policy exported as a Hugging Face checkpoint. float64
-parameters, so the ranks' other summation order stays a rounding difference.
+``OUT/result.pt`` holds, per trainer (``sft``, ``rl``), the last step's metrics, every parameter's
+whole gradient and the whole state dict after it, the logits of a fixed batch computed by the
+trained (sharded) policy, and the steps this process ran; ``OUT/hf`` is the RL policy exported as a
+Hugging Face checkpoint. float64 parameters, so the ranks' other summation order stays a rounding
+difference.
 """
 
 from __future__ import annotations
@@ -36,18 +38,18 @@ def _whole_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return grads
 
 
-def _result(model: torch.nn.Module, metrics: dict, env) -> dict:
+def _result(model: torch.nn.Module, metrics: dict, env, steps: list[int]) -> dict:
     grads = _whole_grads(model)
     model.eval()
     with torch.no_grad():
         logits = model(input_ids=PROBE).logits.float()  # a collective forward: every rank runs it
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=env.enabled))
-    return {"metrics": metrics, "grads": grads, "state": state, "logits": logits}
+    return {"metrics": metrics, "grads": grads, "state": state, "logits": logits, "steps": steps}
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
-    parallel = ParallelConfig(dp=int(sys.argv[2]), ep=int(sys.argv[3])) if len(sys.argv) > 3 else ParallelConfig()
+    out, rl_steps = Path(sys.argv[1]), int(sys.argv[2])
+    parallel = ParallelConfig(dp=int(sys.argv[3]), ep=int(sys.argv[4])) if len(sys.argv) > 4 else ParallelConfig()
     torch.set_num_threads(1)
     env = init_distributed()
     out.mkdir(parents=True, exist_ok=True)
@@ -55,6 +57,7 @@ def main() -> None:
     model = tiny_policy().to(torch.float64)
     examples = [Example([p], [p + 1, p + 2, p + 3][: 1 + p % 3]) for p in range(3, 13)]  # uneven lengths
     sft_metrics: dict = {}
+    sft_steps: list[int] = []
     sft = SFTTrainer(
         # no balance term: it is a per-rank (micro-batch) statistic, so ranks would differ from one process
         SFTConfig(phases=[PhaseConfig("all", 1, 1e-2)], batch_size=8, balance_coef=0.0, parallel=parallel),
@@ -63,10 +66,10 @@ def main() -> None:
         pad_id=0,
         set_trainable=set_trainable,
         env=env,
-        on_step=lambda step, metrics: sft_metrics.update(metrics),
+        on_step=lambda step, metrics: (sft_steps.append(step), sft_metrics.update(metrics)),
     )
     sft.fit()
-    results = {"sft": _result(model, sft_metrics, env)}
+    results = {"sft": _result(model, sft_metrics, env, sft_steps)}
 
     registry = build_registry(build_plugin_manager())
     algorithm = registry.build(
@@ -74,8 +77,9 @@ def main() -> None:
     )
     policy = tiny_policy().to(torch.float64)
     rl_metrics: dict = {}
+    rl_steps_run: list[int] = []
     trainer = RLTrainer(
-        RLConfig(steps=1, prompts_per_step=4, lr=1e-2, max_new_tokens=4, parallel=parallel),
+        RLConfig(steps=rl_steps, prompts_per_step=4, lr=1e-2, max_new_tokens=4, checkpoint_every=1, parallel=parallel),
         algorithm,
         policy,
         ToyEngine(policy),
@@ -84,10 +88,10 @@ def main() -> None:
         pad_id=0,
         checkpoint_dir=out / "ckpt",
         env=env,
-        on_step=lambda step, metrics: rl_metrics.update(metrics),
+        on_step=lambda step, metrics: (rl_steps_run.append(step), rl_metrics.update(metrics)),
     )
     trainer.fit()
-    results["rl"] = _result(trainer.policy, rl_metrics, env)
+    results["rl"] = _result(trainer.policy, rl_metrics, env, rl_steps_run)
     save_policy(trainer.policy, None, out / "hf", env)  # the rl stage's Hugging Face export
     if env.is_main:
         torch.save(results, out / "result.pt")

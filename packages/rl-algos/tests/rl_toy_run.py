@@ -5,13 +5,11 @@ ranks): ``python rl_toy_run.py OUT STEPS [ALGO_JSON] [CHECKPOINT_EVERY] [PROMPT_
 
 ``DTYPE`` (``float32`` by default) is the policy's parameter dtype: the rank comparison runs in
 ``float64`` so that the ranks' other summation order stays a rounding difference, not a drift.
-``CODEMOE_TEST_EP=M`` trains with ``parallel: {ep: M}`` (experts split over M ranks).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import torch
 from codemoe.core import build_plugin_manager, build_registry
 from codemoe.rl import trainer as trainer_module
 from codemoe.rl.critic import Critic
-from codemoe.rl.distributed import ParallelConfig, init_distributed
+from codemoe.rl.distributed import init_distributed
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.trainer import RLConfig, RLTrainer
 from rl_toy import ToyEngine, tiny_policy, toy_scorer, toy_tasks
@@ -50,10 +48,7 @@ def main() -> None:
     torch.set_num_threads(1)
     env = init_distributed()
     registry = build_registry(build_plugin_manager())
-    parallel = ParallelConfig(ep=int(os.environ.get("CODEMOE_TEST_EP", "1")))
-    config = RLConfig(
-        steps=steps, prompts_per_step=4, lr=1e-2, max_new_tokens=4, checkpoint_every=every, parallel=parallel
-    )
+    config = RLConfig(steps=steps, prompts_per_step=4, lr=1e-2, max_new_tokens=4, checkpoint_every=every)
     algorithm = registry.build("algorithm", {"name": "policy_gradient", "group_size": 8, **algo}, registry=registry)
     policy = tiny_policy().to(dtype)
     out.mkdir(parents=True, exist_ok=True)

@@ -21,34 +21,34 @@ env = init_distributed()
 spec = {"name": "qwen3_moe", "hidden_size": 16, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 8,
         "num_experts": 4, "moe_intermediate_size": 8, "max_position_embeddings": 32,
         "experts": {"name": "grouped", "dispatcher": {"name": sys.argv[1]}}}
-model = build_model(spec, vocab_size=32)
-try:
-    mesh = device_mesh(ParallelConfig(ep=int(sys.argv[2])), env, model)
-    shard_model(model, env, mesh=mesh)
-    print(json.dumps({"rank": env.rank, "error": ""}))
-except ConfigError as exc:
-    print(json.dumps({"rank": env.rank, "error": str(exc)}))
+for ep in map(int, sys.argv[2].split(",")):  # without the mesh (ep=1), then with it
+    model = build_model(spec, vocab_size=32)
+    try:
+        shard_model(model, env, mesh=device_mesh(ParallelConfig(ep=ep), env, model))
+        print(json.dumps({"rank": env.rank, "ep": ep, "error": ""}))
+    except ConfigError as exc:
+        print(json.dumps({"rank": env.rank, "ep": ep, "error": str(exc)}))
 env.close()
 """
 
 
-def _ranks(tmp_path, dispatcher: str, ep: int = 1) -> list[dict]:
+def _ranks(tmp_path, dispatcher: str, eps: str = "1") -> list[dict]:
     script = tmp_path / "guard.py"
     script.write_text(SCRIPT)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "--tee", "1", str(script), dispatcher, str(ep)]
+               "--tee", "1", str(script), dispatcher, eps]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=True)
     lines = [line.split("]:", 1)[-1].strip() for line in done.stdout.splitlines() if '"rank"' in line]
-    return sorted((json.loads(line) for line in lines), key=lambda r: r["rank"])
+    return sorted((json.loads(line) for line in lines), key=lambda r: (r["ep"], r["rank"]))
 
 
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_fsdp_over_expert_parallel_experts_is_refused_on_every_rank(tmp_path):
-    split = _ranks(tmp_path, "all_to_all")
-    assert [r["rank"] for r in split] == [0, 1]
-    for result in split + _ranks(tmp_path, "all_to_all", ep=2):
+    split = _ranks(tmp_path, "all_to_all", eps="1,2")
+    assert [(r["ep"], r["rank"]) for r in split] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    for result in split:
         assert "expert-parallel dispatcher (all_to_all) over every rank" in result["error"], result
         assert "model.layers.0.mlp.experts" in result["error"]
         assert "set 'parallel.ep'" in result["error"]  # the way to split experts that works
