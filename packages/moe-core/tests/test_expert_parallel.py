@@ -1,4 +1,5 @@
-"""Expert parallelism over a real two-process gloo group, against one process holding every expert."""
+"""Expert parallelism over a real two-process gloo group, against one process holding every expert; and
+``split_experts``, which turns a whole model into each rank's share."""
 
 from pathlib import Path
 
@@ -55,12 +56,25 @@ single = build_model({**spec, "experts": {"name": "grouped"}})  # the same weigh
 model_vs_single = abs(float(loss) - float(single(ids, labels=ids).loss))
 model_experts = model.model.layers[0].mlp.experts.gate_up_proj.shape[0]
 model_grad = float(model.model.layers[1].mlp.experts.down_proj.grad.abs().sum())
+# the trainers' way (parallel.ep): the whole model on every rank, then each rank keeps its slice
+from codemoe.core.moe.expert_parallel import split_experts
+from torch.distributed.device_mesh import init_device_mesh
+torch.manual_seed(1)
+whole = build_model({**spec, "experts": {"name": "grouped"}})
+before = whole.model.layers[0].mlp.experts.gate_up_proj.detach().clone()
+split_layers = split_experts(whole, init_device_mesh("cpu", (world,), mesh_dim_names=("ep",)))
+weight = whole.model.layers[0].mlp.experts.gate_up_proj
+split_vs_single = abs(float(whole(ids, labels=ids).loss) - float(single(ids, labels=ids).loss))
 
 print(json.dumps({
     "model_experts": model_experts,
     "model_loss": float(loss),
     "model_vs_single": model_vs_single,
     "model_grad": model_grad,
+    "split_layers": split_layers,
+    "split_local": weight.to_local().shape[0],
+    "split_global_is_whole": bool(torch.equal(weight.full_tensor(), before)),
+    "split_vs_single": split_vs_single,
     "out": err(out, ref_out[rank]),
     "grad_x": err(x.grad, ref_x.grad[rank]),
     "grad_w": err(w.grad, ref_w.grad[rank]),
@@ -87,3 +101,6 @@ def test_two_ranks_match_one_process_holding_every_expert(run_ranks):
         assert result["host_reads"] == ["tolist"]  # the split sizes, once, for both exchanges
         assert result["model_experts"] == 2 and result["model_grad"] > 0
         assert result["model_vs_single"] < 1e-5, result
+        # split_experts: 2 of 4 experts here, the global [E, ...] DTensor is the whole model's weight
+        assert result["split_layers"] == 2 and result["split_local"] == 2, result
+        assert result["split_global_is_whole"] and result["split_vs_single"] < 1e-5, result
