@@ -16,6 +16,7 @@ def test_the_training_device_check_passes_on_cpu(tmp_path):
     import json
 
     checks = json.loads(out.read_text())["checks"]
-    assert set(checks) == {"bf16_sft_learns", "engine_logprobs_match_trainer", "activation_checkpointing",
-                           "moe_block_throughput"}
+    assert set(checks) == {"bf16_sft_learns", "engine_logprobs_match_trainer", "rl_step_on_device",
+                           "activation_checkpointing", "moe_block_throughput"}
+    assert checks["rl_step_on_device"]["tensors_on"] == ["cpu"]
     assert checks["bf16_sft_learns"]["loss_last"] < checks["bf16_sft_learns"]["loss_first"]

@@ -6,14 +6,16 @@ learnable copy task, so it needs no tokenizer or data:
 
 - bf16 SFT (autocast, fp32 master weights) on the device: the loss falls, the weights stay fp32;
 - the embedded engine's log-probs of its samples equal the trainer's teacher-forced log-probs;
+- one RL step (GRPO with a KL to the reference) with ``device`` set: the engine samples the
+  trainer's own parameters, the policy, the reference and every rollout tensor are on the device,
+  and engine and trainer log-probs agree;
 - activation checkpointing: the same gradients, the MoE routing counted once;
 - the MoE block's forward + backward throughput: tokens/s, achieved TFLOP/s and MFU against
   ``--peak-tflops`` (the device's dense bf16 peak).
 
     python -m codemoe.rl.device_check --device cuda [--json PATH]
 
-The RL trainer itself is not run here: it keeps its rollouts on the CPU (device placement of the
-RL stage is open work). Exit status 0 when every check passes; each check prints one line.
+Exit status 0 when every check passes; each check prints one line.
 """
 
 from __future__ import annotations
@@ -90,6 +92,40 @@ def _block_throughput(model: torch.nn.Module, device: torch.device, tokens: int,
     return {"tokens_per_s": tokens / seconds, "tflops": flops / seconds / 1e12}
 
 
+def _rl_step(model: torch.nn.Module, registry: Any, device: str, prompts: list[list[int]]) -> dict[str, Any]:
+    """One RL step on ``device`` with the embedded engine built on the policy, as the rl stage runs it."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from codemoe.rl.rollout import Score
+    from codemoe.rl.trainer import RLConfig, RLTrainer
+
+    def scorer(tasks: Any, outputs: Any) -> list[Score]:  # the share of even tokens: varies within a group
+        return [Score(sum(t % 2 == 0 for t in s.token_ids) / len(s.token_ids)) for o in outputs for s in o.samples]
+
+    engine = registry.build("engine", "embedded", model=model, tokenizer=None)
+    # GRPO-like (8 samples per prompt), with a KL to a reference policy, which is on the device too
+    algorithm = registry.build("algorithm", {"name": "policy_gradient", "kl_coef": 0.04}, registry=registry)
+    places: set[str] = set()
+
+    def on_rollouts(step: int, batch: Any) -> None:
+        places.update(str(t.device) for t in (batch.completions, batch.mask, batch.engine_logp, batch.rewards))
+
+    config = RLConfig(steps=1, prompts_per_step=len(prompts), max_new_tokens=16, device=device, checkpoint_every=1000)
+    tasks = [SimpleNamespace(prompt=p) for p in prompts]
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = RLTrainer(config, algorithm, model, engine, scorer, tasks, pad_id=0, checkpoint_dir=Path(tmp),
+                            on_rollouts=on_rollouts)
+        metrics = trainer.train_step(1)
+    want = str(trainer.device)
+    places |= {str(p.device) for p in model.parameters()} | {str(p.device) for p in trainer.reference.parameters()}
+    return {
+        "ok": places == {want} and engine.model is trainer.policy and metrics["logp_mismatch_max"] <= 1e-3,
+        "device": want, "tensors_on": sorted(places), "logp_mismatch_max": metrics["logp_mismatch_max"],
+        "step_seconds": round(metrics["step_seconds"], 3),
+    }
+
+
 def run_checks(
     device: str, preset: str = "moe_100m", steps: int = 30, batch: int = 16, length: int = 32,
     block_tokens: int = 8192, peak_tflops: float = 0.0,
@@ -127,6 +163,7 @@ def run_checks(
         logp = token_stats(model, [p for p, _ in rows], completions, pad_id=0).logp.cpu()
     worst = (logp - torch.tensor([s.logprobs for _, s in rows])).abs().max().item()
     results["engine_logprobs_match_trainer"] = {"ok": worst <= 1e-4, "max_abs_diff": worst}
+    results["rl_step_on_device"] = _rl_step(copy.deepcopy(model), registry, device, prompts[:2])  # later checks: this model
 
     twin = copy.deepcopy(model).train()
     checkpoint_layers(twin.model.layers)
