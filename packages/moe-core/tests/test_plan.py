@@ -46,6 +46,11 @@ def test_all_to_all_bytes_known_answer(moe_registry):
 def test_weight_sync_and_engine_known_answers(moe_registry):
     plan = plan_memory("micro", dp=2, ep=2, seq=64, micro_batch=3, registry=moe_registry)
     assert plan.weight_sync == 4 * plan.parameters_total * 3 // 4  # what the rank does not hold, fp32
+    # every rank gathers the whole fp32 state dict while it still holds its states
+    assert plan.sync_buffer == 4 * plan.parameters_total
+    assert plan.sync_peak == plan.parameters + plan.gradients + plan.optimizer + plan.sync_buffer
+    assert plan.total == max(plan.training_peak, plan.sync_peak) + plan.engine
+    assert plan_memory("micro", registry=moe_registry).sync_buffer == 0  # one process: the weights themselves
     assert plan.engine_weights == 4 * plan.parameters_total  # a whole fp32 copy (micro's dtype)
     assert plan.engine_kv_cache == 3 * 64 * (2 * 2 * 1 * 16 * 4)  # K and V, 2 layers, 1 KV head of 16, fp32
     assert plan_memory("micro", engine_batch=0, registry=moe_registry).engine == 0
@@ -87,7 +92,8 @@ def test_the_1t_preset_is_planned_without_allocating_it(moe_registry):
     )  # fmt: skip
     assert 1.02e12 < plan.parameters_total < 1.04e12 and plan.moe_layers == 61
     assert plan.parameters_per_rank == -(-plan.parameters_total // 1024)
-    assert plan.fits and plan.total == plan.training_peak
+    assert plan.training_peak < 80e9  # the training step fits an 80 GB GPU on 1024 ranks ...
+    assert plan.sync_buffer == 4 * plan.parameters_total and not plan.fits  # ... the whole-state-dict sync does not
     alone = plan_memory("moe_1t", seq=8192, registry=moe_registry, gpu_memory_gb=141)
     assert alone.fits is False and alone.parameters > 4e12
     assert plan_memory("micro", registry=moe_registry).fits is None  # no GPU size given, no verdict

@@ -110,7 +110,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         ("training peak", p.training_peak, "parameters + optimizer + gathered + max(activations, gradients + step)"),
         ("engine weights", p.engine_weights, "the embedded engine's whole copy"),
         ("engine KV cache", p.engine_kv_cache, f"{p.engine_batch} samples x {p.seq} tokens"),
-        ("total", p.total, "training peak + engine"),
+        ("sync buffer", p.sync_buffer, "the whole fp32 state dict every rank gathers for the weight sync"),
+        ("sync peak", p.sync_peak, "parameters + gradients + optimizer + sync buffer"),
+        ("total", p.total, "max(training peak, sync peak) + engine"),
         (
             "all-to-all forward",
             p.all_to_all_forward,
@@ -131,6 +133,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if p.fits is not None:
         verdict = "fits" if p.fits else "does NOT fit"
         console.print(f"total {_gb(p.total)} {verdict} in {p.gpu_memory_gb:g} GB per GPU")
+        if not p.fits and p.training_peak <= p.gpu_memory_gb * 1e9:
+            console.print(
+                f"(the training step alone, {_gb(p.training_peak)}, fits: see docs/memory-plan.md for the sync and engine)"
+            )
     return 0
 
 

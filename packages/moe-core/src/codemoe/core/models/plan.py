@@ -26,8 +26,11 @@ Bytes per rank (``n`` = parameters per rank, ``W = dp · ep``):
 
 A step's peak is ``parameters + optimizer + gathered + max(activations, gradients + optimizer
 step)``: the trainers free gradients before each forward (``zero_grad(set_to_none=True)``), and
-backward frees activations faster than it fills gradients, so the two peaks do not add. ``total``
-adds the engine, and ``fits`` compares it with the GPU's memory.
+backward frees activations faster than it fills gradients, so the two peaks do not add. After the
+update the weight sync gathers the whole state dict on every rank (``get_model_state_dict`` with
+full tensors, ``4 · total`` bytes under FSDP) while the states are still held: the sync's peak is
+``parameters + gradients + optimizer + sync buffer``. ``total`` is the larger of the two peaks
+plus the engine, and ``fits`` compares it with the GPU's memory.
 
 Communication per rank and micro-batch: the all-to-all sends each of the ``B · L · k`` (token,
 expert) rows of hidden size ``H`` to the rank holding its expert, a share ``(ep − 1) / ep`` of them
@@ -159,6 +162,7 @@ class MemoryPlan:
     all_to_all_forward: int  # bytes sent per micro-batch forward (dispatch + combine, every MoE layer)
     all_to_all_backward: int  # gradients sent back in backward (+ the recomputed forward's under checkpointing)
     weight_sync: int  # bytes received to rebuild the whole state dict after an update
+    sync_buffer: int  # the whole fp32 state dict each rank holds during the sync (0 in one process)
 
     @property
     def activations(self) -> int:
@@ -175,8 +179,13 @@ class MemoryPlan:
         return self.parameters + self.optimizer + self.gathered + later
 
     @property
+    def sync_peak(self) -> int:
+        """Peak of the weight sync: the states (gradients are freed at the next step) and the whole state dict."""
+        return self.parameters + self.gradients + self.optimizer + self.sync_buffer
+
+    @property
     def total(self) -> int:
-        return self.training_peak + self.engine
+        return max(self.training_peak, self.sync_peak) + self.engine
 
     @property
     def all_to_all(self) -> int:
@@ -188,7 +197,7 @@ class MemoryPlan:
         return None if self.gpu_memory_gb is None else self.total <= self.gpu_memory_gb * 1e9
 
     def as_dict(self) -> dict[str, Any]:
-        derived = ("activations", "engine", "training_peak", "total", "all_to_all", "fits")
+        derived = ("activations", "engine", "training_peak", "sync_peak", "total", "all_to_all", "fits")
         return {**asdict(self), **{name: getattr(self, name) for name in derived}}
 
 
@@ -345,4 +354,5 @@ def plan_memory(
         all_to_all_forward=forward,
         all_to_all_backward=forward * (2 if checkpointing else 1),
         weight_sync=_FP32 * total * (world - 1) // world,
+        sync_buffer=_FP32 * total if world > 1 else 0,
     )
