@@ -6,6 +6,11 @@ another number of ranks), each rank's RNG states, and ``trainer.json`` (step, wo
 cursor, monitor history). It is written to ``*.tmp`` and renamed
 when complete, and ``latest`` names the newest complete one, so a run killed at any moment resumes
 from its last complete checkpoint.
+
+Under expert parallelism (``parallel.ep > 1``) each rank's experts are a ``DTensor`` slice of the
+global ``[E, ...]`` weights (and so are their optimizer moments), so DCP records the one-process
+keys and shapes with each rank's chunk at its offset, and the checkpoint loads on another
+``(dp, ep)`` layout or in one process.
 """
 
 from __future__ import annotations
