@@ -43,17 +43,24 @@ def test_all_to_all_bytes_known_answer(moe_registry):
     assert plan_memory("micro", dp=4, registry=moe_registry).all_to_all == 0  # no expert parallelism
 
 
-def test_weight_sync_and_engine_known_answers(moe_registry):
-    plan = plan_memory("micro", dp=2, ep=2, seq=64, micro_batch=3, registry=moe_registry)
-    assert plan.weight_sync == 4 * plan.parameters_total * 3 // 4  # what the rank does not hold, fp32
+def test_engine_sync_and_reference_known_answers(moe_registry):
+    embedded = plan_memory("micro", dp=2, ep=2, seq=64, micro_batch=3, registry=moe_registry)
+    # the embedded engine runs the policy: its share is the KV cache, and nothing is synced
+    assert embedded.engine_kv_cache == 3 * 64 * (2 * 2 * 1 * 16 * 4)  # K and V, 2 layers, 1 KV head of 16, fp32
+    assert (embedded.weight_sync, embedded.sync_buffer) == (0, 0)
+    assert embedded.total == embedded.training_peak + embedded.engine_kv_cache
+    external = plan_memory("micro", dp=2, ep=2, seq=64, micro_batch=3, engine="external", registry=moe_registry)
+    total = external.parameters_total
+    assert external.weight_sync == 4 * total * 3 // 4  # what the rank does not hold, fp32
     # every rank gathers the whole fp32 state dict while it still holds its states
-    assert plan.sync_buffer == 4 * plan.parameters_total
-    assert plan.sync_peak == plan.parameters + plan.gradients + plan.optimizer + plan.sync_buffer
-    assert plan.total == max(plan.training_peak, plan.sync_peak) + plan.engine
-    assert plan_memory("micro", registry=moe_registry).sync_buffer == 0  # one process: the weights themselves
-    assert plan.engine_weights == 4 * plan.parameters_total  # a whole fp32 copy (micro's dtype)
-    assert plan.engine_kv_cache == 3 * 64 * (2 * 2 * 1 * 16 * 4)  # K and V, 2 layers, 1 KV head of 16, fp32
-    assert plan_memory("micro", engine_batch=0, registry=moe_registry).engine == 0
+    assert external.sync_buffer == 4 * total and external.engine_kv_cache == 0
+    assert external.sync_peak == external.parameters + external.gradients + external.optimizer + 4 * total
+    assert external.total == max(external.training_peak, external.sync_peak)
+    alone = plan_memory("micro", engine="external", registry=moe_registry)
+    assert alone.sync_buffer == 0  # one process: the state dict is the weights themselves
+    kl = plan_memory("micro", dp=2, ep=2, seq=64, micro_batch=3, reference=True, registry=moe_registry)
+    assert kl.reference_weights == 4 * kl.parameters_per_rank  # fp32 shards, no gradients or moments
+    assert kl.training_peak == embedded.training_peak + kl.reference_weights
 
 
 def test_activation_formula_is_what_autograd_saves(moe_registry):
@@ -86,14 +93,14 @@ def test_activation_formula_is_what_autograd_saves(moe_registry):
 
 
 def test_the_1t_preset_is_planned_without_allocating_it(moe_registry):
-    plan = plan_memory(
-        "moe_1t", dp=16, ep=64, seq=8192, precision="bf16", checkpointing=True, engine_batch=0,
-        gpu_memory_gb=80, registry=moe_registry,
-    )  # fmt: skip
+    mesh = {"dp": 16, "ep": 64, "seq": 8192, "precision": "bf16", "checkpointing": True, "gpu_memory_gb": 80}
+    plan = plan_memory("moe_1t", **mesh, registry=moe_registry)
     assert 1.02e12 < plan.parameters_total < 1.04e12 and plan.moe_layers == 61
     assert plan.parameters_per_rank == -(-plan.parameters_total // 1024)
-    assert plan.training_peak < 80e9  # the training step fits an 80 GB GPU on 1024 ranks ...
-    assert plan.sync_buffer == 4 * plan.parameters_total and not plan.fits  # ... the whole-state-dict sync does not
+    assert plan.fits  # 1024 GPUs of 80 GB, the embedded engine on the policy with one sample's cache
+    external = plan_memory("moe_1t", **mesh, engine="external", registry=moe_registry)
+    # the training step is the same, but the whole state dict an external engine is sent is 4 TB
+    assert external.training_peak == plan.training_peak and not external.fits
     alone = plan_memory("moe_1t", seq=8192, registry=moe_registry, gpu_memory_gb=141)
     assert alone.fits is False and alone.parameters > 4e12
     assert plan_memory("micro", registry=moe_registry).fits is None  # no GPU size given, no verdict
@@ -102,7 +109,8 @@ def test_the_1t_preset_is_planned_without_allocating_it(moe_registry):
 @pytest.mark.parametrize(
     ("options", "key"),
     [({"ep": 3}, "'ep'"), ({"dp": 0}, "'dp'"), ({"precision": "fp16"}, "'precision'"), ({"seq": 10**6}, "'seq'"),
-     ({"engine_batch": -1}, "'engine_batch'"), ({"gpu_memory_gb": 0}, "'gpu_memory'")],
+     ({"engine_batch": -1}, "'engine_batch'"), ({"engine": "sglang"}, "'engine'"),
+     ({"gpu_memory_gb": 0}, "'gpu_memory'")],
 )  # fmt: skip
 def test_bad_options_name_their_key(moe_registry, options, key):
     with pytest.raises(ConfigError, match=key):
@@ -247,6 +255,7 @@ def test_training_peak_matches_the_measured_peak(moe_registry):
         plan = plan_memory(preset, seq=L, micro_batch=B, checkpointing=ckpt, registry=moe_registry)
         # parameters + optimizer + max(activations, gradients + step) in one fp32 process; 25% covers
         # what the formulas leave out (allocator rounding, the interpreter's own pages, a layer's
-        # backward temporaries under checkpointing): measured within 1% without checkpointing, 6% with
+        # backward temporaries under checkpointing): measured within 2% without checkpointing and
+        # 15% with it, where the figure moves by about 1 MB from run to run
         assert abs(plan.training_peak - measured["peak"]) <= 0.25 * measured["peak"], (preset, ckpt, plan, measured)
         assert plan.activations > plan.gradients  # activations, not states, set these peaks: the check reads them

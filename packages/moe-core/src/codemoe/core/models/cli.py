@@ -40,11 +40,15 @@ def _add_plan_command(sub) -> None:
     plan.add_argument("--checkpointing", action="store_true", help="activation checkpointing per block")
     plan.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: fp32 master weights")
     plan.add_argument(
-        "--engine-batch",
-        type=int,
-        default=None,
-        help="samples in the embedded engine's KV cache (default: the micro-batch; 0: no embedded engine)",
+        "--engine",
+        choices=("embedded", "external"),
+        default="embedded",
+        help="embedded: the engine runs the policy on these ranks; external: sglang/openai on their own GPUs",
     )
+    plan.add_argument(
+        "--engine-batch", type=int, default=None, help="samples in the embedded engine's KV cache (default: B)"
+    )
+    plan.add_argument("--reference", action="store_true", help="a frozen reference policy (a KL term)")
     plan.add_argument("--gpu-memory", type=float, default=None, help="GB of memory per GPU: says whether it fits")
     plan.add_argument("--json", metavar="PATH", default=None, help="also write the plan as JSON ('-': print it)")
     plan.set_defaults(handler=_cmd_plan)
@@ -70,7 +74,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         micro_batch=args.micro_batch,
         checkpointing=args.checkpointing,
         precision=args.precision,
+        engine=args.engine,
         engine_batch=args.engine_batch,
+        reference=args.reference,
         gpu_memory_gb=args.gpu_memory,
         registry=default_registry(),
     )
@@ -107,12 +113,22 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             p.gathered,
             "FSDP's unsharded root and layers" if p.dp * p.ep > 1 else "autocast's bf16 weight copies",
         ),
-        ("training peak", p.training_peak, "parameters + optimizer + gathered + max(activations, gradients + step)"),
-        ("engine weights", p.engine_weights, "the embedded engine's whole copy"),
-        ("engine KV cache", p.engine_kv_cache, f"{p.engine_batch} samples x {p.seq} tokens"),
-        ("sync buffer", p.sync_buffer, "the whole fp32 state dict every rank gathers for the weight sync"),
-        ("sync peak", p.sync_peak, "parameters + gradients + optimizer + sync buffer"),
-        ("total", p.total, "max(training peak, sync peak) + engine"),
+        ("reference", p.reference_weights, "the frozen reference policy's fp32 shards"),
+        (
+            "training peak",
+            p.training_peak,
+            "parameters + optimizer + reference + gathered + max(activations, gradients + step)",
+        ),
+        (
+            "engine KV cache",
+            p.engine_kv_cache,
+            f"{p.engine_batch} samples x {p.seq} tokens (the embedded engine runs the policy's weights)"
+            if p.engine == "embedded"
+            else "the external engine's own GPUs",
+        ),
+        ("sync buffer", p.sync_buffer, "the whole fp32 state dict every rank gathers for an external engine"),
+        ("sync peak", p.sync_peak, "parameters + gradients + optimizer + reference + sync buffer"),
+        ("total", p.total, "max(training peak, sync peak) + engine KV cache"),
         (
             "all-to-all forward",
             p.all_to_all_forward,
@@ -124,7 +140,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             p.all_to_all_backward,
             "gradients" + (" + the recomputed forward" if p.checkpointing else ""),
         ),
-        ("weight sync", p.weight_sync, "received per update to gather the whole state dict"),
+        ("weight sync", p.weight_sync, "received per update to gather the whole state dict (external engine)"),
     ]
     for name, value, what in rows:
         table.add_row(name, _gb(value), what)
@@ -135,7 +151,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         console.print(f"total {_gb(p.total)} {verdict} in {p.gpu_memory_gb:g} GB per GPU")
         if not p.fits and p.training_peak <= p.gpu_memory_gb * 1e9:
             console.print(
-                f"(the training step alone, {_gb(p.training_peak)}, fits: see docs/memory-plan.md for the sync and engine)"
+                f"(the training step alone, {_gb(p.training_peak)}, fits: docs/memory-plan.md has the levers)"
             )
     return 0
 

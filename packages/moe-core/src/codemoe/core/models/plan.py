@@ -20,25 +20,32 @@ Bytes per rank (``n`` = parameters per rank, ``W = dp · ep``):
   gathered from forward to backward), two layers (the one computing and the one prefetched) in
   the compute dtype and one layer's unsharded fp32 gradient before its reduce-scatter; in one
   process under ``bf16``, autocast's bf16 copy of every weight (kept for backward);
-- engine: the embedded engine's whole copy of the weights (``codemoe.rl``'s stage serves a deep
-  copy of the policy, in the checkpoint's dtype) and its KV cache for ``engine_batch`` samples of
-  ``L`` tokens.
+- reference ``4 n`` (``reference=True``, algorithms with a KL term): the frozen reference policy,
+  sharded like the policy, without gradients or moments;
+- engine: the ``embedded`` engine runs the policy module itself (``codemoe.rl``'s stage builds it
+  on the policy; under FSDP its forwards gather one block at a time, as training's do), so its
+  share is its KV cache: ``engine_batch`` samples of ``L`` tokens, keys and values of every layer
+  in the parameters' dtype (fp32). An ``external`` engine (``sglang``, ``openai``) holds its
+  weights and cache on its own GPUs.
 
 A step's peak is ``parameters + optimizer + gathered + max(activations, gradients + optimizer
 step)``: the trainers free gradients before each forward (``zero_grad(set_to_none=True)``), and
-backward frees activations faster than it fills gradients, so the two peaks do not add. After the
-update the weight sync gathers the whole state dict on every rank (``get_model_state_dict`` with
-full tensors, ``4 · total`` bytes under FSDP) while the states are still held: the sync's peak is
-``parameters + gradients + optimizer + sync buffer``. ``total`` is the larger of the two peaks
-plus the engine, and ``fits`` compares it with the GPU's memory.
+backward frees activations faster than it fills gradients, so the two peaks do not add. The
+reference adds to both peaks. After the update the embedded engine only drops its kept keys and
+values (it reads the new weights in place); an external engine is sent the whole state dict,
+which every rank gathers (``get_model_state_dict`` with full tensors: ``4 · total`` bytes under
+FSDP) while the states are still held, so the sync's peak is ``parameters + gradients + optimizer
++ reference + sync buffer``. ``total`` is the larger of the two peaks plus the engine's share, and
+``fits`` compares it with the GPU's memory.
 
 Communication per rank and micro-batch: the all-to-all sends each of the ``B · L · k`` (token,
 expert) rows of hidden size ``H`` to the rank holding its expert, a share ``(ep − 1) / ep`` of them
 to another rank under uniform routing, and the outputs come back the same way (dispatch and
 combine: ``2 ·`` rows), in every MoE layer; backward sends the gradients back the reverse way (the
 same bytes again), and activation checkpointing repeats the forward's exchanges in backward. The
-weight sync gathers the whole state dict on every rank after an update: each rank receives the
-``(W − 1) / W`` of the fp32 weights it does not hold.
+weight sync to an external engine gathers the whole state dict on every rank after an update:
+each rank receives the ``(W − 1) / W`` of the fp32 weights it does not hold (the embedded engine
+needs no sync).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from codemoe.core.errors import ConfigError
 __all__ = ["ActivationShape", "MemoryPlan", "activation_bytes", "load_model_spec", "plan_memory"]
 
 PRECISIONS = ("fp32", "bf16")
+ENGINES = ("embedded", "external")
 _FP32 = 4
 _INDEX = 8  # int64 token ids, expert ids, row indices
 
@@ -143,7 +151,9 @@ class MemoryPlan:
     micro_batch: int  # B, sequences per micro-batch
     checkpointing: bool
     precision: str
-    engine_batch: int  # samples whose KV cache the engine holds (0: no embedded engine)
+    engine: str  # 'embedded' (runs the policy on these ranks) or 'external' (its own GPUs)
+    engine_batch: int  # samples whose KV cache the embedded engine holds
+    reference: bool  # a frozen reference policy for a KL term
     gpu_memory_gb: float | None
     parameters_total: int  # every parameter of the model
     parameters_per_rank: int  # n, the shard one rank holds
@@ -157,35 +167,31 @@ class MemoryPlan:
     activations_full: int  # without activation checkpointing
     activations_checkpointed: int
     gathered: int  # FSDP's unsharded root and layers, or autocast's bf16 weight copies
-    engine_weights: int
-    engine_kv_cache: int
+    reference_weights: int  # the reference policy's fp32 shards
+    engine_kv_cache: int  # the embedded engine's share (its weights are the policy's)
     all_to_all_forward: int  # bytes sent per micro-batch forward (dispatch + combine, every MoE layer)
     all_to_all_backward: int  # gradients sent back in backward (+ the recomputed forward's under checkpointing)
     weight_sync: int  # bytes received to rebuild the whole state dict after an update
-    sync_buffer: int  # the whole fp32 state dict each rank holds during the sync (0 in one process)
+    sync_buffer: int  # the whole fp32 state dict each rank gathers for an external engine (0 in one process)
 
     @property
     def activations(self) -> int:
         return self.activations_checkpointed if self.checkpointing else self.activations_full
 
     @property
-    def engine(self) -> int:
-        return self.engine_weights + self.engine_kv_cache
-
-    @property
     def training_peak(self) -> int:
         """Peak of one training step: states, gathered weights and the larger of activations and gradients."""
         later = max(self.activations, self.gradients + self.optimizer_step)
-        return self.parameters + self.optimizer + self.gathered + later
+        return self.parameters + self.optimizer + self.reference_weights + self.gathered + later
 
     @property
     def sync_peak(self) -> int:
         """Peak of the weight sync: the states (gradients are freed at the next step) and the whole state dict."""
-        return self.parameters + self.gradients + self.optimizer + self.sync_buffer
+        return self.parameters + self.gradients + self.optimizer + self.reference_weights + self.sync_buffer
 
     @property
     def total(self) -> int:
-        return max(self.training_peak, self.sync_peak) + self.engine
+        return max(self.training_peak, self.sync_peak) + self.engine_kv_cache
 
     @property
     def all_to_all(self) -> int:
@@ -197,7 +203,7 @@ class MemoryPlan:
         return None if self.gpu_memory_gb is None else self.total <= self.gpu_memory_gb * 1e9
 
     def as_dict(self) -> dict[str, Any]:
-        derived = ("activations", "engine", "training_peak", "sync_peak", "total", "all_to_all", "fits")
+        derived = ("activations", "training_peak", "sync_peak", "total", "all_to_all", "fits")
         return {**asdict(self), **{name: getattr(self, name) for name in derived}}
 
 
@@ -227,13 +233,13 @@ def _positive(value: Any, key: str) -> int:
     return value
 
 
-def _check(dp: Any, ep: Any, seq: Any, micro_batch: Any, precision: str, engine_batch: Any, gpu: Any) -> None:
+def _check(dp: Any, ep: Any, seq: Any, micro_batch: Any, precision: str, engine: str, engine_batch: Any, gpu: Any):
     for key, value in (("dp", dp), ("ep", ep), ("seq", seq), ("micro_batch", micro_batch)):
         _positive(value, key)
     if isinstance(engine_batch, bool) or not isinstance(engine_batch, int) or engine_batch < 0:
-        raise ConfigError(
-            f"'engine_batch' must be a non-negative integer (0: no embedded engine), got {engine_batch!r}"
-        )
+        raise ConfigError(f"'engine_batch' must be a non-negative integer, got {engine_batch!r}")
+    if engine not in ENGINES:
+        raise ConfigError(f"'engine': {engine!r} is not one of {', '.join(ENGINES)}")
     if precision not in PRECISIONS:
         raise ConfigError(f"'precision': {precision!r} is not one of {', '.join(PRECISIONS)}")
     if gpu is not None and not (isinstance(gpu, (int, float)) and gpu > 0):
@@ -276,18 +282,20 @@ def plan_memory(
     micro_batch: int = 1,
     checkpointing: bool = False,
     precision: str = "fp32",
+    engine: str = "embedded",
     engine_batch: int | None = None,
+    reference: bool = False,
     gpu_memory_gb: float | None = None,
     registry: Any = None,
 ) -> MemoryPlan:
     """The per-rank plan of ``preset`` (a preset name, a model YAML path or a spec) on a ``dp x ep``
-    mesh; ``engine_batch`` defaults to ``micro_batch`` samples (0: no embedded engine)."""
+    mesh; the embedded engine's ``engine_batch`` defaults to ``micro_batch`` samples."""
     import torch
     from codemoe.core.models.build import build_model
     from codemoe.core.moe import moe_blocks
 
     engine_batch = micro_batch if engine_batch is None else engine_batch
-    _check(dp, ep, seq, micro_batch, precision, engine_batch, gpu_memory_gb)
+    _check(dp, ep, seq, micro_batch, precision, engine, engine_batch, gpu_memory_gb)
     spec = load_model_spec(preset) if isinstance(preset, str) else dict(preset)
     with torch.device("meta"):
         model = build_model(spec, registry=registry)
@@ -321,8 +329,9 @@ def plan_memory(
     else:
         gathered = total * c if precision == "bf16" else 0
 
-    engine_dtype = torch.empty(0, dtype=getattr(torch, str(spec.get("dtype", "float32")))).element_size()
-    kv_per_token = 2 * len(layers) * config.num_key_value_heads * config.head_dim * engine_dtype
+    # keys and values of every layer, in the dtype of the policy's parameters it runs on (fp32)
+    kv_per_token = 2 * len(layers) * config.num_key_value_heads * config.head_dim * _FP32
+    external = engine == "external"
     top_k = blocks[0].gate.top_k if blocks else 0
     # rows of hidden size H that leave the rank, dispatch and combine, every MoE layer
     rows = 2 * tokens * top_k * len(blocks) * (ep - 1) // ep
@@ -335,7 +344,9 @@ def plan_memory(
         micro_batch=micro_batch,
         checkpointing=checkpointing,
         precision=precision,
+        engine=engine,
         engine_batch=engine_batch,
+        reference=reference,
         gpu_memory_gb=gpu_memory_gb,
         parameters_total=total,
         parameters_per_rank=per_rank,
@@ -349,10 +360,10 @@ def plan_memory(
         activations_full=activation_bytes(shapes, config.vocab_size, tokens, c, checkpointing=False),
         activations_checkpointed=activation_bytes(shapes, config.vocab_size, tokens, c, checkpointing=True),
         gathered=gathered,
-        engine_weights=total * engine_dtype if engine_batch else 0,
-        engine_kv_cache=engine_batch * seq * kv_per_token,
+        reference_weights=_FP32 * per_rank if reference else 0,
+        engine_kv_cache=0 if external else engine_batch * seq * kv_per_token,
         all_to_all_forward=forward,
         all_to_all_backward=forward * (2 if checkpointing else 1),
-        weight_sync=_FP32 * total * (world - 1) // world,
-        sync_buffer=_FP32 * total if world > 1 else 0,
+        weight_sync=_FP32 * total * (world - 1) // world if external else 0,
+        sync_buffer=_FP32 * total if external and world > 1 else 0,
     )
