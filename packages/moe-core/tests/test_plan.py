@@ -117,6 +117,13 @@ def test_bad_options_name_their_key(moe_registry, options, key):
         plan_memory("micro", **options, registry=moe_registry)
 
 
+def test_models_the_plan_cannot_count_are_refused_by_name(moe_registry):
+    with pytest.raises(ConfigError, match="GptOssMLP is neither"):  # gpt_oss's experts are its own block
+        plan_memory("tiny_gpt_oss", seq=64, registry=moe_registry)
+    with pytest.raises(ConfigError, match="'ep': 2 expert-parallel ranks, but the model has no MoE layer"):
+        plan_memory("tiny_llama", ep=2, seq=64, registry=moe_registry)
+
+
 def test_a_model_yaml_path_is_planned_like_a_preset(tmp_path, moe_registry):
     path = tmp_path / "one_layer.yaml"
     path.write_text("_base_: micro\nnum_layers: 1\n")

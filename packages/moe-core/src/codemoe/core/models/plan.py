@@ -247,6 +247,7 @@ def _check(dp: Any, ep: Any, seq: Any, micro_batch: Any, precision: str, engine:
 
 
 def _layer_shape(layer: Any, config: Any, ep: int) -> ActivationShape:
+    import torch
     from codemoe.core.moe import MoEBlock
 
     mlp = layer.mlp
@@ -265,6 +266,11 @@ def _layer_shape(layer: Any, config: Any, ep: int) -> ActivationShape:
             expert_width=mlp.experts.intermediate_dim,
             mlp_width=shared,
             exchanged=ep > 1,
+        )
+    if not isinstance(getattr(mlp, "up_proj", None), torch.nn.Linear):
+        raise ConfigError(
+            f"the memory plan counts layers whose MLP is a codemoe MoE block or a SwiGLU MLP (gate/up/down "
+            f"projections); this model's {type(mlp).__name__} is neither"
         )
     return ActivationShape(**common, top_k=0, experts=0, expert_width=0, mlp_width=mlp.up_proj.out_features)
 
@@ -301,6 +307,8 @@ def plan_memory(
         model = build_model(spec, registry=registry)
     config = model.config
     blocks = list(moe_blocks(model))
+    if ep > 1 and not blocks:
+        raise ConfigError(f"'ep': {ep} expert-parallel ranks, but the model has no MoE layer to split")
     for block in blocks:
         if block.gate.num_experts % ep:
             raise ConfigError(
