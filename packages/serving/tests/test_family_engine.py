@@ -25,6 +25,9 @@ FAMILIES = {
     "qwen3": None,
     "llama": None,
 }
+# families whose decode steps are computed from the weights (lean_decode.py): OLMoE's q/k norms span
+# the whole projection, not a head
+LEAN = {"mixtral", "qwen2_moe", "qwen3", "llama"}
 
 # tokens 3 .. 17 then 2 more: 15- and 17-token prompts sharing 15 tokens, plus a short one; with
 # 14 new tokens every sequence outgrows GPT-OSS's 8-token window
@@ -59,6 +62,7 @@ def test_logprobs_equal_a_teacher_forced_forward(family_model, shared_attention)
     config = EmbeddedEngineConfig(shared_prefix_attention=shared_attention, max_batch_size=4)
     engine = EmbeddedEngine(model, None, config)
     assert engine.runner.shared_attention == (shared_attention and FAMILIES[family] is None)
+    assert (engine.runner.lean is not None) == (shared_attention and family in LEAN)
     params = SamplingParams(n=2, temperature=1.0, max_new_tokens=14, seed=1, ignore_eos=True)
     _assert_teacher_forced(model, engine.generate(PROMPTS, params))  # 6 samples through 4 slots
 

@@ -1,8 +1,8 @@
 """The engine's forwards: a prefill of right-padded prompts and a decode step, with the experts
 each token chose when the model routes.
 
-A decode step of a Qwen3(-MoE) model is computed straight from its parameters
-(:mod:`codemoe.serving.lean_decode`); every other forward is the model's own, reading and writing
+A decode step of a Qwen3(-MoE), Llama, Mixtral or Qwen2-MoE model is computed straight from its
+parameters (:mod:`codemoe.serving.lean_decode`); every other forward is the model's own, reading and writing
 the engine's KV cache through its ``update``. Around each engine step the model is in inference
 mode (:meth:`ModelRunner.inference`): modules in eval mode, MoE blocks recording no statistics,
 the shared-prefix attention switched on, no autograd.
