@@ -22,7 +22,10 @@ same arithmetic as ``DeepseekV3TopkRouter`` (sigmoid scores; bias added to choos
 scored by their two best biased scores; chosen unbiased scores renormalised and scaled by
 ``route_scale``, the ``routed_scaling_factor``); in training its bias also moves by the sign rule.
 Every checkpoint carries the codemoe spec in ``config.json`` (:data:`CODEMOE_KEY`), from which
-:func:`codemoe.core.models.load_pretrained` rebuilds the same components.
+:func:`codemoe.core.models.load_pretrained` rebuilds the same components. A family given a router
+its ``transformers`` block does not compute (``noisy_topk``, ``group_score: max``, Mixtral without
+renormalisation) still saves a checkpoint plain ``transformers`` loads, but it routes differently
+there: load that one with ``load_pretrained``.
 """
 
 from __future__ import annotations
