@@ -106,3 +106,46 @@ def test_the_prepared_sglang_check_passes_against_codemoe_serve(server, model_di
         "perturbed_weights_change_output": True,
         "original_weights_restore_output": True,
     }
+
+
+@pytest.fixture
+def misbehaving():
+    """A loopback HTTP server whose answers are not SGLang's: a body per path."""
+    import http.server
+    import threading
+
+    bodies = {"/generate": b"<html>not json</html>", "/update_weights_from_disk": b'{"success": false, "message": "no"}'}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = bodies.get(self.path, b"[]")
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", bodies
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_misbehaving_server_gives_engine_errors_not_parse_errors(misbehaving, registry):
+    url, bodies = misbehaving
+    engine = registry.build("engine", {"name": "sglang", "base_url": url})
+    with pytest.raises(EngineError, match="not JSON"):
+        engine.generate([[5, 6]], SamplingParams(max_new_tokens=2))
+    bodies["/generate"] = b"[]"  # no result for the one request sent
+    with pytest.raises(EngineError, match="for 1 requests"):
+        engine.generate([[5, 6]], SamplingParams(max_new_tokens=2))
+    bodies["/generate"] = b'[{"text": "", "output_ids": [3], "meta_info": {"finish_reason": {"type": "cosmic"}}}]'
+    with pytest.raises(EngineError, match="unknown finish_reason"):
+        engine.generate([[5, 6]], SamplingParams(max_new_tokens=2))
+    with pytest.raises(EngineError, match="refused the weights"):
+        engine.update_weights(path="/somewhere")

@@ -10,6 +10,7 @@ import base64
 import json
 import queue
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,7 +27,13 @@ from codemoe.core.contracts import (
     SamplingParams,
 )
 from codemoe.serving.embedded import EmbeddedEngine, TokenEvent
-from codemoe.serving.protocol import ChatCompletionRequest, CompletionRequest, GenerateRequest, UpdateWeightsRequest
+from codemoe.serving.protocol import (
+    AbortRequest,
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerateRequest,
+    UpdateWeightsRequest,
+)
 from codemoe.serving.stopping import StopChecker
 
 __all__ = ["HttpError", "ServingApp"]
@@ -73,6 +80,9 @@ class ServingApp:
         self.engine = engine
         self.model_name = model_name
         self.model_path = model_path
+        self.weight_version = "default"  # SGLang's: set by a weight update that names one
+        self._live: dict[str, list[Any]] = {}  # /generate requests in flight, by id (for /abort_request)
+        self._live_lock = threading.Lock()
         self.routes: dict[tuple[str, str], Callable[[Any], Result]] = {
             ("GET", "/health"): self.health,
             ("GET", "/health_generate"): self.health_generate,
@@ -82,6 +92,10 @@ class ServingApp:
             ("POST", "/v1/chat/completions"): self.chat_completions,
             ("POST", "/generate"): self.generate,
             ("POST", "/update_weights_from_disk"): self.update_weights_from_disk,
+            ("GET", "/get_server_info"): self.server_info,
+            ("POST", "/abort_request"): self.abort_request,
+            ("POST", "/flush_cache"): self.flush_cache,
+            ("GET", "/flush_cache"): self.flush_cache,
         }
 
     def handle(self, method: str, path: str, body: Any) -> Result:
@@ -124,7 +138,17 @@ class ServingApp:
             "model_path": self.model_path or self.model_name,
             "tokenizer_path": self.model_path or self.model_name,
             "is_generation": True,
-            "weight_version": str(self.engine.weights_version),
+            "weight_version": self.weight_version,
+        }
+
+    def server_info(self, _body: Any) -> Result:
+        """What a client checks before relying on the server: the embedded engine honours every
+        sampling seed (SGLang only with ``--enable-deterministic-inference``)."""
+        return 200, {
+            "model_path": self.model_path or self.model_name,
+            "enable_deterministic_inference": True,
+            "weight_version": self.weight_version,
+            "max_total_num_tokens": self.engine.max_context,
         }
 
     def update_weights_from_disk(self, body: Any) -> Result:
@@ -132,10 +156,28 @@ class ServingApp:
         try:
             self.engine.update_weights(path=req.model_path)
         except EngineError as exc:
-            return 400, {"success": False, "message": str(exc)}
+            return 400, {"success": False, "message": str(exc), "num_paused_requests": 0}
         self.model_path = req.model_path
-        message = f"weights loaded from {req.model_path} (version {self.engine.weights_version})"
+        message = f"weights loaded from {req.model_path}"
+        if req.weight_version is not None:
+            self.weight_version = req.weight_version
+            message += f" Weight version updated to {req.weight_version}."
         return 200, {"success": True, "message": message, "num_paused_requests": 0}
+
+    def abort_request(self, body: Any) -> Result:
+        """End requests in flight (all, or the one ``rid`` names): their samples finish with ``abort``."""
+        req = _parse(AbortRequest, body)
+        with self._live_lock:
+            chosen = list(self._live.values()) if req.abort_all else [self._live[req.rid]] if req.rid in self._live else []
+        for jobs in chosen:
+            for _, parts in jobs:
+                self.engine.cancel(parts)
+        return 200, None
+
+    def flush_cache(self, _body: Any) -> Result:
+        """Drop what the engine keeps of finished samples for prefix reuse."""
+        self.engine.flush_cache()
+        return 200, {"success": True, "message": "Cache flushed."}
 
     # ---------------------------------------------------------------------------------- helpers
 
@@ -329,7 +371,18 @@ class ServingApp:
             samplings, per_prompt = req.per_prompt_sampling(len(prompts))
         except ValueError as exc:
             raise HttpError(400, str(exc)) from None
-        jobs = []
+        jobs: list[tuple[list[int], Any]] = []
+        rid = req.rid if isinstance(req.rid, str) and req.rid else uuid.uuid4().hex
+        with self._live_lock:
+            self._live[rid] = jobs
+        try:
+            return self._generate(req, rid, jobs, prompts, samplings, per_prompt, batch)
+        finally:
+            with self._live_lock:
+                self._live.pop(rid, None)
+
+    def _generate(self, req: GenerateRequest, rid: str, jobs: list, prompts: list, samplings: list,
+                  per_prompt: bool, batch: bool) -> Result:
         for i, (prompt, sp) in enumerate(zip(prompts, samplings)):
             params = SamplingParams(
                 sp.n,
@@ -347,36 +400,54 @@ class ServingApp:
             parts = self.engine.submit(prepared.prompts[0], params, seed=prepared.seed, prompt_index=index)
             jobs.append((prepared.prompts[0], parts))
         outputs = [self.engine.collect(ids, parts) for ids, parts in jobs]
-        results = [self._generate_result(out, sample, req) for out in outputs for sample in out.samples]
+        results = [self._generate_result(out, sample, req, f"{rid}-{n}" if len(jobs) > 1 or batch else rid)
+                   for n, out in enumerate(outputs) for sample in out.samples]
         return 200, results if batch or len(results) > 1 else results[0]
 
-    def _generate_result(self, out: GenerationOutput, sample: Sample, req: GenerateRequest) -> dict[str, Any]:
+    def _generate_result(self, out: GenerationOutput, sample: Sample, req: GenerateRequest, rid: str) -> dict[str, Any]:
         if sample.finish_reason == "length":
             finish: dict[str, Any] = {"type": "length", "length": len(sample.token_ids)}
+        elif sample.finish_reason == "abort":
+            finish = {"type": "abort", "message": "Abort before prefill" if not sample.token_ids else "Abort in waiting queue"}
         else:
             last = sample.token_ids[-1]
             finish = {"type": "stop", "matched": last if last in self.engine.eos_ids else None}
         meta: dict[str, Any] = {
-            "id": uuid.uuid4().hex,
+            "id": rid,
             "finish_reason": finish,
             "prompt_tokens": len(out.prompt_token_ids),
             "completion_tokens": len(sample.token_ids),
-            "weight_version": str(self.engine.weights_version),
+            "weight_version": self.weight_version,
         }
         if req.return_logprob:
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(sample.logprobs, sample.token_ids)]
         if req.return_routed_experts:
-            meta["routed_experts"] = _routed_experts(out, sample)
-        return {"text": sample.text, "output_ids": sample.token_ids, "meta_info": meta}
+            meta["routed_experts"] = _routed_experts(out, sample, self._decoder_layers(), req.routed_experts_start_len)
+        result: dict[str, Any] = {"text": sample.text, "output_ids": sample.token_ids, "meta_info": meta}
+        if req.return_prompt_token_ids:
+            result["prompt_token_ids"] = list(out.prompt_token_ids)
+        return result
+
+    def _decoder_layers(self) -> tuple[int, list[int]]:
+        """(decoder layers, indices of those with a codemoe MoE block): SGLang reports every layer."""
+        from codemoe.core.moe import MoEBlock
+
+        layers = next((m for n, m in self.engine.model.named_modules() if n.rsplit(".", 1)[-1] == "layers"), [])
+        return len(layers), [i for i, layer in enumerate(layers) if any(isinstance(m, MoEBlock) for m in layer.modules())]
 
 
-def _routed_experts(out: GenerationOutput, sample: Sample) -> str | None:
-    """SGLang's encoding: base64 of int32 ``[prompt + completion - 1, layers, k]``, position order."""
+def _routed_experts(out: GenerationOutput, sample: Sample, layers: tuple[int, list[int]], start: int) -> str | None:
+    """SGLang's encoding: base64 of int32 ``[prompt + completion - 1 - start, decoder layers, k]``,
+    position order from ``start``; a dense layer's rows are zeros, as SGLang's capture buffer leaves them."""
     if sample.routing is None or out.prompt_routing is None:
         return None
     import torch
 
-    rows = torch.cat([out.prompt_routing[:-1], sample.routing]).to(torch.int32).contiguous()
+    moe = torch.cat([out.prompt_routing[:-1], sample.routing])  # [positions, moe layers, k]
+    count, routed = layers
+    rows = moe.new_zeros(moe.shape[0], count, moe.shape[2])
+    rows[:, routed] = moe
+    rows = rows[min(start, len(out.prompt_token_ids)) :].to(torch.int32).contiguous()
     return base64.b64encode(rows.numpy().tobytes()).decode()
 
 

@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["ChatCompletionRequest", "ChatMessage", "CompletionRequest", "GenerateRequest", "UpdateWeightsRequest"]
+__all__ = ["AbortRequest", "ChatCompletionRequest", "ChatMessage", "CompletionRequest", "GenerateRequest",
+           "UpdateWeightsRequest"]
 
 
 def _stop_list_of(value: str | list[str] | None) -> list[str]:
@@ -91,6 +92,9 @@ class GenerateRequest(_Request):
     sampling_params: _GenerateSampling | list[_GenerateSampling] = Field(default_factory=_GenerateSampling)
     return_logprob: bool = False
     return_routed_experts: bool = False
+    routed_experts_start_len: int = Field(0, ge=0)  # routing rows from this position on (SGLang's field)
+    return_prompt_token_ids: bool = False
+    rid: str | list[str] | None = None  # the request's id (what /abort_request names)
     stream: Literal[False] = False
 
     def prompts(self) -> tuple[list[Any], bool]:
@@ -117,3 +121,12 @@ class UpdateWeightsRequest(_Request):
     """``POST /update_weights_from_disk``."""
 
     model_path: str = Field(min_length=1)
+    weight_version: str | None = None  # becomes the server's weight_version (every later sample carries it)
+    flush_cache: bool = True  # SGLang's default: the prefix cache does not outlive the old weights
+
+
+class AbortRequest(_Request):
+    """``POST /abort_request``: SGLang's fields (``rid`` of one request, or ``abort_all``)."""
+
+    rid: str = ""
+    abort_all: bool = False
