@@ -2,8 +2,8 @@
 each token chose when the model routes.
 
 A decode step of a Qwen3(-MoE), Llama, Mixtral or Qwen2-MoE model is computed straight from its
-parameters (:mod:`codemoe.serving.lean_decode`); every other forward is the model's own, reading and writing
-the engine's KV cache through its ``update``. Around each engine step the model is in inference
+parameters (:mod:`codemoe.serving.lean_decode`); every other forward is the model's own, reading
+and writing the engine's KV cache through its ``update``. Around each engine step the model is in inference
 mode (:meth:`ModelRunner.inference`): modules in eval mode, MoE blocks recording no statistics,
 the shared-prefix attention switched on, no autograd.
 
@@ -68,6 +68,8 @@ def window_masks(
 def _check_servable(model: torch.nn.Module) -> None:
     config = getattr(model, "config", None)
     for key, what in _UNSERVED_ATTENTION.items():
+        if key == "sliding_window_pattern" and getattr(config, "layer_types", None):
+            continue  # the pattern is spelled out per layer, which window_masks follows
         if getattr(config, key, None):
             raise EngineError(
                 f"the embedded engine cannot serve {type(model).__name__}: its config sets '{key}' "
