@@ -117,7 +117,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         (
             "training peak",
             p.training_peak,
-            "parameters + optimizer + reference + gathered + max(activations, gradients + step)",
+            "parameters + optimizer + reference + gathered + max(gradients + activations - loss gradients, "
+            "activations, gradients + step)",
         ),
         (
             "engine KV cache",

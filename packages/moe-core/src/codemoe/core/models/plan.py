@@ -28,10 +28,12 @@ Bytes per rank (``n`` = parameters per rank, ``W = dp · ep``):
   in the parameters' dtype (fp32). An ``external`` engine (``sglang``, ``openai``) holds its
   weights and cache on its own GPUs.
 
-A step's peak is ``parameters + optimizer + gathered + max(activations, gradients + optimizer
-step)``: the trainers free gradients before each forward (``zero_grad(set_to_none=True)``), and
-backward frees activations faster than it fills gradients, so the two peaks do not add. The
-reference adds to both peaks. After the update the embedded engine only drops its kept keys and
+A step's peak is ``parameters + optimizer + gathered + max(gradients + activations − loss
+gradients, activations, gradients + optimizer step)``: the trainers free the last step's gradients
+after the forward, just before backward (``zero_grad(set_to_none=True)``), so the forward runs
+beside them; backward starts with the loss's two ``[T, V]`` gradients and frees activations faster
+than it fills gradients; the optimizer step needs the gradients and its temporary. The reference
+adds to both peaks. After the update the embedded engine only drops its kept keys and
 values (it reads the new weights in place); an external engine is sent the whole state dict,
 which every rank gathers (``get_model_state_dict`` with full tensors: ``4 · total`` bytes under
 FSDP) while the states are still held, so the sync's peak is ``parameters + gradients + optimizer
@@ -166,6 +168,7 @@ class MemoryPlan:
     optimizer_step: int  # foreach AdamW's temporary
     activations_full: int  # without activation checkpointing
     activations_checkpointed: int
+    loss_gradients: int  # the two fp32 [T, V] gradients backward starts with (part of the activations)
     gathered: int  # FSDP's unsharded root and layers, or autocast's bf16 weight copies
     reference_weights: int  # the reference policy's fp32 shards
     engine_kv_cache: int  # the embedded engine's share (its weights are the policy's)
@@ -180,8 +183,10 @@ class MemoryPlan:
 
     @property
     def training_peak(self) -> int:
-        """Peak of one training step: states, gathered weights and the larger of activations and gradients."""
-        later = max(self.activations, self.gradients + self.optimizer_step)
+        """Peak of one training step: states, gathered weights, and activations beside the last step's
+        gradients (forward), without them (backward's start) or the gradients and the step's temporary."""
+        forward = self.gradients + self.activations - self.loss_gradients
+        later = max(forward, self.activations, self.gradients + self.optimizer_step)
         return self.parameters + self.optimizer + self.reference_weights + self.gathered + later
 
     @property
@@ -367,6 +372,7 @@ def plan_memory(
         optimizer_step=_FP32 * per_rank,
         activations_full=activation_bytes(shapes, config.vocab_size, tokens, c, checkpointing=False),
         activations_checkpointed=activation_bytes(shapes, config.vocab_size, tokens, c, checkpointing=True),
+        loss_gradients=2 * tokens * config.vocab_size * _FP32,
         gathered=gathered,
         reference_weights=_FP32 * per_rank if reference else 0,
         engine_kv_cache=0 if external else engine_batch * seq * kv_per_token,
