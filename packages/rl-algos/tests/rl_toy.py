@@ -61,6 +61,30 @@ class ToyEngine:
         return outputs
 
 
+class SharedToyEngine(ToyEngine):
+    """A ToyEngine standing for one server behind every rank (``serves_every_rank``, as the remote
+    engines declare): each update is logged to ``<log>-rank<R>.txt`` with the version it sets."""
+
+    serves_every_rank = True
+
+    def __init__(self, model: torch.nn.Module, log: str, rank: int) -> None:
+        super().__init__(model)
+        self.log, self.rank, self.weight_version = log, rank, None
+        self.updates = 0
+
+    def update_weights(self, state_dict=None, path=None) -> None:
+        super().update_weights(state_dict, path)
+        self.updates += 1
+        self.weight_version = f"v{self.updates}"
+        with open(f"{self.log}-rank{self.rank}.txt", "a") as fh:
+            fh.write(f"update {self.weight_version}\n")
+
+    def generate(self, prompts, params):
+        with open(f"{self.log}-rank{self.rank}.txt", "a") as fh:
+            fh.write(f"generate {self.weight_version}\n")
+        return super().generate(prompts, params)
+
+
 @dataclass
 class ToyTask:
     """Prompt: one token. Goal: answer with the token after it, every time."""

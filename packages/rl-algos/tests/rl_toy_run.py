@@ -3,6 +3,9 @@
 Started by the tests as a subprocess (to be SIGKILLed mid-run) and under ``torchrun`` (to compare
 ranks): ``python rl_toy_run.py OUT STEPS [ALGO_JSON] [CHECKPOINT_EVERY] [PROMPT_LEN] [DTYPE]``.
 
+With ``TOY_SHARED_ENGINE=PREFIX`` in the environment the engine stands for one server behind
+every rank (:class:`rl_toy.SharedToyEngine`, logging to ``PREFIX-rank<R>.txt``).
+
 ``DTYPE`` (``float32`` by default) is the policy's parameter dtype: the rank comparison runs in
 ``float64`` so that the ranks' other summation order stays a rounding difference, not a drift.
 """
@@ -10,6 +13,7 @@ ranks): ``python rl_toy_run.py OUT STEPS [ALGO_JSON] [CHECKPOINT_EVERY] [PROMPT_
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +24,7 @@ from codemoe.rl.critic import Critic
 from codemoe.rl.distributed import init_distributed
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.trainer import RLConfig, RLTrainer
-from rl_toy import ToyEngine, tiny_policy, toy_scorer, toy_tasks
+from rl_toy import SharedToyEngine, ToyEngine, tiny_policy, toy_scorer, toy_tasks
 
 
 class _SameDtypeCritic(Critic):
@@ -62,7 +66,8 @@ def main() -> None:
         config,
         algorithm,
         policy,
-        ToyEngine(policy),
+        SharedToyEngine(policy, os.environ["TOY_SHARED_ENGINE"], env.rank) if "TOY_SHARED_ENGINE" in os.environ
+        else ToyEngine(policy),
         toy_scorer,
         toy_tasks(prompt_len=prompt_len),
         pad_id=0,

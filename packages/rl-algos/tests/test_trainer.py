@@ -350,3 +350,21 @@ def test_a_run_resumes_on_another_number_of_ranks_and_continues_step_for_step(tm
         for key in ("loss", "reward_mean", "kl", "entropy", "grad_norm", "adv_abs_mean"):
             a, b = straight[step][key], moved[step][key]
             assert abs(a - b) <= 1e-4 + 1e-3 * abs(a), (step, key, a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_one_server_behind_every_rank_gets_the_weights_from_rank_0_only(tmp_path):
+    """With a remote engine every rank's client talks to the same server: rank 0 alone posts each
+    update (not world-size racing loads), and no rank samples before it landed: every rank's next
+    generate already carries the version rank 0's update set."""
+    env = {**os.environ, "PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1", "TOY_SHARED_ENGINE": str(tmp_path / "log")}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    subprocess.run([*torchrun, str(HERE / "rl_toy_run.py"), str(tmp_path / "two"), "2"], env=env, check=True)
+    logs = [(tmp_path / f"log-rank{r}.txt").read_text().splitlines() for r in (0, 1)]
+    # the trainer syncs once before the first step and after each step
+    assert [line for line in logs[0] if line.startswith("update")] == ["update v1", "update v2", "update v3"]
+    assert not [line for line in logs[1] if line.startswith("update")]
+    for log in logs:
+        versions = [line.split()[1] for line in log if line.startswith("generate")]
+        assert versions and versions[0] == "v1" and versions[-1] == "v2"

@@ -431,11 +431,25 @@ class RLTrainer:
     def _sync_engine(self) -> None:
         """The engine samples from the new weights next step. An engine running the policy module
         itself (the embedded engine built on it) already reads them and only drops what it kept of
-        the old ones; any other engine is sent the whole state dict."""
+        the old ones; any other engine is sent the whole state dict, by rank 0 only when the engine
+        is one server every rank talks to (``serves_every_rank``: the remote engines)."""
         if getattr(self.engine, "model", None) is self.policy:
             self.engine.weights_changed()
-        else:
-            self.engine.update_weights(state_dict=self.policy_state())
+            return
+        state = self.policy_state()  # under FSDP2 a collective: every rank gathers
+        if not (self.env.enabled and getattr(self.engine, "serves_every_rank", False)):
+            self.engine.update_weights(state_dict=state)  # each rank's own engine
+            return
+        # One server (or fleet) behind every rank's client: rank 0 alone pushes the weights (every
+        # rank posting them at once would load them world-size times, racing), and no rank samples
+        # before the server holds them; the others adopt the version the update set.
+        version = None
+        if self.env.is_main:
+            self.engine.update_weights(state_dict=state)
+            version = getattr(self.engine, "weight_version", None)
+        versions = self.env.all_gather(version)  # also the barrier
+        if not self.env.is_main and hasattr(self.engine, "weight_version"):
+            self.engine.weight_version = versions[0]
 
     def _metrics(
         self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, update: dict[str, Any], rounds: int

@@ -64,6 +64,9 @@ class SGLangEngineConfig:
 class _RemoteEngine:
     """HTTP plumbing, weight push and health shared by the remote engines."""
 
+    # One server behind the clients of every rank of a job: the trainer lets rank 0 alone push weights.
+    serves_every_rank = True
+
     def __init__(self, base_url: str, timeout_s: float, sync_dir: str, model: Any, tokenizer: Any, headers=None):
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
