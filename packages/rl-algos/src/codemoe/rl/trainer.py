@@ -433,8 +433,8 @@ class RLTrainer:
         itself (the embedded engine built on it) already reads them and only drops what it kept of
         the old ones; any other engine is sent the whole state dict, by rank 0 only when the engine
         is one server every rank talks to (``serves_every_rank``: the remote engines)."""
-        if getattr(self.engine, "model", None) is self.policy:
-            self.engine.weights_changed()
+        if getattr(self.engine, "model", None) is self.policy and hasattr(self.engine, "weights_changed"):
+            self.engine.weights_changed()  # (a remote engine holds the policy too, for its config: not this case)
             return
         state = self.policy_state()  # under FSDP2 a collective: every rank gathers
         if not (self.env.enabled and getattr(self.engine, "serves_every_rank", False)):
