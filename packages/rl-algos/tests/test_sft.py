@@ -56,6 +56,26 @@ def test_warm_up_lowers_the_loss_and_reports_every_step():
     assert steps[-1][1]["balance_loss"] > 0
 
 
+
+def test_the_default_phases_train_a_dense_policy_skipping_the_router_phases(caplog):
+    """A policy without MoE layers has nothing for the router and experts phases: they are skipped
+    with a warning, and the phases that have parameters train as configured."""
+    from codemoe.core.models.presets import load_preset as preset
+
+    torch.manual_seed(0)
+    model = build_model({**preset("tiny_qwen3"), "vocab_size": 32, "max_position_embeddings": 64})
+    before = [p.detach().clone() for p in model.parameters()]
+    steps: list[str] = []
+    trainer = SFTTrainer(SFTConfig(batch_size=4), model, _examples(), pad_id=0, set_trainable=set_trainable,
+                         on_step=lambda s, m: steps.append(m["phase"]))
+    with caplog.at_level("WARNING", logger="codemoe.rl"):
+        result = trainer.fit()
+    trained = {phase.phase for phase in SFTConfig().phases} - {"router", "experts", "moe", "frozen_router"}
+    assert set(steps) == trained and result["steps"] == len(steps) > 0
+    assert "trains nothing" in caplog.text
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
 RECORDS = [
     {
         "resolved": True,

@@ -156,6 +156,10 @@ class SFTTrainer:
         for phase in self.config.phases:
             counts = self.set_trainable(self.model, phase.phase)
             params = [p for p in self.model.parameters() if p.requires_grad]
+            if not params:  # e.g. the router phases of a dense policy, or of one without codemoe blocks
+                log.warning("SFT phase %s trains nothing in this model (no parameters of its groups); skipped",
+                            phase.phase)
+                continue
             frozen = []
             if self.env.enabled and self.config.precision != "fp32":
                 # FSDP2's mixed-precision gradients fail for a parameter whose requires_grad changed
