@@ -1,7 +1,7 @@
 """One rank of the sharded RL test (started by ``torchrun`` from test_device_placement.py).
 
-``python rl_sharded_run.py OUT``: the RL trainer with the embedded engine built on its policy (as
-the rl stage builds it), GRPO with a KL to the reference, dynamic sampling that refills on some
+``python rl_sharded_run.py OUT MODE``: the RL trainer with the embedded engine built on its policy
+(as the rl stage builds it, ``sharded_generation: MODE``), GRPO with a KL to the reference, dynamic sampling that refills on some
 ranks only, two steps. Writes ``OUT/rank<R>.json``: the metrics and how the models are held.
 """
 
@@ -37,13 +37,13 @@ def placements(module: torch.nn.Module) -> dict[str, str]:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    out, mode = Path(sys.argv[1]), sys.argv[2]
     torch.set_num_threads(1)
     env = init_distributed()
     registry = build_registry(build_plugin_manager())
     torch.manual_seed(0)
     policy = build_model({**load_preset("micro"), "max_position_embeddings": 64}, registry=registry)
-    engine = registry.build("engine", "embedded", model=policy, tokenizer=None)
+    engine = registry.build("engine", {"name": "embedded", "sharded_generation": mode}, model=policy, tokenizer=None)
     algo = {"name": "policy_gradient", "group_size": 2, "kl_coef": 0.1, "dynamic_sampling": {"refill_rounds": 2}}
     algorithm = registry.build("algorithm", algo, registry=registry)
     config = RLConfig(steps=2, prompts_per_step=4, lr=1e-2, max_new_tokens=5, checkpoint_every=1000, device="auto")

@@ -132,7 +132,8 @@ def test_the_engine_samples_the_trainers_parameters_without_a_copy(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_under_torchrun_the_engine_runs_the_sharded_policy_and_the_reference_is_sharded_alike(tmp_path):
+@pytest.mark.parametrize("mode", ["per_block", "whole"])
+def test_under_torchrun_the_engine_runs_the_sharded_policy_and_the_reference_is_sharded_alike(tmp_path, mode):
     import json
     import os
     import subprocess
@@ -140,7 +141,7 @@ def test_under_torchrun_the_engine_runs_the_sharded_policy_and_the_reference_is_
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     script = Path(__file__).parent / "rl_sharded_run.py"
-    subprocess.run([*torchrun, str(script), str(tmp_path)], env=env, check=True, timeout=300)
+    subprocess.run([*torchrun, str(script), str(tmp_path), mode], env=env, check=True, timeout=300)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for r in ranks:
         assert r["engine_is_policy"] and r["device"] == "cpu"

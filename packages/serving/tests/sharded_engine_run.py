@@ -1,9 +1,10 @@
 """One rank of the sharded-engine test (started by ``torchrun`` from test_sharded_engine.py).
 
-``python sharded_engine_run.py OUT``: a micro MoE sharded with FSDP2 (every block, then the
-root, as the trainer shards its policy); the engine built on it samples inside ``lockstep()`` with
-rank 0 making two generate calls and rank 1 one, of other lengths; an engine over an unsharded
-copy of the same weights samples the same calls. Each rank writes ``OUT/rank<R>.json``.
+``python sharded_engine_run.py OUT MODE``: a micro MoE sharded with FSDP2 (every block, then the
+root, as the trainer shards its policy); the engine built on it (``sharded_generation: MODE``)
+samples inside ``lockstep()`` with rank 0 making two generate calls and rank 1 one, of other
+lengths; an engine over an unsharded copy of the same weights, on the same forward path, samples
+the same calls. Each rank writes ``OUT/rank<R>.json``.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from torch.distributed.fsdp import fully_shard
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    out, mode = Path(sys.argv[1]), sys.argv[2]
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = build_model({**load_preset("micro"), "max_position_embeddings": 128}).eval()
     whole = copy.deepcopy(model)
-    engine = EmbeddedEngine(model, None)  # built before the sharding, as the rl stage builds it
+    engine = EmbeddedEngine(model, None, EmbeddedEngineConfig(sharded_generation=mode))  # built before the sharding, as the rl stage builds it
     for layer in model.model.layers:
         fully_shard(layer)
     fully_shard(model)
@@ -45,7 +46,9 @@ def main() -> None:
         refused = str(exc)
     with engine.lockstep():
         sharded = [engine.generate(call, params) for call in calls]
-    plain = EmbeddedEngine(whole, None, EmbeddedEngineConfig(lean_decode=False, shared_prefix_attention=False))
+    # per block: the model's own forward (no lean decode, no shared-prefix attention); whole: the fast paths
+    fast = mode == "whole"
+    plain = EmbeddedEngine(whole, None, EmbeddedEngineConfig(lean_decode=fast, shared_prefix_attention=fast))
     expected = [plain.generate(call, params) for call in calls]
     rows = [(a, b) for got, want in zip(sharded, expected) for o, e in zip(got, want) for a, b in zip(o.samples, e.samples)]
     (out / f"rank{rank}.json").write_text(json.dumps({

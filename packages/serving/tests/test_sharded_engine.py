@@ -16,10 +16,11 @@ HERE = Path(__file__).parent
 
 
 @pytest.mark.distributed
-def test_a_sharded_model_samples_what_the_whole_model_samples(tmp_path):
+@pytest.mark.parametrize("mode", ["per_block", "whole"])
+def test_a_sharded_model_samples_what_the_whole_model_samples(tmp_path, mode):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([*torchrun, str(HERE / "sharded_engine_run.py"), str(tmp_path)], env=env, check=True, timeout=300)
+    subprocess.run([*torchrun, str(HERE / "sharded_engine_run.py"), str(tmp_path), mode], env=env, check=True, timeout=300)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["samples"] for r in ranks] == [9, 3]  # rank 0: two calls (3 prompts x 3), rank 1: one call
     for r in ranks:

@@ -60,7 +60,10 @@ from codemoe.serving.sampling import draw
 from codemoe.serving.scheduler import Scheduler
 from codemoe.serving.stopping import StopChecker, eos_token_ids
 
-__all__ = ["EmbeddedEngine", "EmbeddedEngineConfig", "TokenEvent", "build_embedded_engine"]
+__all__ = ["SHARDED_GENERATION", "EmbeddedEngine", "EmbeddedEngineConfig", "TokenEvent", "build_embedded_engine"]
+
+# How a model sharded over the ranks is generated from (see EmbeddedEngineConfig.sharded_generation).
+SHARDED_GENERATION = ("per_block", "whole")
 
 
 @dataclass
@@ -79,11 +82,21 @@ class EmbeddedEngineConfig:
     # where a model loaded from model_dir runs: auto | cpu | cuda | cuda:N (auto: the local rank's GPU
     # when CUDA is available); a model passed in stays where it is, and another device is refused
     device: str = "auto"
+    # a model sharded over the ranks (FSDP2) generates with its blocks gathered one at a time per
+    # forward ("per_block": about one block above the shard, the ranks step together, every forward
+    # gathers) or gathered once for the whole rollout ("whole": the whole model on every rank while
+    # generating, no gathers in between, the fast paths; the shards are back before training)
+    sharded_generation: str = "per_block"
 
     def __post_init__(self) -> None:
         from codemoe.core.devices import check_device
+        from codemoe.core.errors import ConfigError
 
         check_device(self.device)
+        if self.sharded_generation not in SHARDED_GENERATION:
+            raise ConfigError(
+                f"'sharded_generation': {self.sharded_generation!r} is not one of {', '.join(SHARDED_GENERATION)}"
+            )
 
 
 class EmbeddedEngine:
@@ -102,7 +115,8 @@ class EmbeddedEngine:
         self.weights_version = 0
         self.tokens_generated = 0
         self._lock = threading.RLock()
-        self._in_lockstep = False
+        self._in_lockstep = False  # inside lockstep() with the blocks gathered per forward
+        self._gathered = False  # inside lockstep() with the whole model gathered
         self._rooms(sharded=False)
 
     def _rooms(self, *, sharded: bool) -> None:
@@ -221,11 +235,19 @@ class EmbeddedEngine:
         forward instead. Ranks may call :meth:`generate` a different number of times; on leaving
         the block a rank keeps joining until every rank has left. A model that is not sharded
         needs nothing of this and the block is a plain one.
+
+        With ``sharded_generation: whole`` the block instead gathers every block's parameters once
+        on entry (all ranks together) and keeps them until it ends, so the ranks generate on their
+        own, on the fast paths, holding the whole model meanwhile.
         """
         from torch.distributed.fsdp import FSDPModule
 
         if not isinstance(self.model, FSDPModule):
             yield
+            return
+        if self.config.sharded_generation == "whole":
+            with self._whole_model():
+                yield
             return
         with self._lock:
             if not self._sharded:  # first use since the trainer sharded the model: nothing is in flight
@@ -238,10 +260,34 @@ class EmbeddedEngine:
             while self._lockstep_step(in_session=False):
                 pass
 
+    @contextmanager
+    def _whole_model(self) -> Iterator[None]:
+        """Every FSDP2 unit's parameters gathered (one all-gather each, every rank in the same
+        order) and kept through the block's forwards; resharded after it."""
+        from torch.distributed.fsdp import FSDPModule
+
+        units = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
+        resharding = [m for m in units if m is not self.model]  # the root keeps its parameters after forward anyway
+        with self._lock:
+            for unit in resharding:
+                unit.set_reshard_after_forward(False, recurse=False)
+            for unit in units:
+                unit.unshard()
+            self._gathered = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._gathered = False
+                for unit in resharding:
+                    unit.set_reshard_after_forward(True, recurse=False)
+                for unit in units:
+                    unit.reshard()
+
     def _check_lockstep(self) -> None:
         from torch.distributed.fsdp import FSDPModule
 
-        if not self._in_lockstep and isinstance(self.model, FSDPModule):
+        if not (self._in_lockstep or self._gathered) and isinstance(self.model, FSDPModule):
             raise EngineError(
                 "the engine's model is sharded over the ranks (FSDP2): generate inside engine.lockstep() "
                 "on every rank, so that the ranks gather each block's parameters together"
