@@ -55,6 +55,13 @@ def test_a_misspelled_device_stops_the_pipeline_naming_its_key(tmp_path, key):
         validate_pipeline(cfg, registry)
 
 
+def test_an_unknown_sharded_generation_is_refused_naming_its_key(tmp_path):
+    registry = build_registry(build_plugin_manager())
+    cfg = _config(tmp_path, ["stages.rl.engine.sharded_generation=layers"])
+    with pytest.raises(ConfigError, match=r"^'stages.rl.engine.sharded_generation': 'layers' is not one of per_block, whole"):
+        validate_pipeline(cfg, registry)
+
+
 def test_cuda_on_a_machine_without_it_is_refused_before_training(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     pm = build_plugin_manager()
