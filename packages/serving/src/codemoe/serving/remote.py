@@ -12,6 +12,13 @@
 
 Both follow the log-prob convention of :mod:`codemoe.core.contracts.engine`; for SGLang that holds when it
 runs without ``SGLANG_RETURN_ORIGINAL_LOGPROB`` (its default returns log-probs after temperature).
+
+Several servers: ``base_url`` is one URL or a list. A call's prompts are split, whole, over the live
+servers and the parts are sent concurrently; a server that fails (refused or reset connection, timeout,
+HTTP 5xx, an answer that is not one) is left out for ``cooldown_s`` and its part is sent again to the
+others, for up to ``retry_rounds`` rounds; a 4xx (:class:`RequestError`) is the request's fault and is
+never re-sent. Weight updates go to every server with one ``weight_version``; a server that misses one
+serves nothing until a later update reaches it.
 """
 
 from __future__ import annotations
@@ -20,14 +27,18 @@ import base64
 import json
 import secrets
 import threading
+import time
 import urllib.error
 import urllib.request
 import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from codemoe.core.contracts import EngineError, GenerationOutput, RequestError, Sample, SamplingParams
+from codemoe.core.errors import ConfigError
 from codemoe.serving.sampling import sample_key
 
 __all__ = [
@@ -39,58 +50,184 @@ __all__ = [
     "build_sglang_engine",
 ]
 
+T = TypeVar("T")
+_SEED_MASK = (1 << 63) - 1  # seeds in the signed 64-bit range servers accept
+
 
 @dataclass
 class OpenAIEngineConfig:
     """Options of the ``openai`` engine."""
 
-    base_url: str = "http://127.0.0.1:8000"  # server root; the engine appends /v1/...
+    base_url: str | list[str] = "http://127.0.0.1:8000"  # server root(s); the engine appends /v1/...
     model: str = ""  # served model name; "" takes the first one /v1/models lists
     api_key: str = "EMPTY"  # sent as a bearer token
     timeout_s: float = 600.0  # per HTTP request
-    sync_dir: str = ""  # where update_weights(state_dict=...) writes a checkpoint the server can read
+    sync_dir: str = ""  # where update_weights(state_dict=...) writes a checkpoint the servers can read
+    cooldown_s: float = 30.0  # how long a server that failed is left out
+    retry_rounds: int = 3  # rounds of sending failed parts to the other servers before an EngineError
+
+    def __post_init__(self) -> None:
+        _check_servers(self.base_url, self.cooldown_s, self.retry_rounds)
 
 
 @dataclass
 class SGLangEngineConfig:
     """Options of the ``sglang`` engine."""
 
-    base_url: str = "http://127.0.0.1:30000"  # SGLang's default port
+    base_url: str | list[str] = "http://127.0.0.1:30000"  # SGLang's default port; a list: several servers
     timeout_s: float = 600.0  # per HTTP request
     return_routing: bool = False  # ask for routed experts (SGLang needs --enable-return-routed-experts)
-    sync_dir: str = ""  # where update_weights(state_dict=...) writes a checkpoint the server can read
+    sync_dir: str = ""  # where update_weights(state_dict=...) writes a checkpoint the servers can read
+    cooldown_s: float = 30.0  # how long a server that failed is left out
+    retry_rounds: int = 3  # rounds of sending failed parts to the other servers before an EngineError
+
+    def __post_init__(self) -> None:
+        _check_servers(self.base_url, self.cooldown_s, self.retry_rounds)
+
+
+def _check_servers(base_url: Any, cooldown_s: float, retry_rounds: int) -> list[str]:
+    """The server roots of ``base_url`` (one URL or a list), without trailing slashes."""
+    urls = [base_url] if isinstance(base_url, str) else list(base_url or [])
+    if not urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in urls):
+        raise ConfigError(f"'base_url': {base_url!r} is not an http(s) URL or a non-empty list of them")
+    urls = [u.rstrip("/") for u in urls]
+    if len(set(urls)) < len(urls):
+        raise ConfigError(f"'base_url': {base_url!r} names a server twice")
+    if cooldown_s < 0:
+        raise ConfigError(f"'cooldown_s': {cooldown_s} is negative")
+    if retry_rounds < 1:
+        raise ConfigError(f"'retry_rounds': {retry_rounds} must be at least 1 (the first sending)")
+    return urls
+
+
+class _Refused(EngineError):
+    """A server answered a weight update and did not take the weights."""
 
 
 class _RemoteEngine:
-    """HTTP plumbing, weight push and health shared by the remote engines."""
+    """HTTP plumbing, the server set (who is up, spreading and re-sending parts), weight push and
+    health shared by the remote engines."""
 
-    # One server behind the clients of every rank of a job: the trainer lets rank 0 alone push weights.
+    # One fleet behind the clients of every rank of a job: the trainer lets rank 0 alone push weights.
     serves_every_rank = True
 
-    def __init__(self, base_url: str, timeout_s: float, sync_dir: str, model: Any, tokenizer: Any, headers=None):
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
-        self.sync_dir = sync_dir
+    def __init__(self, config: Any, model: Any, tokenizer: Any, headers=None):
+        self.urls = _check_servers(config.base_url, config.cooldown_s, config.retry_rounds)
+        self.base_url = self.urls[0]
+        self.timeout_s = config.timeout_s
+        self.sync_dir = config.sync_dir
+        self.cooldown_s = config.cooldown_s
+        self.retry_rounds = config.retry_rounds
         self.model = model
         self.tokenizer = tokenizer
         self.headers = {"Content-Type": "application/json", **(headers or {})}
+        self._down: dict[str, tuple[float, str]] = {}  # url -> (left out until, its error)
+        self._stale: dict[str, str] = {}  # url -> why it missed the last weight update
+        self._servers_lock = threading.Lock()
 
-    def _request(self, method: str, path: str, payload: Any = None) -> Any:
+    # ------------------------------------------------------------------------------ one request
+
+    def _request(self, url: str, method: str, path: str, payload: Any = None) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
-        req = urllib.request.Request(self.base_url + path, data=data, method=method, headers=self.headers)
+        req = urllib.request.Request(url + path, data=data, method=method, headers=self.headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 body = resp.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:500]
             error = RequestError if 400 <= exc.code < 500 else EngineError
-            raise error(f"{method} {self.base_url}{path} -> HTTP {exc.code}: {detail}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise EngineError(f"{method} {self.base_url}{path} failed: {exc}") from None
+            raise error(f"{method} {url}{path} -> HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:  # refused, reset, timed out
+            raise EngineError(f"{method} {url}{path} failed: {exc}") from None
         try:
             return json.loads(body) if body.strip() else None
         except ValueError:
-            raise EngineError(f"{method} {self.base_url}{path} answered with a body that is not JSON: {body[:200]!r}") from None
+            raise EngineError(f"{method} {url}{path} answered with a body that is not JSON: {body[:200]!r}") from None
+
+    # ------------------------------------------------------------------------------ the servers
+
+    def _live(self) -> list[str]:
+        """Servers neither cooling down after a failure nor holding weights older than the last update."""
+        now = time.monotonic()
+        with self._servers_lock:
+            return [u for u in self.urls if u not in self._stale and self._down.get(u, (0.0, ""))[0] <= now]
+
+    def _mark_down(self, url: str, error: str) -> None:
+        with self._servers_lock:
+            self._down[url] = (time.monotonic() + self.cooldown_s, error)
+
+    def _map(self, jobs: list[tuple[str, T]], send: Callable[[str, T], Any]) -> list[Any]:
+        """``send(url, job)`` for every job at once (threads); each job's result or its engine error."""
+
+        def one(job: tuple[str, T]) -> Any:
+            try:
+                return send(*job)
+            except (EngineError, RequestError) as exc:
+                return exc
+
+        if len(jobs) <= 1:
+            return [one(job) for job in jobs]
+        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="codemoe-remote") as pool:
+            return list(pool.map(one, jobs))
+
+    def _spread(self, count: int, send: Callable[[str, list[int]], list[T]], what: str) -> list[T]:
+        """Items ``0..count-1`` split into contiguous parts, one per live server, sent concurrently
+        with ``send(url, part) -> results of the part``; a failed part goes whole to another live
+        server in the next round. Results come back in item order."""
+        results: list[Any] = [None] * count
+        live = self._live() or [u for u in self.urls if u not in self._stale]  # all cooling down: try them
+        pending = _split(list(range(count)), len(live))
+        failed: dict[str, str] = {}
+        for _ in range(self.retry_rounds):
+            if not live:
+                break
+            jobs = [(live[k % len(live)], part) for k, part in enumerate(pending)]
+            pending, bad_request = [], None
+            for (url, part), outcome in zip(jobs, self._map(jobs, send)):
+                if isinstance(outcome, RequestError):
+                    bad_request = bad_request or outcome
+                elif isinstance(outcome, EngineError):
+                    failed[url] = str(outcome)
+                    self._mark_down(url, str(outcome))
+                    pending.append(part)
+                else:
+                    for i, result in zip(part, outcome, strict=True):
+                        results[i] = result
+            if bad_request is not None:
+                raise bad_request
+            if not pending:
+                return results
+            live = self._live()
+            if live:
+                warnings.warn(
+                    f"{what}: {', '.join(sorted({u for u in failed}))} failed ({'; '.join(failed.values())}); "
+                    f"its {sum(map(len, pending))} item(s) go to {', '.join(live)}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        raise EngineError(f"{what} failed on every server: {self._errors(failed)}")
+
+    def _errors(self, failed: dict[str, str]) -> str:
+        """Each server's error: this call's, or why it is left out."""
+        with self._servers_lock:
+            reasons = {
+                u: failed.get(u) or self._stale.get(u) or self._down.get(u, (0.0, "not tried"))[1] for u in self.urls
+            }
+        return "; ".join(f"[{u}] {why}" for u, why in reasons.items())
+
+    def _to_all(self, method: str, path: str, payload: Any = None) -> list[Any]:
+        """One request to every server; one that fails is marked down, and only every one failing is an error."""
+        answers = self._map([(u, None) for u in self.urls], lambda url, _: self._request(url, method, path, payload))
+        failed = {u: str(a) for u, a in zip(self.urls, answers) if isinstance(a, (EngineError, RequestError))}
+        for url, error in failed.items():
+            self._mark_down(url, error)
+        if len(failed) == len(self.urls):
+            raise EngineError(f"{method} {path} failed on every server: {self._errors(failed)}")
+        if failed:
+            warnings.warn(f"{method} {path} did not reach {self._errors(failed)}", RuntimeWarning, stacklevel=3)
+        return [a for a in answers if not isinstance(a, (EngineError, RequestError))]
+
+    # ------------------------------------------------------------------------------ prompts, weights, health
 
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
         if not isinstance(prompt, str):
@@ -101,31 +238,52 @@ class _RemoteEngine:
         return list(getattr(encoded, "ids", encoded))
 
     def update_weights(self, state_dict: dict[str, Any] | None = None, path: str | None = None) -> None:
-        """Push weights: a checkpoint directory the server can read, or a state dict saved to ``sync_dir``."""
+        """Push weights to every server: a checkpoint directory they can read, or a state dict saved
+        to ``sync_dir``. A server that refuses them is an error naming it; one that cannot be reached
+        serves nothing until a later update reaches it; none taking them is an error."""
         if (state_dict is None) == (path is None):
             raise RequestError("update_weights takes exactly one of state_dict or path")
         if state_dict is not None:
             path = self._save(state_dict)
-        payload = {"model_path": str(path), **self._update_fields()}
+        payload = {"model_path": str(path), **self._update_fields()}  # one weight_version for every server
+        answers = self._map([(u, None) for u in self.urls], lambda url, _: self._push(url, payload, str(path)))
+        errors = {u: a for u, a in zip(self.urls, answers) if isinstance(a, (EngineError, RequestError))}
+        with self._servers_lock:
+            self._stale = {u: f"missed the weight update to {path}: {e}" for u, e in errors.items()}
+        for url, error in errors.items():
+            self._mark_down(url, str(error))
+        if len(errors) < len(self.urls):
+            self._updated()  # the servers that took the weights carry the new version
+        refused = [str(e) for e in errors.values() if isinstance(e, _Refused)]
+        if refused or len(errors) == len(self.urls):
+            raise EngineError("; ".join(refused) or f"no server took the weights at {path}: {self._errors({})}")
+        if errors:
+            warnings.warn(
+                f"the weights at {path} did not reach {', '.join(errors)} ({'; '.join(map(str, errors.values()))}): "
+                "it serves nothing until an update reaches it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def _push(self, url: str, payload: dict[str, Any], path: str) -> None:
         try:
-            result = self._request("POST", "/update_weights_from_disk", payload)
+            result = self._request(url, "POST", "/update_weights_from_disk", payload)
         except RequestError as exc:  # SGLang answers a failed load with HTTP 400 {"success": false, ...}
-            raise EngineError(f"the server refused the weights at {path}: {exc}") from None
+            raise _Refused(f"the server {url} refused the weights at {path}: {exc}") from None
         if not isinstance(result, dict) or not result.get("success", False):
-            raise EngineError(f"the server refused the weights at {path}: {result}")
-        self._updated()
+            raise _Refused(f"the server {url} refused the weights at {path}: {result}")
 
     def _update_fields(self) -> dict[str, Any]:
         """Extra fields of a weight update request (SGLang: the new ``weight_version``)."""
         return {}
 
     def _updated(self) -> None:
-        """Called after the server took new weights."""
+        """Called after at least one server took new weights."""
 
     def _save(self, state_dict: dict[str, Any]) -> str:
         if not self.sync_dir or self.model is None:
             raise EngineError(
-                "update_weights(state_dict=...) on a remote engine needs sync_dir (a folder the server can read) "
+                "update_weights(state_dict=...) on a remote engine needs sync_dir (a folder the servers can read) "
                 "and the model passed as model=... (its config is saved with the weights)"
             )
         out = Path(self.sync_dir)
@@ -136,48 +294,74 @@ class _RemoteEngine:
         return str(out)
 
     def health(self) -> dict[str, Any]:
-        """``{"status": "ok", ...}`` when ``/health`` answers, else ``{"status": "unreachable", ...}``."""
-        try:
-            info = self._request("GET", "/health")
-        except (EngineError, RequestError) as exc:
-            return {"status": "unreachable", "url": self.base_url, "error": str(exc)}
-        return {**(info if isinstance(info, dict) else {}), "status": "ok", "url": self.base_url}
+        """Every server's ``/health`` (``servers``: its answer and ``status`` "ok", or "unreachable" and
+        the error); ``status`` is "ok" when all answer, "degraded" when some do, else "unreachable"."""
+        answers = self._map([(u, None) for u in self.urls], lambda url, _: self._request(url, "GET", "/health"))
+        servers = []
+        for url, info in zip(self.urls, answers):
+            if isinstance(info, (EngineError, RequestError)):
+                entry = {"status": "unreachable", "url": url, "error": str(info)}
+            else:
+                entry = {**(info if isinstance(info, dict) else {}), "status": "ok", "url": url}
+            if url in self._stale:
+                entry["stale"] = self._stale[url]
+            servers.append(entry)
+        up = sum(s["status"] == "ok" for s in servers)
+        status = "ok" if up == len(servers) else "degraded" if up else "unreachable"
+        return {"status": status, "servers": servers}
+
+
+def _split(items: list[int], parts: int) -> list[list[int]]:
+    """``items`` in at most ``parts`` contiguous runs of near-equal length (the first ones longer)."""
+    size, extra = divmod(len(items), max(parts, 1))
+    out, start = [], 0
+    for k in range(max(parts, 1)):
+        end = start + size + (k < extra)
+        if end > start:
+            out.append(items[start:end])
+        start = end
+    return out
 
 
 class OpenAIEngine(_RemoteEngine):
-    """Generation through an OpenAI-compatible ``/v1/completions`` endpoint."""
+    """Generation through OpenAI-compatible ``/v1/completions`` endpoints."""
 
     def __init__(self, config: OpenAIEngineConfig, model: Any = None, tokenizer: Any = None) -> None:
-        super().__init__(
-            config.base_url,
-            config.timeout_s,
-            config.sync_dir,
-            model,
-            tokenizer,
-            headers={"Authorization": f"Bearer {config.api_key}"},
-        )
+        super().__init__(config, model, tokenizer, headers={"Authorization": f"Bearer {config.api_key}"})
         self.model_name = config.model
 
-    def _served_model(self) -> str:
+    def _served_model(self, url: str) -> str:
         if not self.model_name:
-            models = self._request("GET", "/v1/models")["data"]
+            models = self._request(url, "GET", "/v1/models")["data"]
             if not models:
-                raise EngineError(f"{self.base_url}/v1/models lists no model")
+                raise EngineError(f"{url}/v1/models lists no model")
             self.model_name = models[0]["id"]
         return self.model_name
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
-        """All prompts in one request: choice ``i * n + j`` is sample ``j`` of prompt ``i``."""
+        """A part's prompts in one request: choice ``i * n + j`` is sample ``j`` of its prompt ``i``.
+
+        The API has one seed per request: the part starting at prompt 0 gets the call's seed, the
+        part starting at prompt ``s`` a seed drawn from (seed, s), so seeded samples depend on how the
+        call was split (the live servers at its start), not on which server drew a part."""
         params.validate()
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
+
+        def send(url: str, part: list[int]) -> list[GenerationOutput]:
+            return self._generate_part(url, [prompts[i] for i in part], params, _part_seed(seed, part[0]))
+
+        return self._spread(len(prompts), send, f"generate ({len(prompts)} prompts)")
+
+    def _generate_part(self, url: str, prompts: list[Any], params: SamplingParams, seed: int) -> list[GenerationOutput]:
         payload: dict[str, Any] = {
-            "model": self._served_model(),
+            "model": self._served_model(url),
             "prompt": list(prompts),
             "n": params.n,
             "temperature": params.temperature,
             "top_p": params.top_p,
             "max_tokens": params.max_new_tokens,
             "stop": params.stop or None,
-            "seed": params.seed if params.seed is not None else secrets.randbits(63),
+            "seed": seed,
             "logprobs": 1,
             "return_tokens_as_token_ids": True,
             "return_token_ids": True,
@@ -186,13 +370,24 @@ class OpenAIEngine(_RemoteEngine):
             payload["top_k"] = params.top_k
         if params.ignore_eos:
             payload["ignore_eos"] = True
-        choices = sorted(self._request("POST", "/v1/completions", payload)["choices"], key=lambda c: c["index"])
-        outputs = []
-        for i, prompt in enumerate(prompts):
-            mine = choices[i * params.n : (i + 1) * params.n]
-            prompt_ids = mine[0].get("prompt_token_ids") or self._prompt_ids(prompt)
-            outputs.append(GenerationOutput(list(prompt_ids), [_openai_sample(c) for c in mine]))
+        answer = self._request(url, "POST", "/v1/completions", payload)
+        try:
+            choices = sorted(answer["choices"], key=lambda c: c["index"])
+            if len(choices) != len(prompts) * params.n:
+                raise ValueError(f"{len(choices)} choices for {len(prompts)} prompts x n={params.n}")
+            outputs = []
+            for i, prompt in enumerate(prompts):
+                mine = choices[i * params.n : (i + 1) * params.n]
+                prompt_ids = mine[0].get("prompt_token_ids") or self._prompt_ids(prompt)
+                outputs.append(GenerationOutput(list(prompt_ids), [_openai_sample(c) for c in mine]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise EngineError(f"POST {url}/v1/completions answered something that is not completions: {exc}") from None
         return outputs
+
+
+def _part_seed(seed: int, first: int) -> int:
+    """The OpenAI request seed of the part whose first prompt is ``first`` in the whole call."""
+    return seed if first == 0 else sample_key(seed, first, -1) & _SEED_MASK
 
 
 def _openai_sample(choice: dict[str, Any]) -> Sample:
@@ -211,7 +406,7 @@ class SGLangEngine(_RemoteEngine):
     """Generation through SGLang's native ``/generate`` (also served by ``codemoe serve``)."""
 
     def __init__(self, config: SGLangEngineConfig, model: Any = None, tokenizer: Any = None) -> None:
-        super().__init__(config.base_url, config.timeout_s, config.sync_dir, model, tokenizer)
+        super().__init__(config, model, tokenizer)
         self.return_routing = config.return_routing
         if self.return_routing and self._top_k() <= 0:
             raise EngineError(
@@ -228,7 +423,7 @@ class SGLangEngine(_RemoteEngine):
             )
         self.weight_version: str | None = None  # set by the first update; every later sample must carry it
         self._updates = 0
-        self._deterministic: bool | None = None  # the server's --enable-deterministic-inference, once asked
+        self._deterministic: bool | None = None  # the servers' --enable-deterministic-inference, once asked
         self._lock = threading.Lock()
 
     def _top_k(self) -> int:
@@ -243,50 +438,61 @@ class SGLangEngine(_RemoteEngine):
         self.weight_version = self._pending_version
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
-        """Each prompt as ``n`` copies in one batch, each copy with its own seed."""
+        """Each prompt as ``n`` copies in one batch, each copy with its own seed from the prompt's
+        index in the whole call, so a sample does not depend on which server drew it."""
         params.validate()
         if params.seed is not None:
             self._warn_if_not_deterministic()
-        texts = all(isinstance(p, str) for p in prompts)
+
+        def send(url: str, part: list[int]) -> list[GenerationOutput]:
+            return self._generate_part(url, prompts, part, params)
+
+        return self._spread(len(prompts), send, f"generate ({len(prompts)} prompts)")
+
+    def _generate_part(self, url: str, prompts: list[Any], part: list[int], params: SamplingParams) -> list[GenerationOutput]:
+        texts = all(isinstance(prompts[i], str) for i in part)
         payload: dict[str, Any] = {
-            "text" if texts else "input_ids": [p for p in prompts for _ in range(params.n)],
-            "sampling_params": [_sglang_params(params, i, j) for i in range(len(prompts)) for j in range(params.n)],
+            "text" if texts else "input_ids": [prompts[i] for i in part for _ in range(params.n)],
+            "sampling_params": [_sglang_params(params, i, j) for i in part for j in range(params.n)],
             "return_logprob": True,
             "return_prompt_token_ids": True,
         }
         if self.return_routing:  # only then: servers that predate routed experts reject the field
             payload["return_routed_experts"] = True
-        results = self._request("POST", "/generate", payload)
+        results = self._request(url, "POST", "/generate", payload)
         if isinstance(results, dict):
             results = [results]
-        if not isinstance(results, list) or len(results) != len(prompts) * params.n:
-            raise EngineError(f"POST {self.base_url}/generate answered {type(results).__name__} "
-                              f"for {len(prompts) * params.n} requests")
+        if not isinstance(results, list) or len(results) != len(part) * params.n:
+            raise EngineError(f"POST {url}/generate answered {type(results).__name__} "
+                              f"for {len(part) * params.n} requests")
         outputs = []
-        for i, prompt in enumerate(prompts):
-            mine = results[i * params.n : (i + 1) * params.n]
+        for k, i in enumerate(part):
+            mine = results[k * params.n : (k + 1) * params.n]
             for result in mine:
-                self._check_version(result)
-            prompt_ids = list(mine[0].get("prompt_token_ids") or self._prompt_ids(prompt))
-            samples, prompt_routing = [], None
-            for result in mine:
-                sample, rows = _sglang_sample(result, self._top_k(), self.moe_layers, len(prompt_ids))
-                samples.append(sample)
-                if prompt_routing is None and rows is not None:
-                    prompt_routing = rows
+                self._check_version(url, result)
+            try:
+                prompt_ids = list(mine[0].get("prompt_token_ids") or self._prompt_ids(prompts[i]))
+                samples, prompt_routing = [], None
+                for result in mine:
+                    sample, rows = _sglang_sample(result, self._top_k(), self.moe_layers, len(prompt_ids))
+                    samples.append(sample)
+                    if prompt_routing is None and rows is not None:
+                        prompt_routing = rows
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                raise EngineError(f"POST {url}/generate answered a result that is not a sample: {exc!r}") from None
             outputs.append(GenerationOutput(prompt_ids, samples, prompt_routing))
         return outputs
 
-    def _check_version(self, result: Any) -> None:
+    def _check_version(self, url: str, result: Any) -> None:
         """A sample drawn from other weights than the last update is an error, never training data."""
         if not isinstance(result, dict) or not isinstance(result.get("meta_info"), dict):
-            raise EngineError(f"POST {self.base_url}/generate answered a result without meta_info: {str(result)[:200]}")
+            raise EngineError(f"POST {url}/generate answered a result without meta_info: {str(result)[:200]}")
         if self.weight_version is None:
             return
         seen = result["meta_info"].get("weight_version")
         if seen != self.weight_version:
             raise EngineError(
-                f"{self.base_url} sampled with weight_version {seen!r}, not the {self.weight_version!r} pushed last "
+                f"{url} sampled with weight_version {seen!r}, not the {self.weight_version!r} pushed last "
                 "(another client updated the server, or it restarted on old weights)"
             )
 
@@ -294,10 +500,13 @@ class SGLangEngine(_RemoteEngine):
         with self._lock:
             if self._deterministic is not None:
                 return
-            try:
-                info = self._request("GET", "/get_server_info")
-            except (EngineError, RequestError):
-                info = None
+            info = None
+            for url in self._live() or self.urls:
+                try:
+                    info = self._request(url, "GET", "/get_server_info")
+                    break
+                except (EngineError, RequestError):
+                    continue
             self._deterministic = bool(isinstance(info, dict) and info.get("enable_deterministic_inference", True))
         if not self._deterministic:
             warnings.warn(
@@ -308,12 +517,12 @@ class SGLangEngine(_RemoteEngine):
             )
 
     def abort(self) -> None:
-        """Abort every request the server is running (their samples end with finish_reason "abort")."""
-        self._request("POST", "/abort_request", {"abort_all": True})
+        """Abort every request the servers are running (their samples end with finish_reason "abort")."""
+        self._to_all("POST", "/abort_request", {"abort_all": True})
 
     def flush_cache(self) -> None:
-        """Drop the server's prefix (radix) cache."""
-        self._request("POST", "/flush_cache")
+        """Drop the servers' prefix (radix) caches."""
+        self._to_all("POST", "/flush_cache")
 
 
 def _moe_layers(model: Any) -> list[int]:
