@@ -81,6 +81,46 @@ def test_replay_is_a_no_op_when_weights_match_and_matches_the_engine(registry):
     assert torch.allclose(replayed, rollouts.engine_logp, atol=1e-4)
 
 
+def _agreement_by_hand(model, rollouts) -> float:
+    """The known answer: each row's own forward, its captured experts against the engine's, per
+    (position, MoE layer) the engine ran, as sets."""
+    agree = total = 0
+    for row, (prompt, route) in enumerate(zip(rollouts.prompt_ids, rollouts.routes)):
+        generated = route.shape[0] - len(prompt) + 1
+        tokens = list(prompt) + rollouts.completions[row, :generated].tolist()
+        with torch.no_grad(), capture_routing(model) as record:
+            model(torch.tensor([tokens]))
+        for i, layer in enumerate(block.layer for block in moe_blocks(model)):
+            own = record.forwards[0][layer][: route.shape[0]]
+            agree += int((own.sort(-1).values == route[:, i].sort(-1).values).all(-1).sum())
+            total += route.shape[0]
+    return agree / total
+
+
+def test_routing_agreement_is_the_share_of_the_engines_choices_the_routers_make(registry):
+    policy = tiny_policy()
+    rollouts = _rollouts(registry, policy)
+    pairs = sum(route.shape[0] * route.shape[1] for route in rollouts.routes)
+    # float64 hidden states: the per-row and the batched forwards then give the routers the same
+    # fp32 logits, so no near-tie is broken differently between the answer and the measurement
+    same, drifted = copy.deepcopy(policy).double(), copy.deepcopy(policy).double()
+    with torch.no_grad():
+        torch.manual_seed(3)
+        for block in moe_blocks(drifted):
+            block.gate.weight.add_(0.5 * block.gate.weight.std() * torch.randn_like(block.gate.weight))
+    want = _agreement_by_hand(drifted, rollouts)
+    assert 0 < want < 1
+    for replay in (True, False):
+        for share in (True, False):
+            kwargs = dict(pad_id=0, routes=rollouts.routes, replay=replay, agreement=True, share_prompts=share)
+            with torch.no_grad():
+                agreed, compared = token_stats(same, rollouts.prompt_ids, rollouts.completions, **kwargs).agreement
+                assert int(agreed) == int(compared) == pairs, (replay, share)  # the engine's own weights
+                agreed, compared = token_stats(drifted, rollouts.prompt_ids, rollouts.completions, **kwargs).agreement
+            assert int(compared) == pairs and int(agreed) / int(compared) == pytest.approx(want, abs=1e-12), (
+                replay, share)
+
+
 def test_shared_prompt_forward_replays_the_engines_experts(registry):
     policy = tiny_policy()
     rollouts = _rollouts(registry, policy)

@@ -81,6 +81,9 @@ def test_grpo_steps_against_real_sglang_replay_its_experts_and_match_its_logprob
         assert rollouts.routes[0].shape[1:] == (2, 2)  # [positions, MoE layers, k]
     # Same fp32 weights and the same experts on both sides: only kernel rounding separates the
     # trainer's recomputed log-probs from SGLang's (4.8e-7 measured on greedy samples).
-    print("logp_mismatch_max per step:", [m["logp_mismatch_max"] for m in steps])
+    print("logp_mismatch_max per step:", [m["logp_mismatch_max"] for m in steps],
+          "routing_agreement:", [m["routing_agreement"] for m in steps])
     for metrics in steps:
         assert metrics["logp_mismatch_max"] < 1e-4, metrics["logp_mismatch_max"]
+        # SGLang's experts are the ones the policy's routers pick at the weights that sampled
+        assert metrics["routing_agreement"] == 1.0

@@ -69,3 +69,22 @@ def test_replay_with_the_wrong_token_count_names_the_layer(moe_registry, tiny_sp
         pytest.raises(ValueError, match="layer 1 has 3"),
     ):
         model(torch.randint(0, 64, (1, 4)))
+
+
+def test_choices_under_replay_are_what_the_router_would_pick_and_draw_no_random_numbers(moe_registry, tiny_spec):
+    from codemoe.core.models import build_model
+    from codemoe.core.moe import capture_choices, replay_routing
+
+    torch.manual_seed(0)
+    model = build_model({**tiny_spec, "num_experts": 8}, registry=moe_registry).eval()
+    ids = torch.randint(0, 64, (1, 6))
+    with torch.no_grad(), capture_routing(model) as free:
+        model(ids)
+    given = {layer: torch.roll(rows, 1, dims=-1).add(1).remainder(8) for layer, rows in free.forwards[0].items()}
+    state = torch.random.get_rng_state()
+    with torch.no_grad(), replay_routing(model, given), capture_routing(model) as used, capture_choices(model) as own:
+        model(ids)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    for layer in given:
+        assert torch.equal(used.forwards[0][layer], given[layer])  # the forward computed with the given experts
+        assert torch.equal(own[layer][0], free.forwards[0][layer])  # the router's own pick, beside them

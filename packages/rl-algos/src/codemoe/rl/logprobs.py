@@ -12,6 +12,12 @@ would have computed themselves, and gradients from every row flow back into the 
 forward (they add up through the row index), so log-probs and policy gradients are those of the
 per-row forward, for about ``1/n`` of the prompt compute. The MoE balance and z losses of the
 two forwards are combined weighted by their token counts (the prompt now counts once per group).
+
+Routing agreement (``agreement=True`` with the engine's ``routes``): the share of (position, MoE
+layer) pairs the engine ran at which this forward's routers, replaying or not, pick the same set of
+experts as the engine did. With replay on, it measures how far the trainer's routers have drifted
+from the engine's choices (1.0: none); with it off, how often the trainer computes with other
+experts than the engine sampled with.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from codemoe.core.moe import moe_blocks, replay_routing
+from codemoe.core.moe import capture_choices, moe_blocks, replay_routing
 from torch import Tensor
 
 __all__ = ["TokenStats", "pack", "token_stats"]
@@ -57,6 +63,9 @@ class TokenStats:
     entropy: Tensor  # [B, T] entropy of the predictive distribution (detached)
     hidden: Tensor | None  # [B, T, H] last hidden state at the predicting positions (critics only)
     outputs: Any  # the model's raw output (MoE aux losses)
+    # (positions x MoE layers where the routers chose the engine's experts, positions x layers
+    # compared): with agreement=True and the engine's routes, else None
+    agreement: tuple[Tensor, Tensor] | None = None
 
 
 def token_stats(
@@ -69,20 +78,57 @@ def token_stats(
     hidden: bool = False,
     routes: list[Tensor] | None = None,
     share_prompts: bool = False,
+    replay: bool = True,
+    agreement: bool = False,
 ) -> TokenStats:
     """Run ``model`` on prompt+completion rows and read the completion tokens' log-probs.
 
     With ``routes`` (per row ``[positions, layers, k]`` from the engine) the MoE layers use the
-    engine's experts instead of choosing (routing replay). With ``share_prompts`` rows with the
-    same prompt share one forward of it (see the module docstring); it applies when some prompt
-    repeats and the model takes a ``transformers`` KV cache.
+    engine's experts instead of choosing (routing replay; ``replay=False`` keeps the routes for
+    ``agreement`` only). With ``share_prompts`` rows with the same prompt share one forward of it
+    (see the module docstring); it applies when some prompt repeats and the model takes a
+    ``transformers`` KV cache. ``agreement``: also measure the routing agreement with ``routes``.
     """
     input_ids, positions = pack(prompt_ids, completions, pad_id)
     table = _route_table(model, routes, input_ids.shape[1])
+    lengths = torch.tensor([r.shape[0] for r in routes]) if agreement and table is not None else None
     if share_prompts and _can_share(model, prompt_ids):
-        return _shared_prompt_stats(model, prompt_ids, completions, pad_id, temperature, hidden, table)
-    with _replay(model, table):
-        return _token_stats(model, input_ids, positions, completions, temperature, hidden)
+        return _shared_prompt_stats(model, prompt_ids, completions, pad_id, temperature, hidden, table,
+                                    replay=replay, route_lengths=lengths)
+    with _replay(model, table if replay else None), _choices(model, lengths is not None) as choices:
+        stats = _token_stats(model, input_ids, positions, completions, temperature, hidden)
+    if lengths is not None:
+        valid = torch.arange(input_ids.shape[1]) < lengths.unsqueeze(-1)  # [B, width]: positions the engine ran
+        stats.agreement = _agreement(choices, table[0], [(table[1], valid, None)])
+    return stats
+
+
+@contextmanager
+def _choices(model: torch.nn.Module, on: bool) -> Iterator[dict[int, list[Tensor]]]:
+    if not on:
+        yield {}
+        return
+    with capture_choices(model) as choices:
+        yield choices
+
+
+def _agreement(choices: dict[int, list[Tensor]], layers: list[int],
+               forwards: list[tuple[Tensor, Tensor, Tensor | None]]) -> tuple[Tensor, Tensor]:
+    """(agreeing, compared) (position, layer) pairs of the batch's rows: forward ``f``'s own choices
+    per layer against ``forwards[f] = (engine experts [N, W, layers, k], valid [N, W], rows [N] or
+    None)``, as sets of experts; ``rows`` counts how many of the batch's rows a forward row stands
+    for (a shared prompt's forward: all rows of its group)."""
+    agree = compared = None
+    for f, (engine, valid, rows) in enumerate(forwards):
+        valid = valid.to(engine.device)
+        weight = torch.ones(valid.shape[0], dtype=torch.long, device=engine.device) if rows is None else rows.to(engine.device)
+        for i, layer in enumerate(layers):
+            own = choices[layer][f].view(*engine.shape[:2], -1)
+            same = (own.sort(-1).values == engine[:, :, i].sort(-1).values).all(-1) & valid
+            agreed, counted = (same.sum(-1) * weight).sum(), (valid.sum(-1) * weight).sum()
+            agree = agreed if agree is None else agree + agreed
+            compared = counted if compared is None else compared + counted
+    return agree, compared
 
 
 def _route_table(model: torch.nn.Module, routes: list[Tensor] | None, width: int) -> tuple[list[int], Tensor] | None:
@@ -142,6 +188,9 @@ def _shared_prompt_stats(
     temperature: float,
     hidden: bool,
     table: tuple[list[int], Tensor] | None,
+    *,
+    replay: bool = True,
+    route_lengths: Tensor | None = None,
 ) -> TokenStats:
     """Token stats with each distinct prompt's forward run once (see the module docstring)."""
     from transformers import DynamicCache
@@ -175,7 +224,8 @@ def _shared_prompt_stats(
         suffix_table = layers, full.gather(1, gather)
 
     cache_arg = _cache_argument(model)
-    with _replay(model, prefix_table):
+    measure = route_lengths is not None and table is not None
+    with _replay(model, prefix_table if replay else None), _choices(model, measure) as prefix_choices:
         first = model(
             input_ids=prefix.to(device),
             attention_mask=prefix_mask.to(device),
@@ -193,7 +243,7 @@ def _shared_prompt_stats(
     kwargs: dict[str, Any] = {cache_arg: shared, "output_hidden_states": hidden}
     if keep_head:
         kwargs["logits_to_keep"] = torch.arange(t, device=device)  # the last input token predicts nothing read here
-    with _replay(model, suffix_table):
+    with _replay(model, suffix_table if replay else None), _choices(model, measure) as suffix_choices:
         outputs = model(
             input_ids=suffix.to(device),
             attention_mask=mask.to(device),
@@ -208,7 +258,17 @@ def _shared_prompt_stats(
     with torch.no_grad():
         entropy = -(logprobs.exp() * logprobs).sum(-1)
     last_hidden = outputs.hidden_states[-1][:, :t] if hidden else None
-    return TokenStats(logp=logp, entropy=entropy, hidden=last_hidden, outputs=outputs)
+    stats = TokenStats(logp=logp, entropy=entropy, hidden=last_hidden, outputs=outputs)
+    if measure:
+        # the prefix forward holds each distinct prompt but its last token (once per prompt), the
+        # suffix forward each row's last prompt token and completion
+        prefix_valid = torch.arange(width) < torch.minimum(lengths - 1, route_lengths[first_row]).unsqueeze(-1)
+        suffix_valid = suffix_positions < route_lengths.unsqueeze(-1)
+        choices = {layer: prefix_choices[layer] + suffix_choices[layer] for layer in prefix_choices}
+        group_rows = torch.bincount(owner, minlength=len(distinct))  # rows each prompt forward stands for
+        stats.agreement = _agreement(choices, table[0], [(prefix_table[1], prefix_valid, group_rows),
+                                                         (suffix_table[1], suffix_valid, None)])
+    return stats
 
 
 def _combine_losses(model: torch.nn.Module, prefix_losses: list[dict[str, Tensor]], prefix: int, suffix: int) -> None:

@@ -339,15 +339,20 @@ class RLTrainer:
         sums = dict.fromkeys(("loss", "kl", "clipped", "tokens", "entropy", "grad_norm", "balance", "vf_loss"), 0.0)
         sums["updates"] = 0.0
         is_stats = []
-        for _ in range(cfg.epochs):
+        agreement = torch.zeros(2, dtype=torch.long, device=self.device)  # (agreeing, compared) pairs
+        for epoch in range(cfg.epochs):
             for groups in chunks:
                 rows = rollouts.rows(groups)
                 out = self._update_chunk(rollouts, data, adv, rows)
                 is_stats.append(out.pop("is_stats"))
+                agreed = out.pop("agreement")
+                if epoch == 0 and agreed is not None:  # the first pass over every row: the sampling weights
+                    agreement += torch.stack(agreed).to(agreement)
                 for key, value in out.items():
                     sums[key] += value
                 sums["updates"] += 1
         sums["is_stats"] = is_stats[0]  # the first pass sees the weights that sampled: the true mismatch
+        sums["agreement"] = agreement if rollouts.routes is not None else None
         return sums
 
     def _update_chunk(
@@ -362,7 +367,9 @@ class RLTrainer:
                 rollouts.completions[rows],
                 pad_id=self.pad_id,
                 temperature=self.config.temperature,
-                routes=self._routes(rollouts, rows),
+                routes=None if rollouts.routes is None else [rollouts.routes[i] for i in rows.tolist()],
+                replay=self.algo.config.routing_replay,
+                agreement=rollouts.routes is not None,
                 share_prompts=self._share_prompts(),
             )
             balance = balance_loss(self.policy, stats.outputs)
@@ -396,6 +403,7 @@ class RLTrainer:
             "balance": float(balance.detach()) if balance is not None else 0.0,
             "vf_loss": vf,
             "is_stats": mismatch_stats(old, engine_logp, rollouts.mask[rows], self.algo.is_correction.cap),
+            "agreement": stats.agreement,
         }
 
     def _critic_step(
@@ -476,6 +484,7 @@ class RLTrainer:
             "adv_abs_mean": float(env.all_sum((adv.advantages.abs() * rollouts.mask).sum()))
             / max(float(lengths.sum()), 1.0),
             **_is_metrics(env.all_gather(update["is_stats"])),
+            **_agreement_metrics(env, update["agreement"]),
         }
         if self.reference is not None:
             metrics["kl"] = float(env.all_sum(torch.tensor(update["kl"], device=self.device))) / tokens
@@ -531,6 +540,17 @@ class RLTrainer:
                 f"max_turns={self.config.max_turns} needs an environment for the episodes (multi-step agents); "
                 "without one every rollout is a single completion: set max_turns=1"
             )
+
+
+def _agreement_metrics(env: Dist, agreement: torch.Tensor | None) -> dict[str, float]:
+    """``routing_agreement``: the share of (position, MoE layer) pairs the engine ran at which the
+    policy's routers, in the first update pass, pick the engine's experts (with routing replay on:
+    how far they drifted; off: how often the trainer computes with other experts). Only when the
+    engine reports routing."""
+    if agreement is None:
+        return {}
+    agreed, compared = env.all_sum(agreement).tolist()
+    return {"routing_agreement": agreed / compared} if compared else {}
 
 
 def _is_metrics(per_rank: list[ISStats]) -> dict[str, float]:

@@ -5,6 +5,7 @@ Entry points for trainers and engines:
 - :func:`aux_losses` — balance and z losses of the last forward (add ``["weighted"]`` to the loss);
 - :func:`moe_metrics` — routing metrics, read once per step;
 - :func:`capture_routing` — the chosen experts of every forward, for routing replay;
+- :func:`capture_choices` — what the routers would choose, also while replaying (routing agreement);
 - :func:`replay_routing` — recompute with given experts instead of choosing;
 - :func:`set_trainable` — freeze/unfreeze router, experts and dense parameters by phase;
 - :func:`checkpoint_layers` — activation checkpointing per block, routing counted once.
@@ -13,7 +14,7 @@ Entry points for trainers and engines:
 from codemoe.core.moe.balance import BALANCE_SCOPES, balance_loss, z_loss
 from codemoe.core.moe.block import MoEBlock, MoEOptions, SharedExpert
 from codemoe.core.moe.capacity import DROP_POLICIES, apply_capacity, capacity
-from codemoe.core.moe.capture import RoutingRecord, capture_routing, replay_routing
+from codemoe.core.moe.capture import RoutingRecord, capture_choices, capture_routing, replay_routing
 from codemoe.core.moe.checkpointing import checkpoint_layers
 from codemoe.core.moe.collapse import CollapseConfig, CollapseDetector, CollapseWarning, RouterCollapse
 from codemoe.core.moe.dispatch import Dispatched, LocalDispatcher
@@ -52,6 +53,7 @@ __all__ = [
     "aux_losses",
     "balance_loss",
     "capacity",
+    "capture_choices",
     "capture_routing",
     "checkpoint_layers",
     "metrics_from_stats",

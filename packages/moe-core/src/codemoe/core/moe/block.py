@@ -88,6 +88,7 @@ class MoEBlock(nn.Module):
         self._attention_mask: torch.Tensor | None = None  # [B, past + S] (padding)
         self._record_statistics = True
         self._capture: list[torch.Tensor] | None = None
+        self._choices: list[torch.Tensor] | None = None  # the router's own picks, also under replay
         self._replay: torch.Tensor | None = None  # [T, k]
 
     @property
@@ -136,6 +137,19 @@ class MoEBlock(nn.Module):
     def stop_capture(self) -> None:
         self._capture = None
 
+    def start_choice_capture(self) -> list[torch.Tensor]:
+        """From now on every forward appends ``[T, k]``: the experts this layer's router would
+        choose, also while it replays given ones (then computed beside them, without gradients and
+        without touching the random state), so a replayed forward can say how far the router's own
+        choice has drifted from the replayed one."""
+        if self._choices is not None:
+            raise RuntimeError(f"the router choices of layer {self.layer} are already being captured")
+        self._choices = []
+        return self._choices
+
+    def stop_choice_capture(self) -> None:
+        self._choices = None
+
     @property
     def replaying(self) -> bool:
         """Whether forwards use given experts instead of choosing (:meth:`set_replay`)."""
@@ -170,6 +184,8 @@ class MoEBlock(nn.Module):
         recomputed = RECOMPUTING.get()  # activation checkpointing's second pass: count nothing twice
         if self._capture is not None and not recomputed:
             self._capture.append(indices.detach().clone())
+        if self._choices is not None and not recomputed:
+            self._choices.append(self._own_choice(x, indices))
         mask = self._token_mask(tuple(batch_shape))
         if mask is not None:  # padding goes to no expert: it neither costs compute nor takes capacity
             indices = indices.masked_fill(~mask.unsqueeze(-1), UNROUTED)
@@ -200,6 +216,14 @@ class MoEBlock(nn.Module):
                 f"the forward has {x.shape[0]} (batch x sequence)"
             )
         return self.gate.replay(x, self._replay.to(x.device))
+
+    def _own_choice(self, x: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+        """The experts the router picks for ``x``: ``indices`` unless they were replayed."""
+        if self._replay is None:
+            return indices.detach().clone()
+        ids = None if self._token_ids is None else self._token_ids.reshape(-1)
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # a noisy router draws from a forked stream
+            return self.gate(x.detach(), ids).indices.detach()
 
     def _shared(self, x: torch.Tensor) -> torch.Tensor:
         shared = self.shared_expert(x)

@@ -14,7 +14,7 @@ import torch
 from codemoe.core.moe.readout import moe_blocks
 from torch import nn
 
-__all__ = ["RoutingRecord", "capture_routing", "replay_routing"]
+__all__ = ["RoutingRecord", "capture_choices", "capture_routing", "replay_routing"]
 
 
 @dataclass
@@ -74,6 +74,19 @@ def capture_routing(model: nn.Module) -> Iterator[RoutingRecord]:
         collect()
         for block in blocks:
             block.stop_capture()
+
+
+@contextmanager
+def capture_choices(model: nn.Module) -> Iterator[dict[int, list[torch.Tensor]]]:
+    """Inside the block, each MoE layer's router's own choice ``[T, k]`` per forward, by layer:
+    what it picks, or under :func:`replay_routing` what it would have picked (routing agreement)."""
+    blocks = list(moe_blocks(model))
+    choices = {block.layer: block.start_choice_capture() for block in blocks}
+    try:
+        yield choices
+    finally:
+        for block in blocks:
+            block.stop_choice_capture()
 
 
 @contextmanager
