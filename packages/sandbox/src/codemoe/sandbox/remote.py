@@ -27,6 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,9 @@ class RemoteExecutor(Grading):
                     self._mark_down(url, str(error))
                     chunks += left
             live = self._live()
+            if chunks and live:
+                warnings.warn(f"{'; '.join(f'[{u}] {e}' for u, e in failed.items())}; its {sum(map(len, chunks))} request(s) go to {', '.join(live)}",
+                              RuntimeWarning, stacklevel=2)
         if chunks:
             if len(self.urls) == 1 and failed:
                 raise failed[self.url]
