@@ -239,8 +239,9 @@ class _RemoteEngine:
 
     def update_weights(self, state_dict: dict[str, Any] | None = None, path: str | None = None) -> None:
         """Push weights to every server: a checkpoint directory they can read, or a state dict saved
-        to ``sync_dir``. A server that refuses them is an error naming it; one that cannot be reached
-        serves nothing until a later update reaches it; none taking them is an error."""
+        to ``sync_dir``. A server that refuses them is an error naming it; none taking them is an
+        error; once some took them, the others (refused, unreachable) serve nothing until a later
+        update reaches them."""
         if (state_dict is None) == (path is None):
             raise RequestError("update_weights takes exactly one of state_dict or path")
         if state_dict is not None:
@@ -248,12 +249,13 @@ class _RemoteEngine:
         payload = {"model_path": str(path), **self._update_fields()}  # one weight_version for every server
         answers = self._map([(u, None) for u in self.urls], lambda url, _: self._push(url, payload, str(path)))
         errors = {u: a for u, a in zip(self.urls, answers) if isinstance(a, (EngineError, RequestError))}
-        with self._servers_lock:
-            self._stale = {u: f"missed the weight update to {path}: {e}" for u, e in errors.items()}
         for url, error in errors.items():
-            self._mark_down(url, str(error))
-        if len(errors) < len(self.urls):
-            self._updated()  # the servers that took the weights carry the new version
+            if not isinstance(error, _Refused):
+                self._mark_down(url, str(error))
+        if len(errors) < len(self.urls):  # the servers that took the weights carry the new version
+            self._updated()
+            with self._servers_lock:  # the others hold older weights: they serve nothing until updated
+                self._stale = {u: f"missed the weight update to {path}: {e}" for u, e in errors.items()}
         refused = [str(e) for e in errors.values() if isinstance(e, _Refused)]
         if refused or len(errors) == len(self.urls):
             raise EngineError("; ".join(refused) or f"no server took the weights at {path}: {self._errors({})}")
