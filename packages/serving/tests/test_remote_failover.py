@@ -215,3 +215,15 @@ def test_bad_server_lists_are_config_errors_naming_the_key(registry):
             registry.build("engine", {"name": "sglang", "base_url": bad})
     with pytest.raises(ConfigError, match="retry_rounds"):
         registry.build("engine", {"name": "openai", "retry_rounds": 0})
+
+
+def test_openai_parts_keep_their_seed_whichever_server_draws_them(server, registry, two_processes):
+    (_, _), (_, second) = two_processes
+    healthy = registry.build("engine", {"name": "openai", "base_url": [second, server.url]})
+    want = tokens(healthy.generate(PROMPTS, SEEDED))
+    swapped = registry.build("engine", {"name": "openai", "base_url": [server.url, second]})
+    assert tokens(swapped.generate(PROMPTS, SEEDED)) == want  # the same split, the parts on other servers
+    # a server down at the call's start: its part goes whole, with its seed, to the other one
+    failing = registry.build("engine", {"name": "openai", "base_url": [_free_url(), server.url], "timeout_s": 2})
+    with pytest.warns(RuntimeWarning, match="go to"):
+        assert tokens(failing.generate(PROMPTS, SEEDED)) == want
