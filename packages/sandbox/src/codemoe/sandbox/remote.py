@@ -127,6 +127,7 @@ class RemoteExecutor(Grading):
                     self._mark_down(url, str(error))
                     chunks += left
             live = self._live()
+            live = [u for u in live if u not in failed] or live  # one that failed this batch: only when no other is
             if chunks and live:
                 warnings.warn(f"{'; '.join(f'[{u}] {e}' for u, e in failed.items())}; its {sum(map(len, chunks))} request(s) go to {', '.join(live)}",
                               RuntimeWarning, stacklevel=2)

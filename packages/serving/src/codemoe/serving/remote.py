@@ -198,6 +198,7 @@ class _RemoteEngine:
             if not pending:
                 return results
             live = self._live()
+            live = [u for u in live if u not in failed] or live  # one that failed this call: only when no other is
             if live:
                 warnings.warn(
                     f"{what}: {', '.join(sorted({u for u in failed}))} failed ({'; '.join(failed.values())}); "
