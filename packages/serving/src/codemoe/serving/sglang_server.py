@@ -15,18 +15,11 @@ the error when it does not come up.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
-import subprocess
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from codemoe.core.contracts import EngineError
+
+from .server_process import ServerProcess, venv_python
 
 __all__ = ["SGLangServer", "sglang_python"]
 
@@ -42,83 +35,28 @@ CPU_ARGS = (
 def sglang_python() -> Path | None:
     """The python of the SGLang virtualenv: ``$CODEMOE_SGLANG_PYTHON``, else ``.venv-sglang`` at the
     repository root (built by ``make engines``); None when neither is installed."""
-    given = os.environ.get("CODEMOE_SGLANG_PYTHON")
-    if given:
-        return Path(given) if Path(given).exists() else None
-    for parent in Path(__file__).resolve().parents:
-        venv = parent / ".venv-sglang"
-        if (venv / ".codemoe-sglang-installed").exists():
-            return venv / "bin" / "python"
-    return None
+    return venv_python("CODEMOE_SGLANG_PYTHON", ".venv-sglang", ".codemoe-sglang-installed")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class SGLangServer(ServerProcess):
+    """``python -m sglang.launch_server`` on a checkpoint folder, on a free loopback port. ``extra_args``
+    come after the CPU recipe's, so they override it (a benchmark's ``--max-running-requests``)."""
 
-
-class SGLangServer:
-    """``python -m sglang.launch_server`` on a checkpoint folder, on a free loopback port."""
+    name = "SGLang"
 
     def __init__(self, model_dir: str | Path, *, routed_experts: bool = True, extra_args: tuple[str, ...] = (),
-                 python: str | Path | None = None, start_timeout_s: float = 300.0) -> None:
+                 python: str | Path | None = None, start_timeout_s: float = 300.0,
+                 extra_env: dict[str, str] | None = None) -> None:
         found = Path(python) if python else sglang_python()
         if found is None or not found.exists():
             raise EngineError("no SGLang virtualenv: run `make engines` (builds .venv-sglang) "
                               "or set CODEMOE_SGLANG_PYTHON to an SGLang install's python")
-        self.python = found
-        self.model_dir = str(model_dir)
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(model_dir, found, extra_env=extra_env, start_timeout_s=start_timeout_s)
         self.args = [*CPU_ARGS, *(("--enable-return-routed-experts",) if routed_experts else ()), *extra_args]
-        self.start_timeout_s = start_timeout_s
-        self.process: subprocess.Popen | None = None
-        self.log_path = Path(tempfile.mkstemp(prefix="codemoe-sglang-", suffix=".log")[1])
 
-    def start(self) -> SGLangServer:
-        env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-        env.pop("PYTHONPATH", None)  # nothing of codemoe's venv may shadow the server's packages
-        command = [str(self.python), "-m", "sglang.launch_server", "--model-path", self.model_dir,
-                   "--host", "127.0.0.1", "--port", str(self.port), *self.args]
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True, cwd=tempfile.gettempdir())
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.stop()
-                raise EngineError(f"the SGLang server exited with {self.process.returncode}:\n{self.log_tail()}")
-            if self._healthy():
-                return self
-            time.sleep(1.0)
-        self.stop()
-        raise EngineError(f"the SGLang server did not answer /health within {self.start_timeout_s:g} s:\n{self.log_tail()}")
+    def command(self) -> list[str]:
+        return ["-m", "sglang.launch_server", "--model-path", self.model_dir, "--host", "127.0.0.1",
+                "--port", str(self.port), *self.args]
 
-    def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        """Kill the server and every process it started; wait for them."""
-        if self.process is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
-        self.process = None
-
-    def __enter__(self) -> SGLangServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "SGLANG_USE_CPU_ENGINE": "1"}
