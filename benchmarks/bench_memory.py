@@ -10,7 +10,9 @@ its KL to a reference policy):
 
 Each rank measures each stage with :class:`codemoe.core.memory.PeakMemory`, from the stage's start
 (``codemoe_before_stage``) to its end (``codemoe_after_stage``): the peak resident set (``VmHWM``,
-reset through ``/proc/self/clear_refs``) above the resident set at the stage's start. The stage
+reset through ``/proc/self/clear_refs``) above the resident set at the stage's start, with glibc
+mapping every allocation of 64 KiB or more on its own (``MALLOC_MMAP_THRESHOLD_=65536``), so memory
+freed earlier in the stage and reused from the heap does not hide a later peak. The stage
 includes loading or building the model, sharding, the engine, every step, the weight syncs and the
 export of the checkpoint. The RL step's mean wall time (and its generation part) on rank 0 is
 printed too: what the memory costs in time. The model presets keep their shapes; the vocabulary is the tokenizer's
@@ -137,7 +139,9 @@ def launch(args: argparse.Namespace, preset: str, work: Path) -> list[dict]:
               "rl_steps": args.rl_steps, "ranks": args.ranks}
     (out / "sft.yaml").write_text(PIPELINE.format(**fields))
     (out / "rl.yaml").write_text((PIPELINE + RL_STAGE).format(**fields))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # every allocation of 64 KiB or more mapped on its own, so the resident set follows the tensors
+    # (codemoe.core.memory.FOLLOW_TENSORS_ENV; spelled out for a checkout that predates it)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.ranks)]
     me = [str(HERE), "--worker", "--out", str(out), *(f"--override={o}" for o in args.override)]
     subprocess.run([*torchrun, *me, "--pipeline", str(out / "sft.yaml")], env=env, check=True, cwd=REGISTRY.parent)
