@@ -116,7 +116,8 @@ def init_distributed() -> Dist:
     if world <= 1:
         return Dist()
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        # CPU tensors over gloo, CUDA tensors over NCCL: a stage on 'device: cpu' on a GPU machine works
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend)
         atexit.register(close_distributed)  # also where a run ends without Dist.close()
     return Dist(rank=dist.get_rank(), world=dist.get_world_size())
@@ -257,9 +258,14 @@ def shard_model(
             # set_gradient_divide_factor(W): on a dp group of one rank, torch 2.13 divides a float64
             # or fp16 gradient by a custom factor twice.)
             block.experts.set_all_reduce_hook(partial(_divide, by=float(ep)))
+    # every rank, on the model's own device: FSDP2's default mesh would pick the GPU whenever CUDA
+    # is there, moving a 'device: cpu' stage's shards onto it
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = init_device_mesh(next(model.parameters()).device.type, (env.world,))
     for block in transformer_blocks(model):
-        fully_shard(block, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+        fully_shard(block, mesh=world, mp_policy=policy)
+    fully_shard(model, mesh=world, mp_policy=policy)
     return model
 
 
