@@ -498,6 +498,46 @@ def enter(plan: IsolationPlan, state: WorkerState, work: str, *, network: bool) 
 # ---------------------------------------------------------------------------------------------
 
 
+def _threads() -> int:
+    """Threads of this process (every kind: Python's, a thread pool's, a library's)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _probe_single_threaded(hide, expose, site_packages) -> IsolationPlan:
+    """:func:`probe` from a process with other threads (a test runner, a trainer calling ``doctor``).
+
+    The probe's children are raw ``clone`` calls, which skip the C library's fork handlers: a lock
+    another thread held at that moment (the allocator's, the import machinery's) stays locked in
+    the child forever. So the probe runs in an ``os.fork`` child, single-threaded and with those
+    handlers run, and hands back its plan (this process's own data, so pickle is safe here).
+    """
+    import pickle
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            data = pickle.dumps(("plan", probe(hide, expose, site_packages)))
+        except BaseException as exc:
+            data = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(write_end, view):]
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    kind, value = pickle.loads(data) if data else ("error", "the probe process exited without an answer")
+    if kind != "plan":
+        raise OSError(f"probing the protections failed: {value}")
+    return value
+
+
 def _try_in_child(flags: int, plan: IsolationPlan, step: str) -> str:
     """Clone with ``flags``, run ``step`` in the child; "" on success, else the error text."""
     read_end, write_end = os.pipe()
@@ -587,6 +627,8 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
     ``site_packages``: the distributions and modules executions see of site-packages (with their
     dependencies; default ``DEFAULT_SITE_PACKAGES``).
     """
+    if _threads() > 1:
+        return _probe_single_threaded(hide, expose, site_packages)
     plan = IsolationPlan()
     for path in sorted({os.path.realpath(p) for p in hide}):
         why = why_not_hideable(path)
