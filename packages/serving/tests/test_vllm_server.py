@@ -8,6 +8,8 @@ real-server test is skipped with the reason; it runs where a developer has built
 from __future__ import annotations
 
 import os
+import urllib.error
+import urllib.request
 
 import pytest
 import torch
@@ -62,7 +64,7 @@ def test_a_missing_virtualenv_names_the_make_target(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(vllm_python() is None, reason="no .venv-vllm: `make engines-vllm` builds it (CI does not)")
-def test_greedy_logprobs_equal_a_teacher_forced_forward_and_stop_ends_the_group(tokenizer, tmp_path):
+def test_greedy_logprobs_equal_a_teacher_forced_forward_pause_resume_and_stop_ends_the_group(tokenizer, tmp_path):
     from codemoe.core.models import save_pretrained
 
     model = _model(tokenizer)
@@ -83,6 +85,11 @@ def test_greedy_logprobs_equal_a_teacher_forced_forward_and_stop_ends_the_group(
                 positions = logits[len(out.prompt_token_ids) - 1 : -1].float()
                 want = torch.log_softmax(positions, -1).gather(1, torch.tensor(sample.token_ids)[:, None])[:, 0]
                 assert torch.allclose(torch.tensor(sample.logprobs), want, atol=LOGPROB_ATOL)
+        server.pause()  # a paused server answers nothing until resumed
+        with pytest.raises((urllib.error.URLError, TimeoutError)):
+            urllib.request.urlopen(server.url + "/health", timeout=2)
+        server.resume()
+        assert engine.generate(PROMPTS[:1], SamplingParams(n=1, temperature=0, max_new_tokens=8))[0].samples[0].logprobs
     assert server.process is None
     with pytest.raises(ProcessLookupError):  # the API server and its engine core went with it
         os.killpg(group, 0)

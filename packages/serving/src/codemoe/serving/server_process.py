@@ -3,8 +3,8 @@
 Each server pins its own torch, so it runs from its own virtualenv as a separate process that
 codemoe talks to over HTTP. :class:`ServerProcess` is what the launchers share: it starts the
 server in a process group of its own, waits for ``/health``, quotes the log's tail when the server
-does not come up, reads the CPU time the whole group has spent (for benchmarks) and kills the
-group when the ``with`` block ends. A launcher says which python, which command and which
+does not come up, reads the CPU time the whole group has spent and pauses it (for benchmarks),
+and kills the group when the ``with`` block ends. A launcher says which python, which command and which
 environment (:class:`codemoe.serving.sglang_server.SGLangServer`,
 :class:`codemoe.serving.vllm_server.VLLMServer`).
 """
@@ -132,6 +132,20 @@ class ServerProcess:
         if self.process is None:
             raise EngineError(f"the {self.name} server is not running")
         return _group_cpu_ticks(self.process.pid) / os.sysconf("SC_CLK_TCK")
+
+    def pause(self) -> None:
+        """Stop every process of the server (SIGSTOP to its group) until :meth:`resume`: an idle
+        SGLang scheduler polls for requests on a whole core, which a benchmark of other engines on
+        the same machine must not share."""
+        if self.process is None:
+            raise EngineError(f"the {self.name} server is not running")
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused server run again (SIGCONT to its group)."""
+        if self.process is None:
+            raise EngineError(f"the {self.name} server is not running")
+        os.killpg(self.process.pid, signal.SIGCONT)
 
     def log_tail(self, lines: int = 30) -> str:
         try:
