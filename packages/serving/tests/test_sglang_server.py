@@ -205,6 +205,16 @@ def test_abort_ends_running_samples_with_finish_reason_abort(endpoint, checkpoin
     assert len(sample.token_ids) < 500 and len(sample.logprobs) == len(sample.token_ids)
 
 
+def test_flushing_the_cache_keeps_the_samples(endpoint, checkpoint, tokenizer):
+    _, url = endpoint
+    model, _ = checkpoint
+    engine = _engine(url, model, tokenizer)
+    before = engine.generate(PROMPTS, _greedy())
+    engine.flush_cache()  # the prefix cache goes; greedy samples from the same weights do not change
+    after = engine.generate(PROMPTS, _greedy())
+    assert [[s.token_ids for s in o.samples] for o in after] == [[s.token_ids for s in o.samples] for o in before]
+
+
 def test_bad_requests_are_request_errors(endpoint, checkpoint, tokenizer):
     _, url = endpoint
     model, _ = checkpoint

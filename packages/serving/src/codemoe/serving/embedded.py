@@ -217,6 +217,11 @@ class EmbeddedEngine:
             self.weights_version += 1
             self.kv.clear_kept()
 
+    def flush_cache(self) -> None:
+        """Drop what is kept of finished samples for prefix reuse (SGLang's ``/flush_cache``)."""
+        with self._lock:
+            self.kv.clear_kept()
+
     def weights_changed(self) -> None:
         """The model's parameters were changed in place (a trainer sharing it took a step): what was
         kept of the old weights (finished samples' keys and values) is dropped."""
