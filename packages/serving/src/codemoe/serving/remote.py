@@ -127,7 +127,7 @@ class _RemoteEngine:
 
     # ------------------------------------------------------------------------------ one request
 
-    def _request(self, url: str, method: str, path: str, payload: Any = None) -> Any:
+    def _request(self, url: str, method: str, path: str, payload: Any = None, *, text: bool = False) -> Any:
         data = None if payload is None else json.dumps(payload).encode()
         req = urllib.request.Request(url + path, data=data, method=method, headers=self.headers)
         try:
@@ -142,6 +142,8 @@ class _RemoteEngine:
         try:
             return json.loads(body) if body.strip() else None
         except ValueError:
+            if text:  # an endpoint that answers in words (SGLang's /flush_cache)
+                return body.decode(errors="replace")
             raise EngineError(f"{method} {url}{path} answered with a body that is not JSON: {body[:200]!r}") from None
 
     # ------------------------------------------------------------------------------ the servers
@@ -216,9 +218,10 @@ class _RemoteEngine:
             }
         return "; ".join(f"[{u}] {why}" for u, why in reasons.items())
 
-    def _to_all(self, method: str, path: str, payload: Any = None) -> list[Any]:
+    def _to_all(self, method: str, path: str, payload: Any = None, *, text: bool = False) -> list[Any]:
         """One request to every server; one that fails is marked down, and only every one failing is an error."""
-        answers = self._map([(u, None) for u in self.urls], lambda url, _: self._request(url, method, path, payload))
+        answers = self._map([(u, None) for u in self.urls],
+                            lambda url, _: self._request(url, method, path, payload, text=text))
         failed = {u: str(a) for u, a in zip(self.urls, answers) if isinstance(a, (EngineError, RequestError))}
         for url, error in failed.items():
             self._mark_down(url, error)
@@ -525,7 +528,7 @@ class SGLangEngine(_RemoteEngine):
 
     def flush_cache(self) -> None:
         """Drop the servers' prefix (radix) caches."""
-        self._to_all("POST", "/flush_cache")
+        self._to_all("POST", "/flush_cache", text=True)  # SGLang answers 200 "Cache flushed. ..." in plain text
 
 
 def _moe_layers(model: Any) -> list[int]:
