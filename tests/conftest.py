@@ -5,6 +5,7 @@ Kept free of torch at import time, like the root conftest.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +45,50 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer = train_tokenizer([t.prompt + t.reference_solution for t in tasks], vocab_size=384)
     model = build_model(TINY_MODEL, vocab_size=len(tokenizer))
     return save_pretrained(model, tokenizer, tmp_path_factory.mktemp("tiny") / "checkpoint")
+
+
+@dataclass
+class TargetTask:
+    """A prompt (token ids) whose reward is the share of completion tokens equal to ``target``."""
+
+    id: str
+    prompt: list[int]
+    target: int
+
+
+def target_score(tasks: list[TargetTask], outputs: list[Any]) -> list[Any]:
+    """The share of each sample's tokens equal to its task's target (passed when all are)."""
+    from codemoe.rl.rollout import Score
+
+    out = []
+    for task, output in zip(tasks, outputs, strict=True):
+        for sample in output.samples:
+            hits = sum(t == task.target for t in sample.token_ids) / max(len(sample.token_ids), 1)
+            out.append(Score(reward=hits, passed=hits == 1.0))
+    return out
+
+
+@pytest.fixture
+def served_policy(tmp_path: Path) -> Any:
+    """A tiny codemoe MoE policy saved for servers to load, with its tokenizer and four target tasks:
+    ``.policy``, ``.tokenizer``, ``.folder``, ``.tasks``, ``.score`` (for RL against remote engines)."""
+    from types import SimpleNamespace
+
+    import torch
+    from codemoe.core.models import build_model, save_pretrained
+    from codemoe.core.tokenizer import train_tokenizer
+
+    corpus = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i * i)\n"] * 8
+    spec = {
+        "name": "qwen3_moe", "hidden_size": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+        "num_experts": 8, "moe_intermediate_size": 64, "router": {"name": "softmax_topk", "top_k": 2},
+        "experts": {"name": "grouped"}, "max_position_embeddings": 512,
+    }
+    torch.set_num_threads(1)
+    tokenizer = train_tokenizer(corpus, vocab_size=320)
+    torch.manual_seed(0)
+    policy = build_model(spec, vocab_size=len(tokenizer))
+    tasks = [TargetTask(f"t{i}", list(tokenizer.encode(text)), target=40 + i)
+             for i, text in enumerate(["def f(x):", "for i in", "print(", "return a"])]
+    return SimpleNamespace(policy=policy, tokenizer=tokenizer, folder=save_pretrained(policy, tokenizer, tmp_path / "policy"),
+                           tasks=tasks, score=target_score)

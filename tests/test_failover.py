@@ -9,58 +9,23 @@ finishes every step on the survivor.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import pytest
-import torch
-from codemoe.rl.rollout import Score
-
-CORPUS = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i * i)\n"] * 8
-SPEC = {
-    "name": "qwen3_moe", "hidden_size": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
-    "num_experts": 8, "moe_intermediate_size": 64, "router": {"name": "softmax_topk", "top_k": 2},
-    "experts": {"name": "grouped"}, "max_position_embeddings": 256,
-}
 
 
-@dataclass
-class Task:
-    id: str
-    prompt: list[int]
-    target: int
-
-
-def _score(tasks, outputs) -> list[Score]:
-    """The share of completion tokens equal to the task's target."""
-    out = []
-    for task, output in zip(tasks, outputs, strict=True):
-        for sample in output.samples:
-            hits = sum(t == task.target for t in sample.token_ids) / max(len(sample.token_ids), 1)
-            out.append(Score(reward=hits, passed=hits == 1.0))
-    return out
-
-
-def test_rl_run_completes_its_steps_when_one_of_two_servers_dies(registry, tmp_path):
-    from codemoe.core.models import build_model, save_pretrained
-    from codemoe.core.tokenizer import train_tokenizer
+def test_rl_run_completes_its_steps_when_one_of_two_servers_dies(registry, served_policy, tmp_path):
     from codemoe.rl.trainer import RLConfig, RLTrainer
     from codemoe.serving.embedded import EmbeddedEngineConfig, build_embedded_engine
     from codemoe.serving.handlers import ServingApp
     from codemoe.serving.server import ApiServer
 
-    torch.set_num_threads(1)
-    tokenizer = train_tokenizer(CORPUS, vocab_size=320)
-    torch.manual_seed(0)
-    policy = build_model(SPEC, vocab_size=len(tokenizer))
-    folder = save_pretrained(policy, tokenizer, tmp_path / "policy")
+    policy, tokenizer, folder, tasks = served_policy.policy, served_policy.tokenizer, served_policy.folder, served_policy.tasks
     servers = [
         ApiServer(ServingApp(build_embedded_engine(EmbeddedEngineConfig(model_dir=str(folder))), "p", str(folder)),
                   "127.0.0.1", 0).start()
         for _ in range(2)
     ]
     survivor, victim = servers
-    tasks = [Task(f"t{i}", list(tokenizer.encode(text)), target=40 + i)
-             for i, text in enumerate(["def f(x):", "for i in", "print(", "return a"])]
     engine = registry.build(
         "engine",
         {"name": "sglang", "base_url": [s.url for s in servers], "sync_dir": str(tmp_path / "sync")},
@@ -78,7 +43,7 @@ def test_rl_run_completes_its_steps_when_one_of_two_servers_dies(registry, tmp_p
 
     trainer = RLTrainer(
         RLConfig(steps=3, prompts_per_step=4, lr=1e-2, max_new_tokens=6, checkpoint_every=10),
-        algorithm, policy, engine, _score, tasks, pad_id=tokenizer.pad_token_id,
+        algorithm, policy, engine, served_policy.score, tasks, pad_id=tokenizer.pad_token_id,
         checkpoint_dir=tmp_path / "ckpt", on_step=on_step,
     )
     try:

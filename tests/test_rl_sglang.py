@@ -8,54 +8,19 @@ and recomputes the samples' log-probs with the experts SGLang chose. The server 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 
 import pytest
-import torch
-from codemoe.rl.rollout import Score
 from codemoe.serving.sglang_server import SGLangServer, sglang_python
 
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]
 
-CORPUS = ["def add(a, b):\n    return a + b\n", "for i in range(10):\n    print(i * i)\n"] * 8
-SPEC = {
-    "name": "qwen3_moe", "hidden_size": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
-    "num_experts": 8, "moe_intermediate_size": 64, "router": {"name": "softmax_topk", "top_k": 2},
-    "experts": {"name": "grouped"}, "max_position_embeddings": 512,
-}
 
-
-@dataclass
-class Task:
-    id: str
-    prompt: list[int]
-    target: int
-
-
-def _score(tasks, outputs) -> list[Score]:
-    """The share of completion tokens equal to the task's target."""
-    out = []
-    for task, output in zip(tasks, outputs, strict=True):
-        for sample in output.samples:
-            hits = sum(t == task.target for t in sample.token_ids) / max(len(sample.token_ids), 1)
-            out.append(Score(reward=hits, passed=hits == 1.0))
-    return out
-
-
-def test_grpo_steps_against_real_sglang_replay_its_experts_and_match_its_logprobs(registry, tmp_path):
+def test_grpo_steps_against_real_sglang_replay_its_experts_and_match_its_logprobs(registry, served_policy, tmp_path):
     if sglang_python() is None:
         pytest.skip("no .venv-sglang: `make engines` builds it (CI does)")
-    from codemoe.core.models import build_model, save_pretrained
-    from codemoe.core.tokenizer import train_tokenizer
     from codemoe.rl.trainer import RLConfig, RLTrainer
 
-    torch.set_num_threads(1)
-    tokenizer = train_tokenizer(CORPUS, vocab_size=320)
-    torch.manual_seed(0)
-    policy = build_model(SPEC, vocab_size=len(tokenizer))
-    folder = save_pretrained(policy, tokenizer, tmp_path / "policy")
-    tasks = [Task(f"t{i}", list(tokenizer.encode(text)), target=40 + i)
-             for i, text in enumerate(["def f(x):", "for i in", "print(", "return a"])]
+    policy, tokenizer, folder = served_policy.policy, served_policy.tokenizer, served_policy.folder
     steps, seen = [], []
     with SGLangServer(folder) as server:
         engine = registry.build(
@@ -68,7 +33,7 @@ def test_grpo_steps_against_real_sglang_replay_its_experts_and_match_its_logprob
                                    registry=registry)
         trainer = RLTrainer(
             RLConfig(steps=2, prompts_per_step=2, lr=1e-2, max_new_tokens=6, checkpoint_every=10),
-            algorithm, policy, engine, _score, tasks, pad_id=tokenizer.pad_token_id,
+            algorithm, policy, engine, served_policy.score, served_policy.tasks, pad_id=tokenizer.pad_token_id,
             checkpoint_dir=tmp_path / "ckpt", on_step=lambda step, metrics: steps.append(metrics),
             on_rollouts=lambda step, rollouts: seen.append(rollouts),
         )
