@@ -1,8 +1,8 @@
 """The vLLM launcher against a real vLLM server, driven through codemoe's ``openai`` engine.
 
 The server runs from ``.venv-vllm`` (``make engines-vllm``) with vLLM's CPU recipe
-(:mod:`codemoe.serving.vllm_server`). ``.ci/run`` does not build that virtualenv, so in CI the
-real-server test is skipped with the reason; it runs where a developer has built it (about 30 s).
+(:mod:`codemoe.serving.vllm_server`). ``.ci/run`` builds that virtualenv (about 1.5 minutes), so CI
+runs the real-server test (about 30 s); without the venv it is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def test_a_missing_virtualenv_names_the_make_target(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(vllm_python() is None, reason="no .venv-vllm: `make engines-vllm` builds it (CI does not)")
+@pytest.mark.skipif(vllm_python() is None, reason="no .venv-vllm: `make engines-vllm` builds it (CI does)")
 def test_greedy_logprobs_equal_a_teacher_forced_forward_pause_resume_and_stop_ends_the_group(tokenizer, tmp_path):
     from codemoe.core.models import save_pretrained
 
