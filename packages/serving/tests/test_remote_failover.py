@@ -7,7 +7,6 @@ gets a reset) or in-process ones of the same checkpoint; the reference is one he
 from __future__ import annotations
 
 import http.server
-import json
 import os
 import re
 import signal
@@ -16,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import warnings
 
 import pytest
@@ -66,32 +64,89 @@ def two_processes(model_dir):
                 proc.wait(30)
 
 
-def _running(url: str) -> int:
-    with urllib.request.urlopen(url + "/health", timeout=5) as resp:
-        return int(json.loads(resp.read()).get("running", 0))
+class _KillOnGenerate:
+    """A loopback relay in front of a server process: requests pass through until it is armed; the
+    first ``POST /generate`` after that reaches the server, which is then SIGKILLed while working on
+    it, and the client's connection closes unanswered. The kill lands inside the call by design, not
+    by a race with how fast the server answers."""
+
+    def __init__(self, target: str, victim: subprocess.Popen) -> None:
+        self.target = target.removeprefix("http://").split(":")
+        self.victim, self.armed, self.killed = victim, threading.Event(), threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        with client:
+            request = _read_request(client)
+            kill = self.armed.is_set() and request.startswith(b"POST /generate")
+            try:
+                upstream = socket.create_connection((self.target[0], int(self.target[1])))
+            except OSError:
+                return  # the server is gone: the client's connection closes unanswered
+            with upstream:
+                upstream.sendall(request)
+                if kill:
+                    time.sleep(0.05)  # the server has the request and works on it
+                    self.victim.kill()
+                    self.victim.wait()
+                    self.killed.set()
+                    return
+                try:
+                    while chunk := upstream.recv(1 << 16):
+                        client.sendall(chunk)
+                except OSError:  # the client went away first
+                    return
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _read_request(sock: socket.socket) -> bytes:
+    """One HTTP request (headers and a Content-Length body) as sent by urllib (Connection: close)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    found = re.search(rb"(?i)content-length:\s*(\d+)", head)
+    length = int(found.group(1)) if found else 0
+    while len(body) < length:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 def test_a_server_killed_mid_call_gives_the_samples_of_one_healthy_server(server, registry, two_processes):
-    (victim, first), (_, second) = two_processes
+    (victim, direct), (_, second) = two_processes
+    relay = _KillOnGenerate(direct, victim)
+    first = relay.url
     want = tokens(registry.build("engine", {"name": "sglang", "base_url": server.url}).generate(PROMPTS, SEEDED))
     engine = registry.build("engine", {"name": "sglang", "base_url": [first, second], "timeout_s": 60})
     started = time.monotonic()
     assert tokens(engine.generate(PROMPTS, SEEDED)) == want  # both up: half the prompts each
     healthy_s = time.monotonic() - started
+    relay.armed.set()  # the next call's part for the first server kills it while it samples
 
-    def kill_once_it_samples() -> None:  # SIGKILL while the victim decodes its half: a reset, no answer
-        deadline = time.monotonic() + 30
-        while _running(first) == 0 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        victim.kill()
-
-    killer = threading.Thread(target=kill_once_it_samples)
-    killer.start()
     started = time.monotonic()
     with pytest.warns(RuntimeWarning, match=rf"{re.escape(first)} failed .*go to {re.escape(second)}"):
         got = engine.generate(PROMPTS, SEEDED)
     failover_s = time.monotonic() - started
-    killer.join()
+    relay.close()
+    assert relay.killed.is_set()
     print(f"12 prompts x 2 samples x 40 tokens over two servers: {healthy_s:.2f} s healthy, "
           f"{failover_s:.2f} s with one killed mid-call")
     assert victim.wait(10) == -signal.SIGKILL
