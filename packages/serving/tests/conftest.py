@@ -46,17 +46,18 @@ def tokenizer():
     return train_tokenizer(CORPUS, vocab_size=320)
 
 
-def _build_codemoe_model(tokenizer, seed: int):
+def _build_codemoe_model(tokenizer, seed: int, **options):
     from codemoe.core.models import build_model
 
     torch.manual_seed(seed)
-    return build_model(CODEMOE_SPEC, vocab_size=len(tokenizer)).eval()
+    return build_model({**CODEMOE_SPEC, **options}, vocab_size=len(tokenizer)).eval()
 
 
 @pytest.fixture(scope="session")
 def make_codemoe_model(tokenizer):
-    """``make_codemoe_model(seed)``: a fresh codemoe MoE model (routing is recorded), weights from ``seed``."""
-    return lambda seed=0: _build_codemoe_model(tokenizer, seed)
+    """``make_codemoe_model(seed, **spec options)``: a fresh codemoe MoE model (routing is recorded),
+    weights from ``seed``."""
+    return lambda seed=0, **options: _build_codemoe_model(tokenizer, seed, **options)
 
 
 @pytest.fixture(scope="session")

@@ -26,38 +26,19 @@ from codemoe.serving.sglang_server import SGLangServer, sglang_python
 pytestmark = [pytest.mark.slow, pytest.mark.sglang]
 
 PROMPTS = ["def add(a, b):", "for i in range("]
-SPEC = {
-    "name": "qwen3_moe",
-    "hidden_size": 64,
-    "num_layers": 2,
-    "num_heads": 4,
-    "num_kv_heads": 2,
-    "head_dim": 16,
-    "num_experts": 8,
-    "moe_intermediate_size": 64,
-    "intermediate_size": 96,
-    "router": {"name": "softmax_topk", "top_k": 2},
-    "experts": {"name": "grouped"},
-    "max_position_embeddings": 512,
-}
+# the serving tests' tiny MoE (conftest.CODEMOE_SPEC), with room for a 500-token sample
+CONTEXT = {"max_position_embeddings": 512}
 # Both servers compute in fp32 on this CPU, with other attention kernels than the teacher-forced
 # transformers forward (SGLang: torch_native; codemoe: its own decode path): sums of a few hundred
 # products in another order differ by ~1e-6 relative; 1e-4 on log-probs leaves a wide margin.
 LOGPROB_ATOL = 1e-4
 
 
-def _model(tokenizer, seed: int, **options):
-    from codemoe.core.models import build_model
-
-    torch.manual_seed(seed)
-    return build_model({**SPEC, **options}, vocab_size=len(tokenizer)).eval()
-
-
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, tokenizer):
+def checkpoint(tmp_path_factory, tokenizer, make_codemoe_model):
     from codemoe.core.models import save_pretrained
 
-    model = _model(tokenizer, 0)
+    model = make_codemoe_model(0, **CONTEXT)
     return model, save_pretrained(model, tokenizer, tmp_path_factory.mktemp("sglang-ckpt") / "tiny-moe-dense")
 
 
@@ -118,13 +99,13 @@ def test_routed_experts_are_the_models_own_routing_prompt_included(endpoint, che
     _check_routing(_engine(url, model, tokenizer, return_routing=True), model, tokenizer, [0, 1])
 
 
-def test_an_all_layer_report_with_dense_layers_maps_onto_the_moe_layers(tokenizer, tmp_path):
+def test_an_all_layer_report_with_dense_layers_maps_onto_the_moe_layers(tokenizer, make_codemoe_model, tmp_path):
     from codemoe.core.models import save_pretrained
     from codemoe.serving.embedded import EmbeddedEngineConfig, build_embedded_engine
     from codemoe.serving.handlers import ServingApp
     from codemoe.serving.server import ApiServer
 
-    model = _model(tokenizer, 0, num_layers=3, dense_layers=[1])
+    model = make_codemoe_model(0, **CONTEXT, num_layers=3, dense_layers=[1])
     folder = save_pretrained(model, tokenizer, tmp_path / "dense")
     served = build_embedded_engine(EmbeddedEngineConfig(model_dir=str(folder)))
     with ApiServer(ServingApp(served, "dense", str(folder)), "127.0.0.1", 0) as running:
@@ -163,12 +144,12 @@ def test_a_stop_string_ends_the_sample_and_is_cut_from_its_text(endpoint, checkp
 
 
 def test_a_weight_update_changes_the_logprobs_and_every_later_sample_carries_its_version(
-    endpoint, checkpoint, tokenizer, tmp_path
+    endpoint, checkpoint, tokenizer, make_codemoe_model, tmp_path
 ):
     _, url = endpoint
     model, folder = checkpoint
-    engine = _engine(url, _model(tokenizer, 0), tokenizer, sync_dir=str(tmp_path / "sync"))
-    new = _model(tokenizer, 5)
+    engine = _engine(url, make_codemoe_model(0, **CONTEXT), tokenizer, sync_dir=str(tmp_path / "sync"))
+    new = make_codemoe_model(5, **CONTEXT)
     try:
         engine.update_weights(state_dict=new.state_dict())
         first = engine.weight_version

@@ -81,6 +81,8 @@ class ServingApp:
         self.model_name = model_name
         self.model_path = model_path
         self.weight_version = "default"  # SGLang's: set by a weight update that names one
+        # (decoder layers, those with a codemoe MoE block): SGLang reports routed experts for every layer
+        self._layers = _decoder_layers(engine.model)
         self._live: dict[str, list[Any]] = {}  # /generate requests in flight, by id (for /abort_request)
         self._live_lock = threading.Lock()
         self.routes: dict[tuple[str, str], Callable[[Any], Result]] = {
@@ -422,18 +424,19 @@ class ServingApp:
         if req.return_logprob:
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(sample.logprobs, sample.token_ids)]
         if req.return_routed_experts:
-            meta["routed_experts"] = _routed_experts(out, sample, self._decoder_layers(), req.routed_experts_start_len)
+            meta["routed_experts"] = _routed_experts(out, sample, self._layers, req.routed_experts_start_len)
         result: dict[str, Any] = {"text": sample.text, "output_ids": sample.token_ids, "meta_info": meta}
         if req.return_prompt_token_ids:
             result["prompt_token_ids"] = list(out.prompt_token_ids)
         return result
 
-    def _decoder_layers(self) -> tuple[int, list[int]]:
-        """(decoder layers, indices of those with a codemoe MoE block): SGLang reports every layer."""
-        from codemoe.core.moe import MoEBlock
 
-        layers = next((m for n, m in self.engine.model.named_modules() if n.rsplit(".", 1)[-1] == "layers"), [])
-        return len(layers), [i for i, layer in enumerate(layers) if any(isinstance(m, MoEBlock) for m in layer.modules())]
+def _decoder_layers(model: Any) -> tuple[int, list[int]]:
+    from codemoe.core.moe import moe_blocks
+
+    count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    routed = [block.layer for block in moe_blocks(model)]
+    return (count if count is not None else max(routed, default=-1) + 1), routed
 
 
 def _routed_experts(out: GenerationOutput, sample: Sample, layers: tuple[int, list[int]], start: int) -> str | None:

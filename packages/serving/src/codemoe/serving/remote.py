@@ -533,16 +533,9 @@ class SGLangEngine(_RemoteEngine):
 
 def _moe_layers(model: Any) -> list[int]:
     """Indices of the decoder layers that route tokens (hold a codemoe MoE block), in order."""
-    from codemoe.core.moe import MoEBlock
+    from codemoe.core.moe import moe_blocks
 
-    layers = None
-    for name, module in getattr(model, "named_modules", lambda: [])():
-        if name.rsplit(".", 1)[-1] == "layers" and hasattr(module, "__len__"):
-            layers = module
-            break
-    if layers is None:
-        raise EngineError("return_routing needs a model with a 'layers' list (the decoder layers SGLang reports)")
-    found = [i for i, layer in enumerate(layers) if any(isinstance(m, MoEBlock) for m in layer.modules())]
+    found = [block.layer for block in moe_blocks(model)] if hasattr(model, "modules") else []
     if not found:
         raise EngineError("return_routing needs a model with codemoe MoE blocks (routing replay replays them)")
     return found
