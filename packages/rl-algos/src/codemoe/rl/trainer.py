@@ -343,10 +343,10 @@ class RLTrainer:
         for epoch in range(cfg.epochs):
             for groups in chunks:
                 rows = rollouts.rows(groups)
-                out = self._update_chunk(rollouts, data, adv, rows)
+                out = self._update_chunk(rollouts, data, adv, rows, agreement=epoch == 0)
                 is_stats.append(out.pop("is_stats"))
                 agreed = out.pop("agreement")
-                if epoch == 0 and agreed is not None:  # the first pass over every row: the sampling weights
+                if agreed is not None:  # measured in the first pass over every row: the sampling weights
                     agreement += torch.stack(agreed).to(agreement)
                 for key, value in out.items():
                     sums[key] += value
@@ -356,7 +356,8 @@ class RLTrainer:
         return sums
 
     def _update_chunk(
-        self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, rows: torch.Tensor
+        self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, rows: torch.Tensor, *,
+        agreement: bool = False,
     ) -> dict[str, Any]:
         mask = rollouts.mask[rows] * data.keep[rows].unsqueeze(-1)
         prompts = [rollouts.prompt_ids[i] for i in rows.tolist()]
@@ -369,7 +370,7 @@ class RLTrainer:
                 temperature=self.config.temperature,
                 routes=None if rollouts.routes is None else [rollouts.routes[i] for i in rows.tolist()],
                 replay=self.algo.config.routing_replay,
-                agreement=rollouts.routes is not None,
+                agreement=agreement and rollouts.routes is not None,  # the first pass only: it is what counts
                 share_prompts=self._share_prompts(),
             )
             balance = balance_loss(self.policy, stats.outputs)
