@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -29,18 +28,11 @@ class ByteEngine(ScriptedEngine):
     """A scripted engine whose token ids are UTF-8 bytes (so text observations can be appended)."""
 
     def __init__(self, actions: list[str]) -> None:
-        super().__init__([self.encode(a) for a in actions])
-        self.texts = actions
+        super().__init__([self.encode(a) for a in actions], texts=actions)
 
     @staticmethod
     def encode(text: str) -> list[int]:
         return list(text.encode("utf-8"))
-
-    def generate(self, prompts, params):
-        outputs = super().generate(prompts, params)
-        for out in outputs:
-            out.samples = [SimpleNamespace(**{**vars(s), "text": self.texts[self.turn - 1]}) for s in out.samples]
-        return outputs
 
 
 def _rollouts(registry, policy):

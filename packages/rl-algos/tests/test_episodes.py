@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -10,24 +12,37 @@ import torch
 from codemoe.core.contracts import SamplingParams
 from codemoe.core.errors import ConfigError
 from codemoe.rl.advantages import AdvantageInput, GAEAdvantage, GAEConfig, ReinforcePPAdvantage, ReinforcePPConfig
-from codemoe.rl.episodes import Turn, run_episodes
+from codemoe.rl.episodes import EpisodeError, Turn, episode_seed, run_episodes
 from codemoe.rl.rollout import Score
 from rl_toy import ToyEpisodeEnvironment
 from test_trainer import _fit, _trainer
 
 
 class ScriptedEngine:
-    """Answers turn ``k`` of every episode with ``actions[k]`` (log-prob -0.5 per token)."""
+    """Answers turn ``k`` of every episode with ``actions[k]`` (log-prob -0.5 per token), as a real
+    engine would: from the prompt alone, whichever calls and threads the prompts come in. A prompt's
+    turn is the number of distinct prompts answered before that are proper prefixes of it (its own
+    episode's earlier turns; the episodes a test runs act alike, so siblings' prompts are the same)."""
 
-    def __init__(self, actions: list[list[int]]) -> None:
-        self.actions, self.turn, self.prompts = actions, 0, []
+    def __init__(self, actions: list[list[int]], texts: list[str] | None = None) -> None:
+        self.actions = actions
+        self.texts = texts or [f"a{k + 1}" for k in range(len(actions))]
+        self.prompts: list[list[list[int]]] = []  # every call's prompts, in call order
+        self._answered: set[tuple[int, ...]] = set()
+        self._lock = threading.Lock()
 
     def generate(self, prompts, params):
-        self.prompts.append([list(p) for p in prompts])
-        tokens = self.actions[self.turn]
-        self.turn += 1
-        sample = SimpleNamespace(token_ids=tokens, text=f"a{self.turn}", logprobs=[-0.5] * len(tokens))
-        return [SimpleNamespace(prompt_token_ids=list(p), samples=[sample] * params.n) for p in prompts]
+        with self._lock:
+            self.prompts.append([list(p) for p in prompts])
+            outputs = []
+            for prompt in prompts:
+                key = tuple(prompt)
+                turn = sum(len(seen) < len(key) and key[: len(seen)] == seen for seen in self._answered)
+                tokens = self.actions[turn]
+                sample = SimpleNamespace(token_ids=tokens, text=self.texts[turn], logprobs=[-0.5] * len(tokens))
+                outputs.append(SimpleNamespace(prompt_token_ids=list(prompt), samples=[sample] * params.n))
+            self._answered.update(tuple(p) for p in prompts)
+            return outputs
 
 
 class ScriptedEnvironment:
@@ -54,7 +69,7 @@ def test_an_episode_becomes_one_row_with_actions_masked_in_and_rewards_on_their_
         engine, ScriptedEnvironment, ["task"], params, max_turns=3, max_observation_tokens=4, pad_id=0
     )
     # turn 0 sampled both episodes from the one prompt; turn 1 sent each history as its own prompt
-    assert engine.prompts == [[[3, 4]], [[3, 4, 5, 6, 9], [3, 4, 5, 6, 9]]]
+    assert engine.prompts[0] == [[3, 4]] and sorted(engine.prompts[1:]) == [[[3, 4, 5, 6, 9]]] * 2
     assert rollouts.prompt_ids == [[3, 4], [3, 4]] and rollouts.group_size == 2
     width = 3 * 3 + 2 * 4
     assert rollouts.completions.shape == (2, width)
@@ -79,6 +94,192 @@ def test_an_observation_keeps_its_first_tokens_only():
         pad_id=0,
     )
     assert rollouts.completions[0].tolist() == [5, 6]
+
+
+class VaryingEnvironment:
+    """A toy whose episodes end at different turns, with steps that take different times.
+
+    The episode ends after an action whose first token is even, or at the fifth turn; each step
+    sleeps 0-3 ms by the action, so episodes run at their own pace and the threads interleave
+    differently from run to run. Observation: the action's first token mod 5, plus 1.
+    """
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    def reset(self, task) -> list[int]:
+        return list(task.prompt)
+
+    def step(self, action, token_ids) -> Turn:
+        self.turns += 1
+        time.sleep(0.001 * (token_ids[0] % 4))
+        return Turn(observation=[token_ids[0] % 5 + 1], reward=0.1 * self.turns, done=token_ids[0] % 2 == 0)
+
+    def outcome(self) -> Score:
+        return Score(reward=float(self.turns), passed=self.turns > 1)
+
+
+def _varying(registry, **options):
+    from rl_toy import tiny_policy, toy_tasks
+
+    engine = registry.build("engine", {"name": "embedded"}, model=tiny_policy(), tokenizer=None)
+    params = SamplingParams(n=2, max_new_tokens=2, seed=7, ignore_eos=True)
+    tasks = toy_tasks(6, prompt_len=3)
+    rollouts = run_episodes(
+        engine, VaryingEnvironment, tasks, params, max_turns=5, max_observation_tokens=1, pad_id=0, **options
+    )
+    return tasks, rollouts
+
+
+def test_concurrent_episodes_give_the_rollouts_of_one_at_a_time_token_for_token(registry):
+    """Every way of running the episodes (all live at once, one turn of one episode at a time, one
+    group at a time refilled as episodes end) gives the same rows in the same order."""
+    tasks, alone = _varying(registry, concurrent=False)
+    runs = {"all live": _varying(registry)[1], "one group live": _varying(registry, max_live_episodes=2)[1]}
+    lengths = alone.mask.sum(-1)
+    assert len(set(lengths.tolist())) > 2  # episodes ended at different turns: slots were refilled unevenly
+    assert alone.prompt_ids == [t.prompt for t in tasks for _ in range(2)]  # grouped by task, in task order
+    for name, rollouts in runs.items():
+        assert rollouts.prompt_ids == alone.prompt_ids, name
+        assert torch.equal(rollouts.completions, alone.completions), name
+        assert torch.equal(rollouts.mask, alone.mask), name
+        assert torch.equal(rollouts.rewards, alone.rewards) and torch.equal(rollouts.step_rewards, alone.step_rewards)
+        # the same tokens' log-probs, computed in batches of other shapes: fp32 rounding only
+        torch.testing.assert_close(rollouts.engine_logp, alone.engine_logp, atol=1e-5, rtol=0, equal_nan=True)
+
+
+class MeetingEnvironment:
+    """Each step waits at a barrier with ``parties`` steps of other episodes: a step completes only
+    when that many steps are in flight at once (10 s timeout, then BrokenBarrierError)."""
+
+    def __init__(self, barrier: threading.Barrier) -> None:
+        self.barrier = barrier
+
+    def reset(self, task) -> list[int]:
+        return [3, 4]
+
+    def step(self, action, token_ids) -> Turn:
+        self.barrier.wait()
+        return Turn(observation=[9], done=True)
+
+    def outcome(self) -> Score:
+        return Score(reward=1.0, passed=True)
+
+
+def test_the_steps_of_live_episodes_run_at_the_same_time():
+    barrier = threading.Barrier(4, timeout=10)
+    engine = ScriptedEngine([[5]])
+    rollouts = run_episodes(
+        engine, lambda: MeetingEnvironment(barrier), ["a", "b"], SamplingParams(n=2, max_new_tokens=1),
+        max_turns=1, max_observation_tokens=1, pad_id=0,
+    )
+    assert rollouts.rewards.tolist() == [1.0] * 4
+
+
+class GatedEnvironment:
+    """Task ``long``'s episodes step only once ``gate`` is open; the others end after one step,
+    counting themselves. ``live`` tracks episodes between reset and outcome."""
+
+    def __init__(self, state: dict) -> None:
+        self.state, self.task = state, None
+
+    def reset(self, task) -> list[int]:
+        self.task = task
+        with self.state["lock"]:
+            self.state["live"] += 1
+            self.state["peak"] = max(self.state["peak"], self.state["live"])
+        return [3, 4]
+
+    def step(self, action, token_ids) -> Turn:
+        if self.task == "long" and not self.state["gate"].wait(10):
+            raise TimeoutError("the short tasks never finished while the long episodes were live")
+        return Turn(observation=[9], done=True)
+
+    def outcome(self) -> Score:
+        with self.state["lock"]:
+            self.state["live"] -= 1
+            if self.task != "long":
+                self.state["short_done"] += 1
+                if self.state["short_done"] == 6:
+                    self.state["gate"].set()
+        return Score(reward=1.0, passed=True)
+
+
+def test_ended_episodes_free_their_slots_while_a_long_episode_runs():
+    """With room for two groups, the long task's group holds one slot pair while the three short
+    tasks pass through the other one after another; at most four episodes are ever live."""
+    state = {"lock": threading.Lock(), "gate": threading.Event(), "live": 0, "peak": 0, "short_done": 0}
+    tasks = ["long", "s1", "s2", "s3"]
+    rollouts = run_episodes(
+        ScriptedEngine([[5]]), lambda: GatedEnvironment(state), tasks, SamplingParams(n=2, max_new_tokens=1),
+        max_turns=1, max_observation_tokens=1, pad_id=0, max_live_episodes=4,
+    )
+    assert state["peak"] == 4 and state["live"] == 0
+    assert rollouts.rewards.tolist() == [1.0] * 8 and rollouts.mask.sum().item() == 8
+
+
+class FailingEnvironment(ScriptedEnvironment):
+    """ScriptedEnvironment whose second step raises for task ``bad``, sample-independent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.task = None
+        self.closed = False
+
+    def reset(self, task) -> list[int]:
+        self.task = task
+        return super().reset(task)
+
+    def step(self, action, token_ids) -> Turn:
+        if self.task == "bad" and self.turn == 1:
+            raise OSError("the sandbox went away")
+        return super().step(action, token_ids)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_failing_step_names_its_task_and_turn_and_the_other_episodes_are_kept():
+    made: list[FailingEnvironment] = []
+
+    def make() -> FailingEnvironment:
+        made.append(FailingEnvironment())
+        return made[-1]
+
+    engine = ScriptedEngine([[5, 6], [7, 8, 11]])
+    with pytest.warns(RuntimeWarning, match=r"(?s)2 of 6 episodes failed.*'bad'.*turn 2: the environment raised OSError"):
+        rollouts = run_episodes(
+            engine, make, ["good", "bad", "fine"], SamplingParams(n=2, max_new_tokens=3),
+            max_turns=3, max_observation_tokens=4, pad_id=0,
+        )
+    assert rollouts.rewards.tolist() == pytest.approx([1.3, 1.3, 0.0, 0.0, 1.3, 1.3])  # groups in task order
+    assert rollouts.components[2] == {"episode_error": 1.0}
+    assert rollouts.mask[2:4].sum() == 0  # the failed group trains nothing
+    assert rollouts.mask[0].sum() == 5 and rollouts.mask[4].sum() == 5  # the others are whole
+    assert [env.closed for env in made if env.task == "bad"] == [True, True]
+
+
+def test_when_every_episode_fails_the_error_lists_them():
+    with pytest.raises(EpisodeError, match=r"(?s)every one of the 2 episodes failed.*'bad'.*sample 1, turn 2"):
+        run_episodes(
+            ScriptedEngine([[5, 6], [7]]), FailingEnvironment, ["bad"], SamplingParams(n=2, max_new_tokens=3),
+            max_turns=3, max_observation_tokens=4, pad_id=0,
+        )
+
+
+def test_a_cap_below_the_group_size_is_a_config_error():
+    with pytest.raises(ConfigError, match="'max_live_episodes' is 3, below the group size 4"):
+        run_episodes(
+            ScriptedEngine([[5]]), ScriptedEnvironment, ["task"], SamplingParams(n=4, max_new_tokens=1),
+            max_turns=1, max_observation_tokens=1, pad_id=0, max_live_episodes=3,
+        )
+
+
+def test_episode_seeds_depend_on_task_sample_and_turn_only():
+    seeds = {episode_seed(5, task, sample, turn) for task in range(3) for sample in (None, 0, 1) for turn in range(3)}
+    assert len(seeds) == 27 and all(0 <= s < 2**62 for s in seeds)
+    assert episode_seed(5, 1, 0, 2) == episode_seed(5, 1, 0, 2) != episode_seed(6, 1, 0, 2)
+    assert episode_seed(None, 1, 0, 2) is None
 
 
 def _compact(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

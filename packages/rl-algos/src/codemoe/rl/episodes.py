@@ -12,23 +12,54 @@ said, never on what the environment said), and ``step_rewards [B, T]`` holds eac
 the last token of its action and the outcome reward on the last token of the last action. The
 estimators then do the credit assignment (mission R4): GRPO-family estimators compare whole
 episode returns within a group, REINFORCE++ and GAE spread rewards back over the actions before
-them (skipping the observation tokens). The first turn samples the group from the shared prompt
-(``n`` samples, one prefill); later turns send each episode's history as its own prompt, which
-an engine with a prefix cache continues without recomputing it.
+them (skipping the observation tokens). Rows come grouped by task, in task order, the group's
+samples in order, however the episodes were scheduled.
+
+Episodes run concurrently, each at its own pace (continuous batching of episodes). A task's group
+starts with one engine call for its ``n`` samples (one prefill of the shared prompt); from then on
+every episode is its own chain of jobs on a thread pool, one job per turn: the environment steps on
+the action (its sandbox executions run beside every other episode's, as many at once as the
+executor has workers), then the engine is asked for the next action, a one-prompt call that the
+engine batches with the calls of every other live episode (the embedded engine's scheduler admits
+them into its running batch; a remote engine sends each as its own request). A slow test run holds
+up only its own episode. At most ``max_live_episodes`` episodes are live (started, not ended: each
+holds a workspace and a history in the engine); when an episode ends its slot goes to the next
+task's group. Each call's sampling seed is derived from the run's seed, the task's index, the
+sample's index and the turn (:func:`episode_seed`), never from which episodes share the engine at
+that moment, so an engine whose samples depend only on prompt, parameters and seed (the embedded
+engine's per-sample random streams) gives the same rollouts token for token however many episodes
+run at once, ``concurrent=False`` (one job at a time) included.
+
+An episode whose environment or engine call raises ends there, failed; the others run on. Its
+group's rows stay in place but are masked out of the loss (a group-relative baseline over a group
+missing a member is not the comparison the estimators make), its own row scores 0 with the
+component ``episode_error``, and a ``RuntimeWarning`` names every failed episode's task, sample and
+turn with the error. When every episode failed there is nothing to train on and
+:class:`EpisodeError` is raised with the same account.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import warnings
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from codemoe.core.contracts import SamplingParams
+from codemoe.core.errors import CodemoeError, ConfigError
 from codemoe.rl.rollout import Rollouts, Score, padded_rows, score_fields
 
-__all__ = ["Environment", "Turn", "run_episodes"]
+__all__ = ["DEFAULT_MAX_LIVE_EPISODES", "Environment", "EpisodeError", "Turn", "episode_seed", "run_episodes"]
+
+# Live episodes by default: the embedded engine's default KV-cache slots (max_batch_size), so every
+# live episode's next action can be decoded in one batch; more would only wait in the engine's queue
+# while holding a workspace.
+DEFAULT_MAX_LIVE_EPISODES = 256
 
 
 @dataclass
@@ -41,7 +72,14 @@ class Turn:
 
 
 class Environment(Protocol):
-    """One episode at a time: ``reset`` -> ``step`` ... -> ``outcome``."""
+    """One episode: ``reset`` -> ``step`` ... -> ``outcome``.
+
+    :func:`run_episodes` makes one environment per episode and calls it from one thread at a time,
+    but the environments of different episodes from different threads at once: what they share
+    (a sandbox executor, a cache) must be safe to use concurrently. A method that raises ends its
+    episode as failed (see the module docstring); an environment that also has ``close()`` is
+    closed then, to release what ``outcome()`` would have released.
+    """
 
     def reset(self, task: Any) -> str | list[int]:
         """Start an episode on ``task``; returns its prompt (text or token ids)."""
@@ -56,21 +94,35 @@ class Environment(Protocol):
         ...
 
 
+class EpisodeError(CodemoeError, RuntimeError):
+    """Every episode of a :func:`run_episodes` call failed; the message names each one's task and turn."""
+
+
 @dataclass
 class _Episode:
-    env: Environment
-    prompt: list[int]
+    task_index: int
+    sample: int
+    prompt: list[int] = field(default_factory=list)
+    env: Environment | None = None
     tokens: list[int] = field(default_factory=list)  # actions and observations after the prompt
     action: list[bool] = field(default_factory=list)  # per token: the policy produced it
     logprobs: list[float] = field(default_factory=list)  # engine log-prob per token (NaN on observations)
     rewards: list[tuple[int, float]] = field(default_factory=list)  # (token index, step reward)
     texts: list[str] = field(default_factory=list)  # each action's text
-    done: bool = False
+    score: Score | None = None  # the outcome, once the episode ended
+    failure: str = ""  # what raised, once the episode failed
 
-    def act(self, token_ids: list[int], logprobs: list[float] | None) -> None:
+    def act(self, sample: Any) -> None:
+        token_ids = list(sample.token_ids)
         self.tokens += token_ids
         self.action += [True] * len(token_ids)
-        self.logprobs += list(logprobs) if logprobs else [math.nan] * len(token_ids)
+        self.logprobs += list(sample.logprobs) if sample.logprobs else [math.nan] * len(token_ids)
+        self.texts.append(sample.text)
+
+    def observe(self, token_ids: list[int]) -> None:
+        self.tokens += token_ids
+        self.action += [False] * len(token_ids)
+        self.logprobs += [math.nan] * len(token_ids)
 
 
 def run_episodes(
@@ -82,45 +134,161 @@ def run_episodes(
     max_turns: int,
     max_observation_tokens: int,
     pad_id: int,
+    max_live_episodes: int = DEFAULT_MAX_LIVE_EPISODES,
+    concurrent: bool = True,
 ) -> Rollouts:
-    """``params.n`` episodes of every task, as rollouts (rows grouped by task, see the module docstring)."""
+    """``params.n`` episodes of every task, as rollouts (rows grouped by task, see the module docstring).
+
+    ``max_live_episodes`` caps the episodes started and not yet ended (at least ``params.n``: a
+    group starts together). ``concurrent=False`` runs one job (a group's start or one turn of one
+    episode) at a time in a single thread: the same rollouts, for engines that cannot take calls
+    from several threads.
+    """
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-    group = params.n
-    episodes: list[_Episode] = []
-    for task in tasks:
-        for _ in range(group):
-            env = make_env()
-            episodes.append(_Episode(env, _ids(engine, env.reset(task), "the environment's prompt")))
-    for turn in range(max_turns):
-        active = [e for e in episodes if not e.done]
-        if not active:
-            break
-        if turn == 0:  # the group's samples from its shared prompt: one prefill per task
-            outputs = engine.generate([episodes[i * group].prompt for i in range(len(tasks))], params)
-            samples = [s for out in outputs for s in out.samples]
-        else:
-            follow = SamplingParams(**{**vars(params), "n": 1, "seed": _turn_seed(params.seed, turn)})
-            outputs = engine.generate([e.prompt + e.tokens for e in active], follow)
-            samples = [out.samples[0] for out in outputs]
-        for episode, sample in zip(active, samples, strict=True):
-            episode.act(list(sample.token_ids), sample.logprobs)
-            episode.texts.append(sample.text)
-            answer = episode.env.step(sample.text, list(sample.token_ids))
-            episode.rewards.append((_last_action(episode), float(answer.reward)))
-            if answer.done or turn == max_turns - 1:
-                episode.done = True
-                continue
-            observation = _ids(engine, answer.observation, "an observation")[:max_observation_tokens]
-            episode.tokens += observation
-            episode.action += [False] * len(observation)
-            episode.logprobs += [math.nan] * len(observation)
-    return _to_rollouts(episodes, group, horizon(params.max_new_tokens, max_turns, max_observation_tokens), pad_id)
+    if max_live_episodes < params.n:
+        raise ConfigError(
+            f"'max_live_episodes' is {max_live_episodes}, below the group size {params.n}: a task's {params.n} "
+            f"episodes start together from one prompt; set max_live_episodes to at least {params.n}"
+        )
+    runner = _Runner(engine, make_env, tasks, params, max_turns, max_observation_tokens)
+    episodes = runner.run(max_live_episodes, workers=max_live_episodes if concurrent else 1)
+    _report(episodes, tasks)
+    return _to_rollouts(episodes, params.n, horizon(params.max_new_tokens, max_turns, max_observation_tokens), pad_id)
 
 
 def horizon(max_new_tokens: int, max_turns: int, max_observation_tokens: int) -> int:
     """Tokens after the prompt an episode can have: every action and every observation but the last."""
     return max_turns * max_new_tokens + (max_turns - 1) * max_observation_tokens
+
+
+def episode_seed(seed: int | None, task: int, sample: int | None, turn: int) -> int | None:
+    """The sampling seed of one engine call: a group's first action (``sample`` None, turn 0) or
+    ``turn`` of one episode. It depends on nothing but these, so an episode's samples do not depend
+    on the episodes sharing the engine with it; None (a fresh seed per call) stays None."""
+    if seed is None:
+        return None
+    digest = hashlib.blake2b(f"{seed}/{task}/{sample}/{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2  # 62 bits, like every seed codemoe passes an engine
+
+
+class _Runner:
+    """Starts groups while slots are free and runs each episode's turns as jobs on a thread pool."""
+
+    def __init__(self, engine: Any, make_env: Callable[[], Environment], tasks: Sequence[Any],
+                 params: SamplingParams, max_turns: int, max_observation_tokens: int) -> None:
+        self.engine, self.make_env, self.tasks, self.params = engine, make_env, tasks, params
+        self.max_turns, self.max_observation_tokens = max_turns, max_observation_tokens
+        self.group = params.n
+
+    def run(self, max_live: int, workers: int) -> list[_Episode]:
+        """Every task's episodes, in row order, each ended (scored) or failed."""
+        episodes = [_Episode(i, j) for i in range(len(self.tasks)) for j in range(self.group)]
+        waiting = deque(range(len(self.tasks)))
+        live = 0
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="codemoe-episode")
+        try:
+            jobs: dict[Future[list[tuple[_Episode, Any]]], int] = {}  # job -> live episodes it carries
+            while waiting or jobs:
+                while waiting and live + self.group <= max_live:
+                    i = waiting.popleft()
+                    jobs[pool.submit(self._start, episodes[i * self.group : (i + 1) * self.group])] = self.group
+                    live += self.group
+                done, _ = wait(jobs, return_when=FIRST_COMPLETED)
+                for job in done:
+                    going = job.result()  # a job records its episode's failures; this raises only on a bug here
+                    live -= jobs.pop(job) - len(going)
+                    for episode, sample in going:
+                        jobs[pool.submit(self._turn, episode, sample)] = 1
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return episodes
+
+    # -- jobs: each returns the episodes that go on, with the action each takes next -----------
+
+    def _start(self, group: list[_Episode]) -> list[tuple[_Episode, Any]]:
+        """Reset the group's environments and sample every first action from the shared prompt."""
+        task_index = group[0].task_index
+        for episode in group:
+            try:
+                episode.env = self.make_env()
+                episode.prompt = _ids(self.engine, episode.env.reset(self.tasks[task_index]), "the environment's prompt")
+            except Exception as exc:  # recorded on the episodes, reported by run_episodes
+                return _fail_all(group, f"at the start: the environment's reset raised {_describe(exc)}")
+        first = SamplingParams(**{**vars(self.params), "seed": episode_seed(self.params.seed, task_index, None, 0)})
+        try:
+            (output,) = self.engine.generate([group[0].prompt], first)
+            samples = list(output.samples)
+        except Exception as exc:
+            return _fail_all(group, f"turn 1: the engine raised {_describe(exc)}")
+        return list(zip(group, samples, strict=True))
+
+    def _turn(self, episode: _Episode, sample: Any) -> list[tuple[_Episode, Any]]:
+        """Take ``sample`` as the episode's action, let the environment answer, sample the next action."""
+        assert episode.env is not None
+        episode.act(sample)
+        turn = len(episode.texts)  # 1-based number of this action
+        try:
+            answer = episode.env.step(sample.text, list(sample.token_ids))
+            episode.rewards.append((_last_action(episode), float(answer.reward)))
+            if answer.done or turn == self.max_turns:
+                episode.score = episode.env.outcome()
+                return []
+            observation = _ids(self.engine, answer.observation, "an observation")
+        except Exception as exc:
+            return _fail(episode, f"turn {turn}: the environment raised {_describe(exc)}")
+        episode.observe(observation[: self.max_observation_tokens])
+        follow = SamplingParams(**{
+            **vars(self.params), "n": 1, "seed": episode_seed(self.params.seed, episode.task_index, episode.sample, turn),
+        })
+        try:
+            (output,) = self.engine.generate([episode.prompt + episode.tokens], follow)
+        except Exception as exc:
+            return _fail(episode, f"turn {turn + 1}: the engine raised {_describe(exc)}")
+        return [(episode, output.samples[0])]
+
+
+def _fail_all(group: list[_Episode], why: str) -> list[tuple[_Episode, Any]]:
+    for episode in group:
+        _fail(episode, why)
+    return []
+
+
+def _fail(episode: _Episode, why: str) -> list[tuple[_Episode, Any]]:
+    """End ``episode`` as failed; an environment with ``close()`` releases what ``outcome()`` would have."""
+    episode.failure = why
+    close = getattr(episode.env, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception as exc:  # the episode already failed; say so too
+            episode.failure += f" (and its close() raised {_describe(exc)})"
+    return []
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _task_name(task: Any) -> str:
+    return str(getattr(task, "id", task))
+
+
+def _report(episodes: list[_Episode], tasks: Sequence[Any]) -> None:
+    """Warn about failed episodes, naming task, sample and turn; raise when none is left to train on."""
+    failed = [e for e in episodes if e.failure]
+    if not failed:
+        return
+    lines = "\n".join(
+        f"  task {_task_name(tasks[e.task_index])!r} (task {e.task_index}), sample {e.sample}, {e.failure}" for e in failed
+    )
+    if len(failed) == len(episodes):
+        raise EpisodeError(f"every one of the {len(episodes)} episodes failed:\n{lines}")
+    warnings.warn(
+        f"{len(failed)} of {len(episodes)} episodes failed; their groups are kept, masked out of the loss:\n{lines}",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _last_action(episode: _Episode) -> int:
@@ -130,10 +298,6 @@ def _last_action(episode: _Episode) -> int:
         if episode.action[i]:
             return i
     return 0
-
-
-def _turn_seed(seed: int | None, turn: int) -> int | None:
-    return None if seed is None else (seed * 1_000_003 + turn) % (1 << 62)
 
 
 def _ids(engine: Any, value: str | list[int], what: str) -> list[int]:
@@ -148,18 +312,26 @@ def _ids(engine: Any, value: str | list[int], what: str) -> list[int]:
 
 
 def _to_rollouts(episodes: list[_Episode], group: int, width: int, pad_id: int) -> Rollouts:
+    failed_groups = {e.task_index for e in episodes if e.failure}
+    for e in episodes:  # an episode that failed before its prompt was made shows its group's prompt
+        if not e.prompt:
+            e.prompt = next((s.prompt for s in episodes if s.task_index == e.task_index and s.prompt), [pad_id])
     completions, mask, engine_logp = padded_rows(
         [e.tokens for e in episodes], [e.action for e in episodes], [e.logprobs for e in episodes], width, pad_id
     )
     step_rewards = torch.zeros(len(episodes), width)
     scores = []
     for row, episode in enumerate(episodes):
-        outcome = episode.env.outcome()
+        if episode.task_index in failed_groups:
+            mask[row] = 0.0
+        if episode.failure or episode.score is None:
+            scores.append(Score(reward=0.0, passed=False, components={"episode_error": 1.0}))
+            continue
         for index, reward in episode.rewards:
             step_rewards[row, index] += reward
-        step_rewards[row, _last_action(episode)] += outcome.reward
-        total = outcome.reward + sum(r for _, r in episode.rewards)
-        scores.append(Score(reward=total, passed=outcome.passed, components=dict(outcome.components)))
+        step_rewards[row, _last_action(episode)] += episode.score.reward
+        total = episode.score.reward + sum(r for _, r in episode.rewards)
+        scores.append(Score(reward=total, passed=episode.score.passed, components=dict(episode.score.components)))
     return Rollouts(
         prompt_ids=[e.prompt for e in episodes],
         completions=completions,

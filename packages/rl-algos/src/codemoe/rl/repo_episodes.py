@@ -8,6 +8,10 @@ budget is the trainer's ``max_turns``, so every episode ends graded (visible and
 reward recipe (kind ``reward``, e.g. ``seed1-stepwise``) scores the whole episode at the end: test
 outcomes, task completion, step cost, format errors and hack checks; ``passed`` is the episode
 having resolved its task.
+
+Episodes run concurrently (:func:`codemoe.rl.episodes.run_episodes`): each has its own environment
+and workspace, and they share the stage's one executor, whose workers run their executions side by
+side.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ __all__ = ["RepoEpisodes"]
 
 
 class RepoEpisodes:
-    """One repository episode at a time, over an environment built per episode (see the module docstring)."""
+    """One repository episode, over an environment built for it (see the module docstring)."""
 
     def __init__(self, environment: Environment, recipe: Any) -> None:
         self.environment, self.recipe = environment, recipe
@@ -41,3 +45,7 @@ class RepoEpisodes:
         recipe = self.recipe(episode.to_reward_input())
         self.environment.close_workspace()
         return Score(reward=float(recipe.total), passed=episode.resolved, components=dict(recipe.components))
+
+    def close(self) -> None:
+        """Delete the workspace of an episode that failed before its outcome (which deletes it otherwise)."""
+        self.environment.close_workspace()

@@ -11,11 +11,16 @@ An episode ends when the agent submits, when the step budget is spent, or throug
 action (ideally ``submit`` with the summary) is the last. Every test run and shell command goes
 through the sandbox executor. At the end the workspace is graded in one batch: the visible and
 hidden tests on the original repository (cached per task) and on the final workspace.
+
+Environments of different episodes may run in different threads at once (an RL trainer runs its
+episodes concurrently): each has its own workspace and episode, they share only the executor, which
+takes calls from several threads, and the trajectory file, written one whole line at a time.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +39,7 @@ ANTI_SPIN_NOTICE = (
     "\n\nThe tests failed {runs} runs in a row. Stop trying: summarise what you found and what is left with "
     'submit (args: {{"summary": ...}}). The episode ends after your next action.'
 )
+_TRAJECTORY_LOCK = threading.Lock()  # episodes ending at once in several threads append whole lines
 
 
 @dataclass
@@ -200,7 +206,7 @@ class RepoEnvironment:
         if self.config.trajectory_path:
             from codemoe.sandbox.agent.trajectory import TrajectoryWriter
 
-            with TrajectoryWriter(self.config.trajectory_path) as writer:
+            with _TRAJECTORY_LOCK, TrajectoryWriter(self.config.trajectory_path) as writer:
                 writer.write(ep)
 
     def grade(self, task: Task, files: dict[str, str]) -> tuple[ExecutionResult, ExecutionResult]:
