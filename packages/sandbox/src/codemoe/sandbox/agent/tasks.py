@@ -7,6 +7,8 @@ A task folder holds::
     repo/           the repository the agent starts from
     hidden_tests/   tests the agent never sees; grading copies them to ``hidden_tests/``
     gold.patch      a unified diff that solves the task
+    decoy.patch     optional: the obvious first fix that a visible test refutes (multi-round tasks);
+                    validation proves it wrong, and the oracle plays it before the gold patch
 
 Test ids are pytest node ids relative to the repository root (``tests/test_x.py::test_y``); ids
 under ``hidden_tests/`` name hidden tests. ``fail_to_pass`` and ``pass_to_pass`` may name both.
@@ -79,6 +81,7 @@ class Task:
     hidden_files: dict[str, str] = field(default_factory=dict)  # grading overlay: path -> text
     hidden_targets: list[str] = field(default_factory=lambda: [HIDDEN_DIR])  # paths appended to grade hidden tests
     gold_patch: str = ""  # unified diff that solves the task
+    decoy_patch: str = ""  # the obvious first fix, refuted by a visible test ("" = none)
     clarification: str | None = None  # the answer ask_clarification gives; None: nothing to clarify
     step_budget: int = 30  # actions allowed in an episode
     readonly: list[str] = field(default_factory=list)  # glob patterns the agent cannot write
@@ -92,6 +95,10 @@ class Task:
     def gold_files(self) -> dict[str, str]:
         """The repository with the gold patch applied."""
         return apply_patch(self.repo_files(), self.gold_patch)
+
+    def decoy_files(self) -> dict[str, str] | None:
+        """The repository with the decoy patch applied, or None when the task has no decoy."""
+        return apply_patch(self.repo_files(), self.decoy_patch) if self.decoy_patch else None
 
     def grading_command(self) -> list[str]:
         """The command that runs the visible and the hidden tests in one execution.
@@ -155,6 +162,7 @@ def load_task(folder: Path | str) -> Task:
         if not (folder / part).exists():
             raise TaskFormatError(f"{folder}: missing {part}")
     hidden = {f"{HIDDEN_DIR}/{path}": text for path, text in read_tree(folder / HIDDEN_DIR).items()}
+    decoy = folder / "decoy.patch"
     return Task(
         id=str(meta["id"]),
         type=meta["type"],
@@ -165,6 +173,7 @@ def load_task(folder: Path | str) -> Task:
         pass_to_pass=_id_list(meta, "pass_to_pass", str(spec)),
         hidden_files=hidden,
         gold_patch=(folder / "gold.patch").read_text(encoding="utf-8"),
+        decoy_patch=decoy.read_text(encoding="utf-8") if decoy.is_file() else "",
         clarification=(str(meta["clarification"]).strip() if meta.get("clarification") else None),
         step_budget=int(meta.get("step_budget", 30)),
         readonly=list(meta.get("readonly") or []),

@@ -7,6 +7,10 @@ passes after; every ``pass_to_pass`` test passes both times; the task has hidden
 pass with the gold patch and at least one fails on the original; every visible test passes with the
 gold patch; and the repository does not already contain the hidden tests (an overlay may replace
 a visible test file, as SWE-bench's ``test_patch`` does, but must change it).
+
+A task with a decoy patch (the obvious first fix of a multi-round task) gets a third execution: the
+decoy must apply, must not solve the task, and some visible test must fail with it, so that an
+agent that tries it sees why it is wrong.
 """
 
 from __future__ import annotations
@@ -80,27 +84,46 @@ def check_task(task: Task, before: ExecutionResult, after: ExecutionResult) -> l
     return problems
 
 
+def check_decoy(task: Task, decoy: ExecutionResult) -> list[str]:
+    """The problems shown by the grading run of ``task``'s decoy patch: it must fail a visible test."""
+    outcomes = decoy.tests
+    required = [*task.fail_to_pass, *task.pass_to_pass, *(t for t in outcomes if task.is_hidden(t))]
+    problems = []
+    if required and all(outcomes.get(t) == "passed" for t in required):
+        problems.append("the decoy patch solves the task")
+    if not any(o not in ("passed", "skipped") for t, o in outcomes.items() if not task.is_hidden(t)):
+        problems.append("no visible test fails with the decoy patch, so nothing shows an agent it is wrong")
+    return problems
+
+
 def validate_tasks(tasks: list[Task], executor: Executor, *, memory_mb: int = 1024) -> list[TaskReport]:
-    """Validate ``tasks`` with two executions each, all in one batch; one report per task, in order."""
+    """Validate ``tasks`` with two executions each (three with a decoy), all in one batch; one report per task, in order."""
     reports = [TaskReport(task.id, task.type, _static_problems(task)) for task in tasks]
     requests: list[ExecutionRequest] = []
-    owners: list[int] = []
+    owners: list[tuple[int, int, bool]] = []  # task index, its first request, whether a decoy run follows
     for index, task in enumerate(tasks):
-        try:
-            gold = task.gold_files()
-        except PatchError as exc:
-            reports[index].problems.append(f"the gold patch does not apply: {exc}")
-            continue
+        patched = {}
+        for which, apply in (("gold", task.gold_files), ("decoy", task.decoy_files)):
+            try:
+                patched[which] = apply()
+            except PatchError as exc:
+                reports[index].problems.append(f"the {which} patch does not apply: {exc}")
+        decoy = patched.get("decoy")
         if reports[index].problems:
             continue
         limits = Limits(timeout_s=task.timeout_s, cpu_s=task.timeout_s, memory_mb=memory_mb)
-        requests += [grading_request(task, task.repo_files(), limits, "before"), grading_request(task, gold, limits, "gold")]
-        owners.append(index)
+        owners.append((index, len(requests), decoy is not None))
+        requests += [grading_request(task, task.repo_files(), limits, "before"), grading_request(task, patched["gold"], limits, "gold")]
+        if decoy is not None:
+            requests.append(grading_request(task, decoy, limits, "decoy"))
     results = executor.run_batch(requests) if requests else []
-    for n, index in enumerate(owners):
-        before, after = results[2 * n], results[2 * n + 1]
+    for index, first, has_decoy in owners:
+        before, after = results[first], results[first + 1]
         report = reports[index]
         report.problems += check_task(tasks[index], before, after)
         report.tests_before, report.tests_after = dict(before.tests), dict(after.tests)
         report.duration_s = before.duration_s + after.duration_s
+        if has_decoy:
+            report.problems += check_decoy(tasks[index], results[first + 2])
+            report.duration_s += results[first + 2].duration_s
     return reports
