@@ -112,7 +112,21 @@ COMPONENTS: list[tuple[str, str, str, str, str]] = [
         "truncated",
         "codemoe.rl.importance:TruncatedIS",
         "codemoe.rl.importance:TruncatedISConfig",
-        "truncated IS weight",
+        "truncated IS weight, per token or per sequence",
+    ),
+    (
+        "is_correction",
+        "masked",
+        "codemoe.rl.importance:MaskedIS",
+        "codemoe.rl.importance:MaskedISConfig",
+        "masked IS: drop tokens or sequences whose ratio leaves a band",
+    ),
+    (
+        "is_correction",
+        "decoupled",
+        "codemoe.rl.importance:DecoupledIS",
+        "codemoe.rl.importance:DecoupledISConfig",
+        "decoupled PPO: behaviour-to-proximal weight, clip against the proximal policy",
     ),
     (
         "is_correction",

@@ -248,11 +248,16 @@ class RLStage:
         self, ctx: Any, stage: Any, env: Any, policy: Any, tokenizer: Any, executor: Any, advance: Any
     ) -> RLTrainer:
         """The trainer with every component resolved from the registry; the engine is built on the
-        policy module itself (the embedded engine samples its live parameters, no copy)."""
+        policy module itself (the embedded engine samples its live parameters, no copy), or with
+        asynchronous rollouts (``max_staleness`` set) on a copy of it that every weight sync
+        refreshes, so generation never reads weights an optimizer step is changing."""
+        import copy
+
         from codemoe.rl.scoring import VerifierScorer
 
         cfg, where = self.config, f"stages.{stage.id}"
-        engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=policy, tokenizer=tokenizer)
+        served = policy if cfg.max_staleness is None else copy.deepcopy(policy)
+        engine = ctx.registry.build("engine", cfg.engine, where=f"{where}.engine", model=served, tokenizer=tokenizer)
         recipe = ctx.registry.build("reward", cfg.reward, where=f"{where}.reward")
         algorithm = ctx.registry.build("algorithm", cfg.algo, where=f"{where}.algo", registry=ctx.registry)
         return RLTrainer(

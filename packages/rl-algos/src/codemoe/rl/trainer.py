@@ -12,6 +12,11 @@ With an ``environment`` the rollouts are multi-step agent episodes instead of si
 environment's observations join the history (never trained on), and step and outcome rewards are
 placed on the actions' tokens for the estimators to spread back.
 
+Asynchronous RL (``max_staleness: K``): a producer thread (:mod:`codemoe.rl.async_rollout`) runs
+step 1 for the next batches, up to K versions ahead, while the trainer runs steps 2-7 on the current
+one; each batch carries the policy version that sampled it, and the trainer's weight sync reaches
+the engine between the producer's batches. ``max_staleness: null`` is the synchronous loop above.
+
 Data parallelism: every rank samples its own share of the step's prompts (whole groups, so group
 advantages stay local) and FSDP2 averages gradients. Each loss is ``sum of numerators / sum of
 denominators`` over ranks, so one rank and many give the same update. Expert parallelism
@@ -35,6 +40,7 @@ from codemoe.core.contracts import SamplingParams
 from codemoe.core.devices import check_device, resolve_device
 from codemoe.rl.advantages import AdvantageInput, AdvantageOutput
 from codemoe.rl.algorithm import Algorithm, value_loss
+from codemoe.rl.async_rollout import RolloutProducer, check_async_config, staleness_metrics
 from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from codemoe.rl.critic import Critic
 from codemoe.rl.diagnostics import HealthConfig, HealthMonitor, update_cv
@@ -86,6 +92,12 @@ class RLConfig:
     activation_checkpointing: bool = False  # recompute each policy block's activations in backward (less memory)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)  # dp x ep mesh under torchrun (expert parallelism)
     health: HealthConfig = field(default_factory=HealthConfig)
+    # Asynchronous rollouts (codemoe.rl.async_rollout): null runs the synchronous loop; K >= 0 lets a
+    # producer thread generate and score batches while the trainer learns, sampled by weights at
+    # most K optimizer-step rounds old (0: the synchronous schedule, step for step)
+    max_staleness: int | None = None
+    stale_groups: str = "wait"  # wait: the producer never makes data older than K | drop | keep: it runs free
+    in_flight: str = "finish"  # a batch in flight at a weight sync: finish (on the old weights) | abort (made again)
     # where the policy, reference, critic and every batch tensor live: auto | cpu | cuda | cuda:N
     # (auto: the local rank's GPU when CUDA is available, else the CPU)
     device: str = "auto"
@@ -154,6 +166,10 @@ class RLTrainer:
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.monitor = HealthMonitor(config.health)
         self.step, self.cursor = 0, 0
+        self._trained_cursor = 0  # the data stream's position after the last batch trained on (checkpointed)
+        self._producer: RolloutProducer | None = None
+        self._after_request: Callable[[], None] | None = None  # the producer's abort check, after each engine call
+        check_async_config(config, world=self.env.world, engine=engine, policy=self.policy)
 
     # ------------------------------------------------------------------------------------------
     # the loop
@@ -163,26 +179,38 @@ class RLTrainer:
         """Train ``config.steps`` steps, resuming from the newest checkpoint if there is one."""
         self._resume()
         self._sync_engine()
+        if self.config.max_staleness is not None:
+            self._producer = RolloutProducer(self, first=self.step + 1, last=self.config.steps, version=self.step)
+            self._producer.start()
         last: dict[str, float] = {}
-        for step in range(self.step + 1, self.config.steps + 1):
-            last = self.train_step(step)
-            if step % self.config.checkpoint_every == 0 or step == self.config.steps:
-                self._save()
+        try:
+            for step in range(self.step + 1, self.config.steps + 1):
+                last = self.train_step(step)
+                if step % self.config.checkpoint_every == 0 or step == self.config.steps:
+                    self._save()
+        finally:
+            if self._producer is not None:  # what it buffered or had in flight is not trained on
+                self._producer.stop()
+                self._producer = None
         return {"steps": self.step, "last": last, "warnings": [w.message for w in self.monitor.warnings]}
 
     def train_step(self, step: int) -> dict[str, float]:
         """One rollout batch and its updates; returns the step's metrics."""
         started = time.perf_counter()
-        rollouts, rounds = self._collect(step)  # 1. prompts -> engine -> scorer (+ dynamic sampling)
+        rollouts, rounds, extra = self._next_batch(step)  # 1. prompts -> engine -> scorer (+ dynamic sampling)
         if self.on_rollouts is not None:
             self.on_rollouts(step, rollouts)
         generated = time.perf_counter()
         data = self._token_data(rollouts)  # 2. old / reference log-probs, critic values
         adv = self._advantages(rollouts, data)  # 3. advantages (and value targets)
         update = self._update(rollouts, data, adv)  # 4. minibatch updates over epochs
-        self._sync_engine()  # 5. the engine samples from the new weights next step
+        if self._producer is None:
+            self._sync_engine()  # 5. the engine samples from the new weights next step
+        else:  # 5. ... between the producer's batches
+            extra["sync_wait_seconds"] = self._producer.publish(step)
         self.step, elapsed = step, time.perf_counter() - started
         metrics = self._metrics(rollouts, data, adv, update, rounds)  # 6. metrics
+        metrics.update(extra)
         metrics.update(
             gen_seconds=generated - started,
             step_seconds=elapsed,
@@ -210,6 +238,19 @@ class RLTrainer:
             self.cursor += 1
         return out
 
+    def _next_batch(self, step: int) -> tuple[Rollouts, int, dict[str, float]]:
+        """This step's rollouts: collected now (synchronous) or taken from the producer's buffer."""
+        if self._producer is None:
+            rollouts, rounds = self._collect(step)
+            self._trained_cursor = self.cursor
+            return rollouts, rounds, {}
+        batch, dropped, waited = self._producer.take(step)
+        self._trained_cursor = batch.cursor
+        staleness = step - 1 - batch.version
+        extra = staleness_metrics(staleness, dropped)
+        extra.update(rollout_wait_seconds=waited, producer_seconds=batch.seconds)
+        return batch.rollouts, batch.rounds, extra
+
     def _rollout(self, tasks: Sequence[Any], seed: int) -> Rollouts:
         params = SamplingParams(
             n=self.algo.config.group_size,
@@ -221,7 +262,7 @@ class RLTrainer:
             seed=seed,
         )
         if self.environment is not None:
-            return run_episodes(
+            rollouts = run_episodes(
                 self.engine,
                 self.environment,
                 tasks,
@@ -230,8 +271,16 @@ class RLTrainer:
                 max_observation_tokens=self.config.max_observation_tokens,
                 pad_id=self.pad_id,
             )
+            self._request_done()
+            return rollouts
         outputs = self.engine.generate([task.prompt for task in tasks], params)
+        self._request_done()
         return build_rollouts(outputs, self.scorer(tasks, outputs), self.config.max_new_tokens, self.pad_id)
+
+    def _request_done(self) -> None:
+        """After an engine call: the producer's chance to abort the batch (``in_flight: abort``)."""
+        if self._after_request is not None:
+            self._after_request()
 
     def _collect(self, step: int) -> tuple[Rollouts, int]:
         """This rank's groups of the step; zero-signal groups refilled from the stream when configured."""
@@ -356,7 +405,12 @@ class RLTrainer:
         return sums
 
     def _update_chunk(
-        self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, rows: torch.Tensor, *,
+        self,
+        rollouts: Rollouts,
+        data: _TokenData,
+        adv: AdvantageOutput,
+        rows: torch.Tensor,
+        *,
         agreement: bool = False,
     ) -> dict[str, Any]:
         mask = rollouts.mask[rows] * data.keep[rows].unsqueeze(-1)
@@ -377,7 +431,7 @@ class RLTrainer:
         old = stats.logp.detach() if data.old_logp is None else data.old_logp[rows]
         engine_logp = rollouts.engine_logp[rows]
         engine_logp = torch.where(torch.isnan(engine_logp), old, engine_logp)  # engines without log-probs
-        is_weights = self.algo.is_correction(old, engine_logp)
+        is_weights = self.algo.is_correction(old, engine_logp, rollouts.mask[rows])
         ref = data.ref_logp[rows] if data.ref_logp is not None else None
         terms = self.algo.loss_terms(stats.logp, old, adv.advantages[rows], mask, is_weights, ref)
         denominator = self.env.all_sum(terms.denominator)
@@ -403,7 +457,7 @@ class RLTrainer:
             "grad_norm": grad_norm,
             "balance": float(balance.detach()) if balance is not None else 0.0,
             "vf_loss": vf,
-            "is_stats": mismatch_stats(old, engine_logp, rollouts.mask[rows], self.algo.is_correction.cap),
+            "is_stats": mismatch_stats(old, engine_logp, rollouts.mask[rows], self.algo.is_correction.cap, is_weights),
             "agreement": stats.agreement,
         }
 
@@ -507,7 +561,9 @@ class RLTrainer:
         return modules
 
     def _save(self) -> None:
-        state = {"cursor": self.cursor, "monitor": self.monitor.state()}
+        # the position after the last batch trained on: what the producer had buffered or in flight
+        # is made again on resume, never trained on twice
+        state = {"cursor": self._trained_cursor, "monitor": self.monitor.state()}
         save_checkpoint(self.checkpoint_dir, self.step, self._modules(), state, self.env, self.config.keep_checkpoints)
 
     def _resume(self) -> None:
@@ -516,6 +572,7 @@ class RLTrainer:
             return
         state = load_checkpoint(path, self._modules(), self.env)
         self.step, self.cursor = int(state["step"]), int(state["cursor"])
+        self._trained_cursor = self.cursor
         self.monitor.load(state["monitor"])
         log.info("resumed RL training from %s (step %d)", path, self.step)
 
@@ -564,4 +621,8 @@ def _is_metrics(per_rank: list[ISStats]) -> dict[str, float]:
         "is_truncated_frac": sum(s.truncated_frac for s in per_rank) / n,
         "logp_mismatch_mean": sum(s.logp_abs_diff_mean for s in per_rank) / n,
         "logp_mismatch_max": max(s.logp_abs_diff_max for s in per_rank),
+        "is_weight_mean": sum(s.weight_mean for s in per_rank) / n,
+        "is_weight_min": min(s.weight_min for s in per_rank),
+        "is_weight_max": max(s.weight_max for s in per_rank),
+        "is_masked_frac": sum(s.masked_frac for s in per_rank) / n,
     }

@@ -1,0 +1,227 @@
+"""Asynchronous rollouts: a producer thread generates and scores the next batches while the trainer
+learns from the current one, with bounded staleness.
+
+A policy *version* counts the optimizer-step rounds applied (the weights after step ``s`` are version
+``s``). Every batch is tagged with the version of the weights that sampled all its groups, and the
+trainer at step ``s`` (holding version ``s - 1``) sees it ``staleness = s - 1 - version`` versions old.
+
+How the bound ``max_staleness: K`` is kept (``stale_groups``):
+
+- ``wait`` (the default): admission control. The producer starts batch ``b`` only once the engine
+  holds version ``b - 1 - K`` and the trainer moves the engine to version ``v`` only once batch
+  ``v + K`` is complete, so batch ``b`` is always sampled by the weights of step ``max(0, b - 1 - K)``:
+  nothing is ever older than K, nothing is thrown away, and a run does not depend on timing (the
+  same seed gives the same run; ``K = 0`` is the synchronous trainer, step for step).
+- ``drop`` / ``keep``: the producer runs free, ``K + 1`` batches ahead at most, always from the
+  newest weights; a batch older than K when the trainer takes it is dropped (the producer makes
+  another: over-sampling) or kept (trained on, the ``is_correction`` strategy re-weighting it).
+
+The engine's weights change only between the producer's batches (a batch's refill rounds all see
+one version): the trainer's weight sync takes the producer's request lock. With ``in_flight:
+finish`` a batch in flight at a sync ends on the old weights and keeps its old version; with
+``abort`` the trainer asks the producer to stop it: after the engine call in flight returns (the
+engine contract has no abort call) the batch is thrown away, the sync happens, and the batch is
+made again, same tasks and seeds, from the new weights.
+
+The engine must hold weights of its own (a snapshot of the policy, refreshed at every sync): the
+trainer's optimizer steps then never meet a generation mid-forward, and generation overlaps the
+whole update, backward included. An engine built on the trainer's policy module is refused.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from codemoe.core.errors import ConfigError
+from codemoe.rl.rollout import Rollouts
+
+__all__ = ["IN_FLIGHT", "STALE_GROUPS", "Batch", "RolloutProducer", "check_async_config"]
+
+STALE_GROUPS = ("wait", "drop", "keep")
+IN_FLIGHT = ("finish", "abort")
+
+
+@dataclass
+class Batch:
+    """One step's worth of scored groups, as the producer made it."""
+
+    index: int  # the producer's batch number (sampling seeds derive from it, as from a step)
+    rollouts: Rollouts
+    rounds: int  # dynamic-sampling refill rounds it took
+    version: int  # the policy version whose weights sampled every group of it
+    cursor: int  # the data stream's position after it: where a checkpoint taken after training on it resumes
+    seconds: float  # the producer's wall time on it (generation and scoring)
+
+
+class _Aborted(Exception):
+    """The batch in flight was aborted by a weight sync (``in_flight: abort``)."""
+
+
+def check_async_config(config: Any, *, world: int, engine: Any, policy: Any) -> None:
+    """Refuse asynchronous settings that cannot work, naming the key."""
+    k = config.max_staleness
+    if k is None:
+        return
+    if k < 0:
+        raise ConfigError(f"'max_staleness': must be >= 0 (or null for the synchronous loop), got {k}")
+    if config.stale_groups not in STALE_GROUPS:
+        raise ConfigError(f"'stale_groups': {config.stale_groups!r} is not one of {', '.join(STALE_GROUPS)}")
+    if config.in_flight not in IN_FLIGHT:
+        raise ConfigError(f"'in_flight': {config.in_flight!r} is not one of {', '.join(IN_FLIGHT)}")
+    if config.stale_groups != "wait" and k == 0:
+        raise ConfigError(
+            f"'stale_groups': {config.stale_groups} needs max_staleness >= 1 (a free-running producer is always "
+            "one version behind); max_staleness: 0 is the synchronous schedule, use stale_groups: wait"
+        )
+    if world > 1:
+        raise ConfigError(
+            "'max_staleness': asynchronous rollouts run in one process for now; under torchrun set max_staleness: null"
+        )
+    if getattr(engine, "model", None) is policy and hasattr(engine, "weights_changed"):
+        raise ConfigError(
+            "'max_staleness': the engine runs the trainer's policy module itself, so it would sample weights "
+            "mid-update; build it on a copy of the policy (the rl stage does when max_staleness is set)"
+        )
+
+
+class RolloutProducer:
+    """Runs ``trainer._collect(index)`` for the next batches on a thread of its own (see the module
+    docstring); the trainer calls :meth:`take` for each step's batch and :meth:`publish` after each
+    update, and :meth:`stop` at the end.
+
+    What it uses of the trainer: ``_collect(index) -> (Rollouts, rounds)``, which draws tasks from
+    the data stream at ``cursor`` and calls ``_after_request()`` after every engine call, and
+    ``_sync_engine()``.
+    """
+
+    def __init__(self, trainer: Any, *, first: int, last: int, version: int) -> None:
+        cfg = trainer.config
+        self.trainer, self.k, self.stale, self.in_flight = trainer, cfg.max_staleness, cfg.stale_groups, cfg.in_flight
+        self.next, self.last = first, last  # the next batch to make; the last one a 'wait' run needs
+        self.version = version  # what the engine holds
+        self.made = first - 1  # the newest complete batch
+        self.taken = 0  # batches the trainer took (dropped ones included) since the start
+        self.buffer: collections.deque[Batch] = collections.deque()
+        self.error: BaseException | None = None
+        self.stopped = False
+        self._cond = threading.Condition()
+        self._request = threading.Lock()  # held while a batch is generated: no weight sync meanwhile
+        self._abort = threading.Event()
+        self._threads = torch.get_num_threads()  # intra-op threads are per thread: the producer uses the trainer's
+        self._thread = threading.Thread(target=self._run, name="codemoe-rollouts", daemon=True)
+
+    # ------------------------------------------------------------------------------------------
+    # the trainer's side
+    # ------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.trainer._after_request = self._check_abort
+        self._thread.start()
+
+    def take(self, step: int) -> tuple[Batch, int, float]:
+        """The batch to train step ``step`` on, how many were dropped as too stale before it, and how
+        long the trainer waited."""
+        started, dropped = time.perf_counter(), 0
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self.buffer or self.error is not None)
+                self._raise()
+                batch = self.buffer.popleft()
+                self.taken += 1
+                self._cond.notify_all()
+            if self.stale == "drop" and step - 1 - batch.version > self.k:
+                dropped += 1
+                continue
+            return batch, dropped, time.perf_counter() - started
+
+    def publish(self, version: int) -> float:
+        """Move the engine to the trainer's weights of ``version`` (between the producer's batches);
+        returns how long the trainer waited for that."""
+        started = time.perf_counter()
+        if self.in_flight == "abort":
+            self._abort.set()
+        elif self.stale == "wait":  # batch version + K is still sampled by the weights the engine holds
+            with self._cond:
+                self._cond.wait_for(lambda: self.made >= min(version + self.k, self.last) or self.error is not None)
+                self._raise()
+        with self._request:
+            self.trainer._sync_engine()
+            with self._cond:
+                self.version = version
+                self._abort.clear()
+                self._cond.notify_all()
+        return time.perf_counter() - started
+
+    def stop(self) -> None:
+        """End the thread (after the engine call in flight, if any, returns)."""
+        with self._cond:
+            self.stopped = True
+            self._abort.set()
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.trainer._after_request = None
+
+    # ------------------------------------------------------------------------------------------
+    # the producer's thread
+    # ------------------------------------------------------------------------------------------
+
+    def _admitted(self) -> bool:
+        if self.stale == "wait":
+            return self.next <= min(self.version + 1 + self.k, self.last)
+        return self.next - 1 - self.taken < self.k + 1  # batches made and not taken, this one included
+
+    def _run(self) -> None:
+        torch.set_num_threads(self._threads)
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self.stopped or self._admitted())
+                    if self.stopped:
+                        return
+                batch = self._make(self.next)
+                if batch is None:  # aborted: made again once the trainer's sync is done
+                    with self._cond:
+                        self._cond.wait_for(lambda: self.stopped or not self._abort.is_set())
+                    continue
+                with self._cond:
+                    self.buffer.append(batch)
+                    self.made, self.next = batch.index, batch.index + 1
+                    self._cond.notify_all()
+        except BaseException as exc:  # handed to the trainer, which raises it in its own thread
+            with self._cond:
+                self.error = exc
+                self._cond.notify_all()
+
+    def _make(self, index: int) -> Batch | None:
+        with self._request:
+            if self.stopped or self._abort.is_set():
+                return None
+            version, cursor, started = self.version, self.trainer.cursor, time.perf_counter()
+            try:
+                rollouts, rounds = self.trainer._collect(index)
+            except _Aborted:
+                self.trainer.cursor = cursor  # the same tasks again, from the new weights
+                return None
+        return Batch(index, rollouts, rounds, version, self.trainer.cursor, time.perf_counter() - started)
+
+    def _check_abort(self) -> None:
+        if self._abort.is_set():
+            raise _Aborted
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(
+                f"the rollout producer failed: {type(self.error).__name__}: {self.error}"
+            ) from self.error
+
+
+def staleness_metrics(staleness: int, dropped: int) -> dict[str, float]:
+    """The step's staleness histogram (share of its groups per staleness; every group of a batch
+    has one version) and the batches dropped as too stale before it."""
+    return {"staleness_mean": float(staleness), f"staleness/{staleness}": 1.0, "stale_dropped": float(dropped)}
