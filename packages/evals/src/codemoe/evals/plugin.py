@@ -40,6 +40,13 @@ COMPONENTS: list[tuple[str, str, str, str, str]] = [
         "repository-level agent tasks, two or more of each of the ten seed task types",
     ),
     (
+        "suite",
+        "synthetic-repos",
+        "codemoe.evals.synthetic_repos:build_synthetic_repos_suite",
+        "codemoe.evals.synthetic_repos:SyntheticReposConfig",
+        "small Python repositories generated in nine task families; train/held-out split by vocabulary",
+    ),
+    (
         "stage",
         "eval",
         "codemoe.evals.stages:EvalStage",

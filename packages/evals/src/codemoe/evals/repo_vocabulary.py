@@ -1,0 +1,74 @@
+"""The words ``synthetic-repos`` builds its repositories from, and their fixed train / held-out split.
+
+Every name a generated repository defines (its package, its modules, the nouns inside its function
+names, its vendored library) comes from one of the pools below. Each pool is split once, by a hash
+of the word under a fixed salt: a quarter of every pool is held out. The split does not depend on
+the suite's ``seed``, so a fresh held-out draw (another seed) still shares no package, file path,
+function name or library with any training draw; the seed only chooses which instances are drawn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+__all__ = ["POOLS", "Words", "split_of", "split_pool"]
+
+_SALT = "codemoe/synthetic-repos/vocabulary/v1"
+HELDOUT_SHARE = 4  # one word in this many is held out
+
+POOLS: dict[str, tuple[str, ...]] = {
+    "package": (
+        "inventory", "billing", "shipping", "payroll", "library", "garden", "weather", "transit", "kitchen",
+        "clinic", "hotel", "parking", "studio", "museum", "harbor", "orchard", "bakery", "cinema", "school",
+        "tournament", "voting", "warehouse", "fleet", "airport", "ledger", "recipes", "census", "survey",
+        "mailroom", "arcade", "vineyard", "brewery", "observatory", "aquarium", "stadium", "pharmacy",
+        "bookshop", "florist", "railway", "ferry",
+    ),
+    "module": (
+        "core", "ops", "guards", "calc", "helpers", "records", "engine", "metrics", "tools", "logic", "model",
+        "policy", "service", "planner", "registry", "checks", "summary", "store", "catalog", "schedule",
+        "convert", "quotas", "counters", "reports",
+    ),
+    "noun": (
+        "widget", "shipment", "parcel", "ticket", "visit", "booking", "shift", "gauge", "score", "batch", "crate",
+        "pallet", "voucher", "fare", "invoice", "loan", "token", "badge", "lap", "dose", "tray", "slot",
+        "seat", "room", "plant", "sample", "entry", "permit", "trip", "route", "label", "coupon", "bottle",
+        "carton", "member", "guest", "patient", "fixture", "heat", "stamp", "meter", "lesson", "course",
+        "packet", "bundle", "drone", "cargo", "vote",
+    ),
+    "library": (
+        "numfmt", "pairkit", "textops", "quickcsv", "unitlib", "datekit", "moneyfmt", "keyval", "strtools",
+        "tinyparse", "fmtlite", "splitlib",
+    ),
+}
+
+
+def split_of(word: str) -> str:
+    """'heldout' for one word in :data:`HELDOUT_SHARE` (by hash), else 'train'; the same on every machine."""
+    digest = int(hashlib.sha256(f"{_SALT}:{word}".encode()).hexdigest(), 16)
+    return "heldout" if digest % HELDOUT_SHARE == 0 else "train"
+
+
+def split_pool(kind: str, split: str) -> tuple[str, ...]:
+    """The words of pool ``kind`` in ``split``, in the pool's order."""
+    return tuple(word for word in POOLS[kind] if split_of(word) == split)
+
+
+@dataclass
+class Words:
+    """Draws names for one repository from one split's pools (distinct within the repository)."""
+
+    rng: random.Random
+    split: str
+
+    def pick(self, kind: str, count: int = 1) -> list[str]:
+        """``count`` distinct words of pool ``kind`` in this split."""
+        pool = split_pool(kind, self.split)
+        if len(pool) < count:
+            raise ValueError(f"vocabulary pool {kind!r} has {len(pool)} {self.split} words, {count} needed")
+        return self.rng.sample(pool, count)
+
+    def one(self, kind: str) -> str:
+        return self.pick(kind)[0]

@@ -1,0 +1,114 @@
+"""The ``synthetic-repos`` generator: distinct instances at scale, determinism, and splits that share no vocabulary.
+
+These tests read what the generator draws (no sandbox); ``tests/test_synthetic_repos.py`` validates
+generated tasks and replays reference trajectories in the real sandbox.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import pytest
+from codemoe.evals.repo_families import FAMILIES
+from codemoe.evals.repo_vocabulary import POOLS, split_of, split_pool
+from codemoe.evals.synthetic_repos import SyntheticReposConfig, SyntheticReposSuite, draw_instances, unified_diff
+
+GENERIC_PATHS = {"pyproject.toml", "README.md", "vendor/__init__.py"}  # the same in every repository that has them
+
+
+def _draw(split: str, seed: int = 0, count: int = 270):
+    config = SyntheticReposConfig(seed=seed, train_tasks=count, heldout_tasks=count)
+    return draw_instances(config, split)
+
+
+def _words(instance) -> set[str]:
+    """Every word of the repository's text, its statement and its clarification, ``snake_case`` split too."""
+    text = " ".join([*instance.files.values(), *instance.hidden.values(), *instance.gold.values(),
+                     *instance.files, instance.statement, instance.clarification or ""])
+    tokens = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+    return tokens | {part for token in tokens for part in token.split("_") if part}
+
+
+def _plural_forms(word: str) -> set[str]:
+    return {word, word + "s", word + "es", word[:-1] + "ies"}
+
+
+def test_thousands_of_distinct_instances_in_every_family():
+    train = _draw("train", count=2000)
+    assert len(train) == 2000 and len({tid for tid, _ in train}) == 2000
+    assert len({inst.key() for _, inst in train}) == 2000  # no two repositories with the same files and fix
+    counts = collections.Counter(inst.type for _, inst in train)
+    assert set(counts) == set(FAMILIES) and max(counts.values()) - min(counts.values()) <= 1
+    kinds = collections.Counter((inst.type, inst.kind) for _, inst in train)
+    bug_kinds = {kind for family, kind in kinds if family == "test-driven-bug-fix"}
+    assert bug_kinds == {"wrong-operator", "off-by-one", "wrong-constant", "missing-case"}
+
+
+def test_the_same_config_draws_the_same_tasks_and_a_split_does_not_depend_on_its_size():
+    first, again = _draw("heldout", count=90), _draw("heldout", count=90)
+    assert [(tid, inst.files, inst.gold, inst.hidden) for tid, inst in first] == \
+           [(tid, inst.files, inst.gold, inst.hidden) for tid, inst in again]
+    bigger = _draw("heldout", count=180)
+    by_family = lambda drawn: {f: [tid for tid, i in drawn if i.type == f] for f in FAMILIES}  # noqa: E731
+    small, large = by_family(first), by_family(bigger)
+    assert all(large[f][: len(small[f])] == small[f] for f in FAMILIES)
+
+
+def test_no_heldout_package_path_function_or_library_appears_in_training():
+    train = [inst for _, inst in _draw("train", count=900)]
+    for seed in (0, 1):
+        heldout = [inst for _, inst in _draw("heldout", seed=seed, count=270)]
+        for key in ("package", "functions", "library"):
+            seen = set().union(*(inst.names.get(key, set()) for inst in train))
+            held = set().union(*(inst.names.get(key, set()) for inst in heldout))
+            assert held and not seen & held if key != "library" or held else True, (key, seen & held)
+        train_paths = set().union(*(inst.names["paths"] for inst in train)) - GENERIC_PATHS
+        held_paths = set().union(*(inst.names["paths"] for inst in heldout)) - GENERIC_PATHS
+        assert held_paths and not train_paths & held_paths
+        layouts = {frozenset(inst.files) for inst in train}
+        assert not any(frozenset(inst.files) in layouts for inst in heldout)
+
+
+def test_no_word_of_the_heldout_vocabulary_occurs_in_a_training_repository_and_back():
+    held_words = set().union(*(_plural_forms(w) for kind in POOLS for w in split_pool(kind, "heldout")))
+    train_words = set().union(*(_plural_forms(w) for kind in POOLS for w in split_pool(kind, "train")))
+    for _, inst in _draw("train", count=450):
+        assert not _words(inst) & held_words, (inst.type, _words(inst) & held_words)
+    for _, inst in _draw("heldout", seed=3, count=180):
+        assert not _words(inst) & train_words, (inst.type, _words(inst) & train_words)
+
+
+def test_another_seed_draws_a_fresh_heldout_set():
+    zero, one = {tid for tid, _ in _draw("heldout", 0, 180)}, {tid for tid, _ in _draw("heldout", 1, 180)}
+    assert len(zero & one) <= 18  # a few small families may draw the same repository again; most are new
+
+
+def test_the_vocabulary_split_is_fixed_and_every_pool_has_heldout_words():
+    for kind, words in POOLS.items():
+        held = split_pool(kind, "heldout")
+        assert held and len(held) < len(words) / 2, kind
+        assert set(held) | set(split_pool(kind, "train")) == set(words)
+    assert split_of("inventory") == split_of("inventory")
+
+
+def test_every_instance_fails_where_it_says_and_its_gold_patch_is_a_diff_of_it():
+    for _, inst in _draw("train", count=90):
+        assert inst.fail_to_pass and all("::" in t for t in inst.fail_to_pass + inst.pass_to_pass)
+        assert all(not t.startswith("hidden_tests/") or t.split("::")[0][len("hidden_tests/"):] in inst.hidden
+                   for t in inst.fail_to_pass + inst.pass_to_pass)
+        patch = unified_diff(inst.files, {**inst.files, **inst.gold})
+        assert patch.startswith("--- a/") and all(f"+++ b/{path}" in patch for path in inst.gold)
+        assert bool(inst.decoy) == (inst.type == "multi-round-error-correction")
+        assert (inst.clarification is not None) == (inst.type == "clarification-needed")
+
+
+def test_bad_options_name_the_key():
+    with pytest.raises(ValueError, match=r"unknown families \['refactor'\]; valid: test-driven-bug-fix"):
+        SyntheticReposSuite(SyntheticReposConfig(families=["refactor"]), task_format=None)
+    with pytest.raises(ValueError, match="train_tasks must be >= 0, got -1"):
+        SyntheticReposSuite(SyntheticReposConfig(train_tasks=-1), task_format=None)
+    with pytest.raises(ValueError, match="step_budget must be >= 5, got 2"):
+        SyntheticReposSuite(SyntheticReposConfig(step_budget=2), task_format=None)
+    with pytest.raises(ValueError, match="unknown split 'test'"):
+        _draw("test")
