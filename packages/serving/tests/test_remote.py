@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from codemoe.core.errors import ConfigError
 import torch
 from codemoe.core import build_plugin_manager, build_registry
 from codemoe.serving import EngineError, RequestError, SamplingParams
@@ -86,8 +87,13 @@ def test_remote_errors_are_clear(server, registry):
     engine = registry.build("engine", {"name": "sglang", "base_url": server.url})
     with pytest.raises(RequestError, match="HTTP 400"):
         engine.generate([list(range(3, 250))], SamplingParams(max_new_tokens=50))
-    with pytest.raises(EngineError, match="sync_dir"):
+    with pytest.raises(EngineError, match="needs the model passed as model="):  # its checkpoint names
         engine.update_weights(state_dict={})
+    on_disk = registry.build("engine", {"name": "sglang", "base_url": server.url, "weight_sync": "disk"})
+    with pytest.raises(EngineError, match="sync_dir"):
+        on_disk.update_weights(state_dict={})
+    with pytest.raises(ConfigError, match="weight_sync': 'nccl' is not one of tensor, disk, distributed"):
+        registry.build("engine", {"name": "sglang", "base_url": server.url, "weight_sync": "nccl"})
     down = registry.build("engine", {"name": "openai", "base_url": "http://127.0.0.1:9", "timeout_s": 2})
     assert down.health()["status"] == "unreachable"
     with pytest.raises(EngineError, match="failed"):

@@ -143,19 +143,29 @@ def test_a_stop_string_ends_the_sample_and_is_cut_from_its_text(endpoint, checkp
     assert len(sample.logprobs) == len(sample.token_ids)
 
 
+# Buckets of 50 KiB: the tiny model's ~330 KiB of weights go in several, and a decoder layer's
+# experts are split across buckets (the server must load a layer only once it is whole).
+@pytest.mark.parametrize("weight_sync", ["disk", "tensor", "distributed"])
 def test_a_weight_update_changes_the_logprobs_and_every_later_sample_carries_its_version(
-    endpoint, checkpoint, tokenizer, make_codemoe_model, tmp_path
+    endpoint, checkpoint, tokenizer, make_codemoe_model, tmp_path, weight_sync
 ):
-    _, url = endpoint
+    kind, url = endpoint
     model, folder = checkpoint
-    engine = _engine(url, make_codemoe_model(0, **CONTEXT), tokenizer, sync_dir=str(tmp_path / "sync"))
+    engine = _engine(url, make_codemoe_model(0, **CONTEXT), tokenizer, sync_dir=str(tmp_path / "sync"),
+                     weight_sync=weight_sync, bucket_mb=0.05)
     new = make_codemoe_model(5, **CONTEXT)
+    if kind == "codemoe-serve" and weight_sync == "distributed":  # it takes weights from disk or requests only
+        with pytest.raises(EngineError, match="does not join weight-update process groups"):
+            engine.update_weights(state_dict=new.state_dict())
+        assert engine.weight_version is None
+        return
     try:
         engine.update_weights(state_dict=new.state_dict())
         first = engine.weight_version
         out = engine.generate([PROMPTS[0]], _greedy(n=1))[0]
         want, _ = _teacher_forced(new, out.prompt_token_ids, out.samples[0].token_ids)
         assert torch.allclose(torch.tensor(out.samples[0].logprobs), want, atol=LOGPROB_ATOL)
+        assert not any((tmp_path / "sync").glob("*")) if weight_sync != "disk" else any((tmp_path / "sync").glob("*"))
         with pytest.raises(EngineError, match="refused the weights"):  # HTTP 400 {"success": false}
             engine.update_weights(path=str(tmp_path / "missing"))
         assert engine.weight_version == first
@@ -165,6 +175,26 @@ def test_a_weight_update_changes_the_logprobs_and_every_later_sample_carries_its
             engine.generate([PROMPTS[0]], _greedy(n=1))
     finally:
         _engine(url, model, tokenizer).update_weights(path=str(folder))
+
+
+def test_tensors_of_weights_the_model_lacks_are_refused_by_codemoe_and_ignored_by_sglang(endpoint, checkpoint, tokenizer):
+    """codemoe serve refuses a name its checkpoint does not have; SGLang's loaders skip such names
+    (its model's load_weights), so there the update is taken and nothing changes: the names the
+    engine sends come from transformers' own conversion (checkpoint_names), and the update tests
+    above check their effect on log-probs."""
+    kind, url = endpoint
+    model, _ = checkpoint
+    engine = _engine(url, model, tokenizer)
+    before = engine.generate([PROMPTS[0]], _greedy(n=1))[0].samples[0]
+    wrong = {"model.layers.9.mlp.gate.weight": torch.ones(8, 64)}  # a layer the model does not have
+    if kind == "codemoe-serve":
+        with pytest.raises(EngineError, match="refused /update_weights_from_tensor.*not a weight of this model"):
+            engine.update_weights_from_tensors(wrong.items())
+        assert engine.weight_version is None
+    else:
+        engine.update_weights_from_tensors(wrong.items())
+    after = engine.generate([PROMPTS[0]], _greedy(n=1))[0].samples[0]
+    assert after.token_ids == before.token_ids and after.logprobs == before.logprobs
 
 
 def test_abort_ends_running_samples_with_finish_reason_abort(endpoint, checkpoint, tokenizer):

@@ -217,6 +217,21 @@ class EmbeddedEngine:
             self.weights_version += 1
             self.kv.clear_kept()
 
+    def load_tensors(self, tensors: dict[str, Any]) -> None:
+        """Copy some of the weights in (keyed as ``state_dict()``), between two steps; a name the
+        model does not have, or a shape it does not take, is an :class:`EngineError` and nothing is
+        copied."""
+        state = self.model.state_dict()
+        unknown = sorted(set(tensors) - set(state))
+        wrong = sorted(k for k in tensors if k in state and tuple(tensors[k].shape) != tuple(state[k].shape))
+        if unknown or wrong:
+            raise EngineError(f"weights do not fit the served model: unknown {unknown[:5]}, wrong shape {wrong[:5]}")
+        with self._lock, torch.no_grad():
+            for name, tensor in tensors.items():
+                state[name].copy_(tensor)
+            self.weights_version += 1
+            self.kv.clear_kept()
+
     def flush_cache(self) -> None:
         """Drop what is kept of finished samples for prefix reuse (SGLang's ``/flush_cache``)."""
         with self._lock:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic
+import torch
 from codemoe.core.contracts import (
     ContextLengthError,
     EngineError,
@@ -29,9 +30,11 @@ from codemoe.core.contracts import (
 from codemoe.serving.embedded import EmbeddedEngine, TokenEvent
 from codemoe.serving.protocol import (
     AbortRequest,
+    BeginWeightUpdateRequest,
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequest,
+    UpdateWeightsFromTensorRequest,
     UpdateWeightsRequest,
 )
 from codemoe.serving.stopping import StopChecker
@@ -85,6 +88,7 @@ class ServingApp:
         self._layers = _decoder_layers(engine.model)
         self._live: dict[str, list[Any]] = {}  # /generate requests in flight, by id (for /abort_request)
         self._live_lock = threading.Lock()
+        self._tensors: _TensorSession | None = None  # the open /begin_weight_update session
         self.routes: dict[tuple[str, str], Callable[[Any], Result]] = {
             ("GET", "/health"): self.health,
             ("GET", "/health_generate"): self.health_generate,
@@ -94,6 +98,11 @@ class ServingApp:
             ("POST", "/v1/chat/completions"): self.chat_completions,
             ("POST", "/generate"): self.generate,
             ("POST", "/update_weights_from_disk"): self.update_weights_from_disk,
+            ("POST", "/begin_weight_update"): self.begin_weight_update,
+            ("POST", "/update_weights_from_tensor"): self.update_weights_from_tensor,
+            ("POST", "/end_weight_update"): self.end_weight_update,
+            ("POST", "/init_weights_update_group"): self.init_weights_update_group,
+            ("POST", "/update_weights_from_distributed"): self.init_weights_update_group,
             ("GET", "/get_server_info"): self.server_info,
             ("POST", "/abort_request"): self.abort_request,
             ("POST", "/flush_cache"): self.flush_cache,
@@ -149,6 +158,7 @@ class ServingApp:
         return 200, {
             "model_path": self.model_path or self.model_name,
             "enable_deterministic_inference": True,
+            "tp_size": 1,
             "weight_version": self.weight_version,
             "max_total_num_tokens": self.engine.max_context,
         }
@@ -165,6 +175,51 @@ class ServingApp:
             self.weight_version = req.weight_version
             message += f" Weight version updated to {req.weight_version}."
         return 200, {"success": True, "message": message, "num_paused_requests": 0}
+
+    def begin_weight_update(self, body: Any) -> Result:
+        """Open a session for tensor updates (SGLang needs one around them since 0.5.23)."""
+        _parse(BeginWeightUpdateRequest, body)
+        self._tensors = _TensorSession(self.engine.model)
+        return 200, {"success": True, "message": "weight update session opened"}
+
+    def update_weights_from_tensor(self, body: Any) -> Result:
+        """One bucket of checkpoint-format tensors: each decoder layer is loaded once all of its
+        tensors have come (its experts convert together), the rest at once."""
+        from codemoe.serving.weight_push import load_bucket
+
+        req = _parse(UpdateWeightsFromTensorRequest, body)
+        if self._tensors is None:
+            return 400, {"success": False, "message": "update_weights_from_tensor must run between "
+                         "begin_weight_update() and end_weight_update()"}
+        if req.load_format is not None:
+            return 400, {"success": False, "message": f"load_format {req.load_format!r}: codemoe serve loads "
+                         "(name, tensor) lists only (load_format null)"}
+        try:
+            ready = self._tensors.add(load_bucket(req.serialized_named_tensors[0]))
+            if ready:
+                self.engine.load_tensors(ready)
+        except (ValueError, EngineError) as exc:
+            return 400, {"success": False, "message": f"the weights were not loaded: {exc}"}
+        if req.flush_cache:
+            self.engine.flush_cache()
+        if req.weight_version is not None:
+            self.weight_version = req.weight_version
+        return 200, {"success": True, "message": "Success"}
+
+    def end_weight_update(self, _body: Any) -> Result:
+        """Close the session; a layer some of whose tensors never came is an error naming them."""
+        session, self._tensors = self._tensors, None
+        if session is None:
+            return 400, {"success": False, "message": "no weight update session is open (begin_weight_update)"}
+        missing = session.missing()
+        if missing:
+            return 400, {"success": False, "message": f"layers left half loaded, missing {missing[:5]}"}
+        return 200, {"success": True, "message": "weight update session closed"}
+
+    def init_weights_update_group(self, _body: Any) -> Result:
+        """codemoe serve takes weights from disk or in the request, not over a process group."""
+        return 400, {"success": False, "message": "codemoe serve does not join weight-update process groups: "
+                     "use weight_sync tensor or disk"}
 
     def abort_request(self, body: Any) -> Result:
         """End requests in flight (all, or the one ``rid`` names): their samples finish with ``abort``."""
@@ -477,3 +532,39 @@ class _StreamTexts:
         sent = self.sent.get(index, 0)
         self.sent[index] = max(sent, len(target))
         return target[sent:]
+
+
+class _TensorSession:
+    """Checkpoint-format tensors of one weight-update session, kept by decoder layer until the
+    layer is whole (:func:`codemoe.core.models.checkpoint_names.from_checkpoint` converts a layer
+    at a time)."""
+
+    def __init__(self, model: Any) -> None:
+        from codemoe.core.models.checkpoint_names import layer_of, to_checkpoint
+
+        self.model = model
+        meta = ((name, torch.empty_like(value, device="meta")) for name, value in model.state_dict().items())
+        self.expected: dict[str, set[str]] = {}
+        for name, _ in to_checkpoint(model, meta):
+            self.expected.setdefault(layer_of(name), set()).add(name)
+        self.pending: dict[str, dict[str, Any]] = {}
+
+    def add(self, tensors: list[tuple[str, Any]]) -> dict[str, Any]:
+        """Keep ``tensors``; the model-format tensors of every layer they completed."""
+        from codemoe.core.models.checkpoint_names import from_checkpoint, layer_of
+
+        touched = set()
+        for name, tensor in tensors:
+            layer = layer_of(name)
+            if name not in self.expected.get(layer, ()):
+                raise ValueError(f"{name!r} is not a weight of this model's checkpoint")
+            self.pending.setdefault(layer, {})[name] = tensor
+            touched.add(layer)
+        ready: dict[str, Any] = {}
+        for layer in touched:
+            if set(self.pending[layer]) == self.expected[layer]:
+                ready.update(from_checkpoint(self.model, self.pending.pop(layer)))
+        return ready
+
+    def missing(self) -> list[str]:
+        return sorted(n for layer, got in self.pending.items() for n in self.expected[layer] - set(got))

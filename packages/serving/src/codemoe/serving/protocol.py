@@ -130,3 +130,22 @@ class AbortRequest(_Request):
 
     rid: str = ""
     abort_all: bool = False
+
+
+class BeginWeightUpdateRequest(_Request):
+    """``POST /begin_weight_update``: opens the session the tensor updates run in (SGLang's fields)."""
+
+    selector: Literal["target", "draft", "all"] = "all"
+
+
+class UpdateWeightsFromTensorRequest(_Request):
+    """``POST /update_weights_from_tensor``: one bucket of weights in the request (SGLang's fields:
+    one ``serialized_named_tensors`` entry per tensor-parallel rank; codemoe serve has one)."""
+
+    serialized_named_tensors: list[str] = Field(min_length=1)
+    load_format: str | None = None
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: str | None = None
+    selector: Literal["target", "draft", "all"] = "all"
+    torch_empty_cache: bool = False

@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 from codemoe.core.contracts import EngineError, GenerationOutput, RequestError, Sample, SamplingParams
 from codemoe.core.errors import ConfigError
 from codemoe.serving.sampling import sample_key
+from codemoe.serving.weight_push import Refused, SyncGroup, WeightSession
 
 __all__ = [
     "OpenAIEngine",
@@ -77,12 +78,26 @@ class SGLangEngineConfig:
     base_url: str | list[str] = "http://127.0.0.1:30000"  # SGLang's default port; a list: several servers
     timeout_s: float = 600.0  # per HTTP request
     return_routing: bool = False  # ask for routed experts (SGLang needs --enable-return-routed-experts)
-    sync_dir: str = ""  # where update_weights(state_dict=...) writes a checkpoint the servers can read
+    # How new weights reach the servers: "tensor" posts them in buckets to /update_weights_from_tensor
+    # (in the request, no disk); "disk" writes a checkpoint to sync_dir and posts
+    # /update_weights_from_disk (servers that share a file system); "distributed" broadcasts them over
+    # a process group the servers join (/init_weights_update_group: NCCL for GPU tensors, gloo else).
+    weight_sync: str = "tensor"
+    bucket_mb: float = 32.0  # size of one bucket of weights; in a request it is base64 (4/3 as large)
+    sync_dir: str = ""  # where weight_sync "disk" writes the checkpoint the servers read
+    sync_address: str = "127.0.0.1"  # "distributed": the address the servers reach this process at
     cooldown_s: float = 30.0  # how long a server that failed is left out
     retry_rounds: int = 3  # rounds of sending failed parts to the other servers before an EngineError
 
     def __post_init__(self) -> None:
         _check_servers(self.base_url, self.cooldown_s, self.retry_rounds)
+        if self.weight_sync not in _WEIGHT_SYNCS:
+            raise ConfigError(f"'weight_sync': {self.weight_sync!r} is not one of {', '.join(_WEIGHT_SYNCS)}")
+        if not (isinstance(self.bucket_mb, (int, float)) and 0 < self.bucket_mb < 1 << 20):
+            raise ConfigError(f"'bucket_mb': {self.bucket_mb!r} is not a size in MiB above 0")
+
+
+_WEIGHT_SYNCS = ("tensor", "disk", "distributed")
 
 
 def _check_servers(base_url: Any, cooldown_s: float, retry_rounds: int) -> list[str]:
@@ -100,8 +115,7 @@ def _check_servers(base_url: Any, cooldown_s: float, retry_rounds: int) -> list[
     return urls
 
 
-class _Refused(EngineError):
-    """A server answered a weight update and did not take the weights."""
+_Refused = Refused  # a server answered a weight update and did not take the weights
 
 
 class _RemoteEngine:
@@ -253,22 +267,28 @@ class _RemoteEngine:
         payload = {"model_path": str(path), **self._update_fields()}  # one weight_version for every server
         answers = self._map([(u, None) for u in self.urls], lambda url, _: self._push(url, payload, str(path)))
         errors = {u: a for u, a in zip(self.urls, answers) if isinstance(a, (EngineError, RequestError))}
+        self._settle(errors, f"the weights at {path}")
+
+    def _settle(self, errors: dict[str, Exception], what: str) -> None:
+        """After a weight update every server was sent: the ones that took it carry the new version,
+        the others (``errors``: refused, unreachable) serve nothing until a later update reaches them;
+        a refusal, or no server taking it, is an :class:`EngineError`."""
         for url, error in errors.items():
             if not isinstance(error, _Refused):
                 self._mark_down(url, str(error))
         if len(errors) < len(self.urls):  # the servers that took the weights carry the new version
             self._updated()
             with self._servers_lock:  # the others hold older weights: they serve nothing until updated
-                self._stale = {u: f"missed the weight update to {path}: {e}" for u, e in errors.items()}
+                self._stale = {u: f"missed the weight update ({what}): {e}" for u, e in errors.items()}
         refused = [str(e) for e in errors.values() if isinstance(e, _Refused)]
         if refused or len(errors) == len(self.urls):
-            raise EngineError("; ".join(refused) or f"no server took the weights at {path}: {self._errors({})}")
+            raise EngineError("; ".join(refused) or f"no server took {what}: {self._errors({})}")
         if errors:
             warnings.warn(
-                f"the weights at {path} did not reach {', '.join(errors)} ({'; '.join(map(str, errors.values()))}): "
+                f"{what} did not reach {', '.join(errors)} ({'; '.join(map(str, errors.values()))}): "
                 "it serves nothing until an update reaches it",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
 
     def _push(self, url: str, payload: dict[str, Any], path: str) -> None:
@@ -414,6 +434,9 @@ class SGLangEngine(_RemoteEngine):
     def __init__(self, config: SGLangEngineConfig, model: Any = None, tokenizer: Any = None) -> None:
         super().__init__(config, model, tokenizer)
         self.return_routing = config.return_routing
+        self.weight_sync = config.weight_sync
+        self.bucket_mb = config.bucket_mb
+        self.sync_address = config.sync_address
         if self.return_routing and self._top_k() <= 0:
             raise EngineError(
                 "return_routing needs the model passed as model=... (its num_experts_per_tok shapes routing)"
@@ -429,6 +452,8 @@ class SGLangEngine(_RemoteEngine):
             )
         self.weight_version: str | None = None  # set by the first update; every later sample must carry it
         self._updates = 0
+        self._tp_sizes: dict[str, int] = {}
+        self._group: SyncGroup | None = None
         self._deterministic: bool | None = None  # the servers' --enable-deterministic-inference, once asked
         self._lock = threading.Lock()
 
@@ -442,6 +467,68 @@ class SGLangEngine(_RemoteEngine):
 
     def _updated(self) -> None:
         self.weight_version = self._pending_version
+
+    # ------------------------------------------------------------------------------ weight sync
+
+    def _tp_size(self, url: str) -> int:
+        """The server's tensor-parallel ranks (``/get_server_info``'s ``tp_size``; 1 when it does not say)."""
+        if url not in self._tp_sizes:
+            info = self._request(url, "GET", "/get_server_info")
+            size = info.get("tp_size", 1) if isinstance(info, dict) else 1
+            self._tp_sizes[url] = int(size) if isinstance(size, int) and size >= 1 else 1
+        return self._tp_sizes[url]
+
+    def _sync_group(self) -> SyncGroup:
+        """The process group with every server for ``weight_sync: distributed``, made on first use
+        (again after one broke): NCCL when the model's weights are on a GPU, gloo otherwise."""
+        if self._group is None or self._group.broken:
+            if self._group is not None:
+                self._group.close()
+            device = next(iter(self.model.parameters())).device.type if self.model is not None else "cpu"
+            backend = "nccl" if device == "cuda" else "gloo"
+            self._group = SyncGroup(self, self.sync_address, backend, self.timeout_s)
+        return self._group
+
+    def update_weights(self, state_dict: dict[str, Any] | None = None, path: str | None = None) -> None:
+        """New weights for every server: a checkpoint folder they can read (``path``), or a state
+        dict sent the ``weight_sync`` way (see :meth:`update_weights_from_tensors`)."""
+        if state_dict is not None and path is None and self.weight_sync != "disk":
+            self.update_weights_from_tensors(state_dict.items())
+            return
+        super().update_weights(state_dict=state_dict, path=path)
+
+    def update_weights_from_tensors(self, named: Iterable[tuple[str, Any]]) -> None:
+        """New weights from ``(name, tensor)`` pairs keyed as the model's ``state_dict()`` (whole
+        tensors, grouped by layer in its order), consumed lazily: converted a layer at a time to the
+        checkpoint's names and layout (what SGLang's loader reads,
+        :func:`codemoe.core.models.checkpoint_names.to_checkpoint`) and sent in buckets of
+        ``bucket_mb`` inside one ``/begin_weight_update`` ... ``/end_weight_update`` session per
+        server; the last bucket flushes the cache and sets the new ``weight_version``. A server
+        that fails a bucket gets no more of them and serves nothing until a later update reaches it."""
+        if self.model is None:
+            raise EngineError("update_weights_from_tensors needs the model passed as model=... (its checkpoint names)")
+        if self.weight_sync == "disk":
+            super().update_weights(state_dict=dict(named))
+            return
+        from codemoe.core.models.checkpoint_names import to_checkpoint
+
+        group = self._sync_group() if self.weight_sync == "distributed" else None
+        session = WeightSession(self, self._update_fields()["weight_version"], group)
+        session.begin()
+        bucket: list[tuple[str, Any]] = []
+        size, limit = 0, int(self.bucket_mb * (1 << 20))
+        for name, tensor in to_checkpoint(self.model, named):
+            nbytes = tensor.numel() * tensor.element_size()
+            if bucket and size + nbytes > limit:
+                if not session.send(bucket, last=False):
+                    break  # no server left to send to
+                bucket, size = [], 0
+            bucket.append((name, tensor))
+            size += nbytes
+        else:
+            session.send(bucket, last=True)
+        session.end()
+        self._settle(session.errors, f"weights version {session.version}")
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
         """Each prompt as ``n`` copies in one batch, each copy with its own seed from the prompt's

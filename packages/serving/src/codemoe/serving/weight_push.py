@@ -1,0 +1,237 @@
+"""Sending new weights to SGLang-style servers without a checkpoint on disk.
+
+One update is a session per server, in SGLang's protocol (``sglang/srt/entrypoints/http_server.py``):
+``/begin_weight_update``, then one request per bucket, then ``/end_weight_update``; the last
+bucket carries ``flush_cache`` and the new ``weight_version``. A bucket travels one of two ways:
+
+- ``tensor``: in the request itself, ``/update_weights_from_tensor``'s
+  ``serialized_named_tensors`` (base64 of a pickle of ``[(name, tensor), ...]``, one copy per
+  tensor-parallel rank of the server). The tensors are moved to host memory and pickled by value
+  (a plain pickle: SGLang's restricted unpickler reads it, and it works for a server on another
+  machine, unlike ``torch.multiprocessing``'s shared-memory handles, which need the same host and
+  the sender's authentication key);
+- ``distributed``: only names, dtypes and shapes in ``/update_weights_from_distributed``, the
+  tensors broadcast from this process (rank 0) over a process group the servers joined once through
+  ``/init_weights_update_group``: NCCL when the weights are on a GPU, gloo otherwise (so the same
+  path runs on a CPU machine against a real SGLang server). The request and the broadcast run at
+  the same time: the server receives while the request is open.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import pickle
+import secrets
+import socket
+import threading
+from datetime import timedelta
+from typing import Any
+
+from codemoe.core.contracts import EngineError, RequestError
+
+__all__ = ["SyncGroup", "WeightSession", "serialize_bucket"]
+
+
+class Refused(EngineError):
+    """A server answered a weight update and did not take the weights."""
+
+
+def serialize_bucket(bucket: list[tuple[str, Any]]) -> str:
+    """``bucket`` as ``/update_weights_from_tensor`` takes it: base64 of a plain pickle of
+    ``[(name, host tensor), ...]`` (each tensor's bytes by value)."""
+    buf = io.BytesIO()
+    pickle.dump([(name, tensor.detach().to("cpu").contiguous()) for name, tensor in bucket], buf, protocol=4)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _post(engine: Any, url: str, path: str, payload: dict[str, Any]) -> None:
+    try:
+        result = engine._request(url, "POST", path, payload)
+    except RequestError as exc:  # SGLang answers a failed update with HTTP 400 {"success": false, ...}
+        raise Refused(f"the server {url} refused {path}: {exc}") from None
+    if not isinstance(result, dict) or not result.get("success", False):
+        raise Refused(f"the server {url} refused {path}: {result}")
+
+
+class WeightSession:
+    """One weight update across the engine's servers; ``errors`` holds each server that failed."""
+
+    def __init__(self, engine: Any, version: str, group: SyncGroup | None = None) -> None:
+        self.engine, self.version, self.group = engine, version, group
+        self.errors: dict[str, Exception] = {}
+        self._begun: list[str] = []
+
+    def alive(self) -> list[str]:
+        return [u for u in self.engine.urls if u not in self.errors]
+
+    def _post_all(self, path: str, payload: dict[str, Any], urls: list[str] | None = None) -> list[str]:
+        urls = self.alive() if urls is None else urls
+        answers = self.engine._map([(u, None) for u in urls], lambda url, _: _post(self.engine, url, path, payload))
+        for url, answer in zip(urls, answers):
+            if isinstance(answer, (EngineError, RequestError)):
+                self.errors.setdefault(url, answer)
+        return [u for u in urls if u not in self.errors]
+
+    def begin(self) -> bool:
+        self._begun = self._post_all("/begin_weight_update", {})
+        return bool(self._begun)
+
+    def send(self, bucket: list[tuple[str, Any]], *, last: bool) -> bool:
+        """One bucket to every server still in the session; False when none is left."""
+        fields = {"flush_cache": last, "weight_version": self.version if last else None}
+        if self.group is not None:
+            self._broadcast(bucket, fields)
+        else:
+            blob = serialize_bucket(bucket)
+            for url in self.alive():  # one copy per tensor-parallel rank of that server
+                payload = {"serialized_named_tensors": [blob] * self.engine._tp_size(url), **fields}
+                self._post_all("/update_weights_from_tensor", payload, [url])
+        return bool(self.alive())
+
+    def _broadcast(self, bucket: list[tuple[str, Any]], fields: dict[str, Any]) -> None:
+        group = self.group
+        assert group is not None
+        payload = {
+            "names": [name for name, _ in bucket],
+            "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in bucket],
+            "shapes": [list(t.shape) for _, t in bucket],
+            "group_name": group.name,
+            **fields,
+        }
+        # Every member of the group receives each broadcast: with one out, nobody can be sent the rest.
+        if self.errors:
+            for url in self.alive():
+                self.errors[url] = EngineError(f"the server {url} missed the rest of the weights: "
+                                               f"the weight-update group lost {', '.join(self.errors)}")
+            return
+        posting = threading.Thread(target=self._post_all, args=("/update_weights_from_distributed", payload),
+                                   name="codemoe-weights-post", daemon=True)
+        posting.start()
+        try:
+            group.broadcast([t for _, t in bucket])
+        except RuntimeError as exc:  # a member went away: the group is no longer usable
+            group.broken = f"broadcast failed: {exc}"
+            for url in self.alive():
+                self.errors.setdefault(url, EngineError(f"the server {url} did not receive the weights: {exc}"))
+        posting.join()
+
+    def end(self) -> None:
+        begun = [u for u in self._begun]
+        if begun:
+            failed = dict(self.errors)
+            self._post_all("/end_weight_update", {}, begun)
+            self.errors.update(failed)  # the first failure of a server is the one it is reported with
+
+
+class SyncGroup:
+    """The process group this process (rank 0) shares with the servers' tensor-parallel ranks for
+    ``weight_sync: distributed``, built like SGLang's ``init_custom_process_group`` on both sides."""
+
+    def __init__(self, engine: Any, address: str, backend: str, timeout_s: float) -> None:
+        import torch.distributed as dist
+        from torch.distributed.distributed_c10d import PrefixStore, _new_process_group_helper, _world, rendezvous
+
+        self.name = f"codemoe-weights-{secrets.token_hex(4)}"
+        self.backend = backend
+        self.broken = ""
+        sizes = [engine._tp_size(u) for u in engine.urls]
+        world = 1 + sum(sizes)
+        port = _free_port(address)
+        timeout = timedelta(seconds=timeout_s)
+        errors: dict[str, Exception] = {}
+
+        def join(url: str, offset: int) -> None:
+            try:
+                _post(engine, url, "/init_weights_update_group", {
+                    "master_address": address, "master_port": port, "rank_offset": offset,
+                    "world_size": world, "group_name": self.name, "backend": backend,
+                })
+            except (EngineError, RequestError) as exc:
+                errors[url] = exc
+
+        offsets = [1 + sum(sizes[:i]) for i in range(len(sizes))]
+        joins = [threading.Thread(target=join, args=(u, o), daemon=True) for u, o in zip(engine.urls, offsets)]
+        formed: dict[str, Any] = {}
+
+        def form() -> None:  # blocks until every member has connected (or the timeout)
+            try:
+                store, _, _ = next(rendezvous(f"tcp://{address}:{port}", 0, world, timeout=timeout))
+                store.set_timeout(timeout)
+                formed["pg"], _ = _new_process_group_helper(
+                    world, 0, [], dist.Backend(backend), PrefixStore(self.name, store), group_name=self.name,
+                    timeout=timeout)
+            except (RuntimeError, ValueError) as exc:
+                formed["error"] = exc
+
+        forming = threading.Thread(target=form, name="codemoe-weights-group", daemon=True)
+        forming.start()
+        for thread in joins:
+            thread.start()
+        for thread in joins:
+            thread.join()  # a server answers once it is in the group, or at once when it refuses
+        if errors:  # the group cannot form: the forming thread gives up at its timeout
+            raise EngineError(f"the weight-update group did not form: {'; '.join(map(str, errors.values()))}")
+        forming.join()
+        if "pg" not in formed:
+            raise EngineError(f"the weight-update group at {address}:{port} did not form: {formed.get('error')}")
+        self.pg = formed["pg"]
+        _world.pg_group_ranks[self.pg] = {i: i for i in range(world)}
+
+    def broadcast(self, tensors: list[Any]) -> None:
+        import torch.distributed as dist
+
+        handles = [dist.broadcast(t.detach().contiguous(), src=0, group=self.pg, async_op=True) for t in tensors]
+        for handle in handles:
+            handle.wait()
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        try:
+            dist.destroy_process_group(self.pg)
+        except (RuntimeError, ValueError, AttributeError):
+            pass
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return sock.getsockname()[1]
+
+
+class _BucketUnpickler(pickle.Unpickler):
+    """Reads what :func:`serialize_bucket` writes and nothing else: a pickle names only the three
+    globals a list of CPU tensors needs, and a tensor's storage is read with ``torch.load``'s
+    ``weights_only`` loader (no code runs from the payload)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        import collections
+
+        import torch
+
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return torch._utils._rebuild_tensor_v2
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if (module, name) == ("torch.storage", "_load_from_bytes"):
+            return lambda data: torch.load(io.BytesIO(data), weights_only=True)
+        raise pickle.UnpicklingError(f"a weight bucket may not name {module}.{name}")
+
+
+def load_bucket(blob: str | bytes) -> list[tuple[str, Any]]:
+    """The ``[(name, tensor), ...]`` of one ``serialized_named_tensors`` entry (base64 or raw); a
+    payload that is anything else is a :class:`ValueError` saying what."""
+    import torch
+
+    try:
+        data = base64.b64decode(blob, validate=True) if isinstance(blob, str) else bytes(blob)
+        value = _BucketUnpickler(io.BytesIO(data)).load()
+    except (ValueError, pickle.UnpicklingError, EOFError, TypeError, AttributeError, RuntimeError) as exc:
+        raise ValueError(f"not a weight bucket: {exc}") from None
+    if not (isinstance(value, list) and all(
+        isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], torch.Tensor)
+        for item in value
+    )):
+        raise ValueError("not a weight bucket: expected a list of (name, tensor) pairs")
+    return value
