@@ -40,7 +40,15 @@ import torch
 from codemoe.core.errors import ConfigError
 from codemoe.rl.rollout import Rollouts
 
-__all__ = ["IN_FLIGHT", "STALE_GROUPS", "Batch", "RolloutProducer", "check_async_config"]
+__all__ = [
+    "IN_FLIGHT",
+    "STALE_GROUPS",
+    "Batch",
+    "RolloutProducer",
+    "check_async_config",
+    "check_async_options",
+    "staleness_metrics",
+]
 
 STALE_GROUPS = ("wait", "drop", "keep")
 IN_FLIGHT = ("finish", "abort")
@@ -62,22 +70,29 @@ class _Aborted(Exception):
     """The batch in flight was aborted by a weight sync (``in_flight: abort``)."""
 
 
-def check_async_config(config: Any, *, world: int, engine: Any, policy: Any) -> None:
-    """Refuse asynchronous settings that cannot work, naming the key."""
+def check_async_options(config: Any) -> None:
+    """Refuse asynchronous options that are wrong in themselves, naming the key (at validation)."""
+    if config.stale_groups not in STALE_GROUPS:
+        raise ConfigError(f"'stale_groups': {config.stale_groups!r} is not one of {', '.join(STALE_GROUPS)}")
+    if config.in_flight not in IN_FLIGHT:
+        raise ConfigError(f"'in_flight': {config.in_flight!r} is not one of {', '.join(IN_FLIGHT)}")
     k = config.max_staleness
     if k is None:
         return
     if k < 0:
         raise ConfigError(f"'max_staleness': must be >= 0 (or null for the synchronous loop), got {k}")
-    if config.stale_groups not in STALE_GROUPS:
-        raise ConfigError(f"'stale_groups': {config.stale_groups!r} is not one of {', '.join(STALE_GROUPS)}")
-    if config.in_flight not in IN_FLIGHT:
-        raise ConfigError(f"'in_flight': {config.in_flight!r} is not one of {', '.join(IN_FLIGHT)}")
     if config.stale_groups != "wait" and k == 0:
         raise ConfigError(
             f"'stale_groups': {config.stale_groups} needs max_staleness >= 1 (a free-running producer is always "
             "one version behind); max_staleness: 0 is the synchronous schedule, use stale_groups: wait"
         )
+
+
+def check_async_config(config: Any, *, world: int, engine: Any, policy: Any) -> None:
+    """Refuse asynchronous settings that cannot work with this launch and engine, naming the key."""
+    check_async_options(config)
+    if config.max_staleness is None:
+        return
     if world > 1:
         raise ConfigError(
             "'max_staleness': asynchronous rollouts run in one process for now; under torchrun set max_staleness: null"
