@@ -120,7 +120,7 @@ class RolloutProducer:
         self.next, self.last = first, last  # the next batch to make; the last one a 'wait' run needs
         self.version = version  # what the engine holds
         self.made = first - 1  # the newest complete batch
-        self.taken = 0  # batches the trainer took (dropped ones included) since the start
+        self.taken = first - 1  # batches the trainer took (dropped ones included), as numbered
         self.buffer: collections.deque[Batch] = collections.deque()
         self.error: BaseException | None = None
         self.stopped = False
