@@ -62,7 +62,7 @@ def _fill(text: str, **values: Any) -> str:
 
 def _code(text: str, **values: Any) -> str:
     """Dedented source with ``@KEY@`` markers filled; a marker alone on its line may expand to nothing."""
-    lines = [line for line in _fill(textwrap.dedent(text).strip("\n"), **values).split("\n")]
+    lines = _fill(textwrap.dedent(text).strip("\n"), **values).split("\n")
     return "\n".join(line for line in lines if line.strip() != "@DROP@").rstrip() + "\n"
 
 
@@ -131,6 +131,12 @@ def _ints(rng: random.Random, low: int, high: int, n_low: int, n_high: int) -> l
     return [rng.randint(low, high) for _ in range(rng.randint(n_low, n_high))]
 
 
+def _fits_args(rng: random.Random) -> tuple[Any, ...]:
+    """A value at the limit half of the time (the boundary an off-by-one gets wrong), else near it."""
+    limit = rng.randint(2, 30)
+    return (limit if rng.random() < 0.5 else limit + rng.randint(-3, 3)), limit
+
+
 def _last_args(rng: random.Random) -> tuple[Any, ...]:
     items = _ints(rng, 1, 30, 3, 7)
     return items, rng.randint(1, len(items))
@@ -156,8 +162,7 @@ _FNS = (
         def @NAME@(value, limit):
             """Whether `value` @NS@ fit under `limit` (the limit itself is allowed)."""
             return @FIX@
-        ''', "value <= limit", "value < limit",
-        lambda r: (lambda limit: (rng_value(r, limit), limit))(r.randint(2, 30))),
+        ''', "value <= limit", "value < limit", _fits_args),
     _Fn("off-by-one", "last_@NS@", '''
         def @NAME@(items, count):
             """The last `count` @NS@ of `items`, in order."""
@@ -202,11 +207,6 @@ _FNS = (
         ''', "    if value < low:\n        return low", "",
         lambda r: (r.randint(-20, 40), r.randint(0, 5), r.randint(20, 30))),
 )
-
-
-def rng_value(rng: random.Random, limit: int) -> int:
-    """A value at the limit half of the time (the boundary an off-by-one gets wrong), else near it."""
-    return limit if rng.random() < 0.5 else limit + rng.randint(-3, 3)
 
 
 def _run(source: str, name: str) -> Callable[..., Any]:

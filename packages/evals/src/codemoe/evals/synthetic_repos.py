@@ -22,6 +22,7 @@ as ``agentic-core`` is; ``codemoe tasks validate <folder>`` checks any of them.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import os
 import random
@@ -81,6 +82,7 @@ def unified_diff(before: dict[str, str], after: dict[str, str]) -> str:
     return "".join(chunks)
 
 
+@functools.cache
 def _fingerprint() -> str:
     """A hash of the generator's code: folders written by another version are never reused."""
     digest = hashlib.sha256()

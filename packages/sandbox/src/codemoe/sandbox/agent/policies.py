@@ -115,19 +115,14 @@ def _identifiers(text: str) -> set[str]:
     return set(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", text))
 
 
-def plan_episode(task: Task, rng: random.Random) -> list[ToolCall]:
-    """The reference trajectory for ``task``: [ask], run the tests, read, small edits, run again, submit."""
-    before, after = task.repo_files(), task.gold_files()
-    deleted = sorted(set(before) - set(after))
-    if deleted:
-        raise ValueError(f"task {task.id}: the gold patch deletes {deleted}; the tools cannot delete files")
+def _opening(task: Task, rng: random.Random, before: dict[str, str], after: dict[str, str]) -> list[ToolCall]:
+    """Before any change: [ask], run the tests, [read a failing test], [search for the name a rename removes]."""
     calls: list[ToolCall] = []
     ask = ToolCall("ask_clarification", {"question": rng.choice(_QUESTIONS)}) if task.clarification else None
     ask_first = ask is not None and rng.random() < 0.5
     calls += [ask] if ask is not None and ask_first else []
     calls.append(RUN_TESTS)
     calls += [ask] if ask is not None and not ask_first else []
-    failing_runs = 1  # a valid task fails its first run (fail_to_pass)
     tests = sorted({t.split("::", 1)[0] for t in task.fail_to_pass if not task.is_hidden(t)} & set(before))
     if tests and rng.random() < 0.5:
         calls.append(ToolCall("read_file", {"path": rng.choice(tests)}))
@@ -135,31 +130,50 @@ def plan_episode(task: Task, rng: random.Random) -> list[ToolCall]:
         gone = sorted(_identifiers("".join(before.values())) - _identifiers("".join(after.values())))
         if gone:
             calls.append(ToolCall("search", {"pattern": max(gone, key=len)}))
+    return calls
+
+
+def _change(task: Task, rng: random.Random, current: dict[str, str], target: dict[str, str], read: set[str],
+            failing_runs: int) -> tuple[list[ToolCall], int]:
+    """Read and edit ``current`` (in place) into ``target``, then run the tests; returns the calls and
+    the failing runs in a row so far (runs between files stop short of the anti-spin limit)."""
+    calls: list[ToolCall] = []
+    paths = [p for p in sorted(target) if current.get(p) != target[p]]
+    if task.type in _INTERLEAVE_TYPES:
+        paths = _dependency_order(paths, current)
+    else:
+        rng.shuffle(paths)
+    interleave = len(paths) > 1 and (task.type in _INTERLEAVE_TYPES or rng.random() < 0.3)
+    upfront = paths if not interleave and rng.random() < 0.4 else []  # read everything first, then edit
+    for k, path in enumerate([*upfront, *paths]):
+        if path in current and path not in read:
+            calls.append(ToolCall("read_file", {"path": path}))
+            read.add(path)
+        if k < len(upfront):
+            continue
+        calls += edit_calls(path, current.get(path, ""), target[path])
+        current[path] = target[path]
+        if interleave and k < len(upfront) + len(paths) - 1 and failing_runs < _MAX_PLANNED_FAILING_RUNS:
+            calls.append(RUN_TESTS)
+            failing_runs += 1
+    calls.append(RUN_TESTS)
+    return calls, failing_runs + 1
+
+
+def plan_episode(task: Task, rng: random.Random) -> list[ToolCall]:
+    """The reference trajectory for ``task``: [ask], run the tests, read, small edits, run again, submit;
+    through the decoy and its failing run first when the task has one."""
+    before, after = task.repo_files(), task.gold_files()
+    deleted = sorted(set(before) - set(after))
+    if deleted:
+        raise ValueError(f"task {task.id}: the gold patch deletes {deleted}; the tools cannot delete files")
+    calls = _opening(task, rng, before, after)
+    failing_runs = 1  # a valid task fails its first run (fail_to_pass)
     decoy = task.decoy_files()
     current, read = dict(before), set()
     for target in ([decoy] if decoy is not None else []) + [after]:
-        paths = [p for p in sorted(target) if current.get(p) != target[p]]
-        if task.type in _INTERLEAVE_TYPES:
-            paths = _dependency_order(paths, current)
-        else:
-            rng.shuffle(paths)
-        interleave = len(paths) > 1 and (task.type in _INTERLEAVE_TYPES or rng.random() < 0.3)
-        if not interleave and rng.random() < 0.4:  # read everything first, then edit
-            for path in paths:
-                if path in current and path not in read:
-                    calls.append(ToolCall("read_file", {"path": path}))
-                    read.add(path)
-        for k, path in enumerate(paths):
-            if path in current and path not in read:
-                calls.append(ToolCall("read_file", {"path": path}))
-                read.add(path)
-            calls += edit_calls(path, current.get(path, ""), target[path])
-            current[path] = target[path]
-            if interleave and k < len(paths) - 1 and failing_runs < _MAX_PLANNED_FAILING_RUNS:
-                calls.append(RUN_TESTS)
-                failing_runs += 1
-        calls.append(RUN_TESTS)
-        failing_runs += 1
+        step, failing_runs = _change(task, rng, current, target, read, failing_runs)
+        calls += step
     changed = ", ".join(f"`{p}`" for p in sorted(p for p in after if before.get(p) != after[p]))
     calls.append(ToolCall("submit", {"summary": rng.choice(_SUMMARIES).format(files=changed)}))
     return calls
