@@ -7,10 +7,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from codemoe.core.cli import main
 from codemoe.core.errors import ConfigError
 from codemoe.core.memory import FOLLOW_TENSORS_ENV
-from codemoe.core.models import count_parameters
+from codemoe.core.models import build_model, count_parameters
 from codemoe.core.models.plan import plan_memory
 from codemoe.core.models.presets import load_preset
 
@@ -52,12 +53,18 @@ def test_engine_sync_and_reference_known_answers(moe_registry):
     external = plan_memory("micro", dp=2, ep=2, seq=64, micro_batch=3, engine="external", registry=moe_registry)
     total = external.parameters_total
     assert external.weight_sync == 4 * total * 3 // 4  # what the rank does not hold, fp32
-    # every rank gathers the whole fp32 state dict while it still holds its states
-    assert external.sync_buffer == 4 * total and external.engine_kv_cache == 0
-    assert external.sync_peak == external.parameters + external.gradients + external.optimizer + 4 * total
+    # the weights are streamed: one decoder layer gathered whole and converted (split experts are new
+    # tensors), and one bucket, while the rank still holds its states
+    from codemoe.core.models.plan import SYNC_BUCKET
+
+    with torch.device("meta"):
+        layers = build_model("micro", registry=moe_registry).model.layers
+    largest = max(sum(p.numel() for p in layer.parameters()) for layer in layers)
+    assert external.sync_buffer == 2 * 4 * largest + SYNC_BUCKET and external.engine_kv_cache == 0
+    assert external.sync_peak == external.parameters + external.gradients + external.optimizer + external.sync_buffer
     assert external.total == max(external.training_peak, external.sync_peak)
     alone = plan_memory("micro", engine="external", registry=moe_registry)
-    assert alone.sync_buffer == 0  # one process: the state dict is the weights themselves
+    assert alone.sync_buffer == 4 * largest + SYNC_BUCKET  # one process: the layer is the weights, its copy is not
     kl = plan_memory("micro", dp=2, ep=2, seq=64, micro_batch=3, reference=True, registry=moe_registry)
     assert kl.reference_weights == 4 * kl.parameters_per_rank  # fp32 shards, no gradients or moments
     assert kl.training_peak == embedded.training_peak + kl.reference_weights

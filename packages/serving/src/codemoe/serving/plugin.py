@@ -37,7 +37,7 @@ COMPONENTS: list[tuple[str, str, str, str, str]] = [
         "sglang",
         "codemoe.serving.remote:build_sglang_engine",
         "codemoe.serving.remote:SGLangEngineConfig",
-        "client of an SGLang server (native /generate, update_weights_from_disk)",
+        "client of SGLang servers (native /generate, weight updates from tensors, a process group or disk)",
     ),
 ]
 

@@ -5,8 +5,11 @@
 - ``sglang``: SGLang's native ``/generate`` with ``return_logprob``, ``return_prompt_token_ids`` (the
   server's own tokenization of a text prompt) and, for routing replay, ``return_routed_experts``
   (SGLang reports every decoder layer; the engine keeps the model's MoE layers, in the layout of
-  :class:`~codemoe.core.contracts.Sample`). Weights go through ``/update_weights_from_disk`` with a
-  ``weight_version`` that every later sample must carry. Samples of one prompt go as ``n`` copies in
+  :class:`~codemoe.core.contracts.Sample`). Weights go ``weight_sync``'s way with a
+  ``weight_version`` that every later sample must carry: in buckets in the requests
+  (``/update_weights_from_tensor``, the default), broadcast over a process group
+  (``/update_weights_from_distributed``) or as a checkpoint (``/update_weights_from_disk``);
+  :mod:`codemoe.serving.weight_push`. Samples of one prompt go as ``n`` copies in
   one batch, each with its own seed, so SGLang's radix cache shares the prompt; SGLang honours the
   seeds only when launched with ``--enable-deterministic-inference`` (the engine warns once when not).
 
@@ -267,7 +270,12 @@ class _RemoteEngine:
         payload = {"model_path": str(path), **self._update_fields()}  # one weight_version for every server
         answers = self._map([(u, None) for u in self.urls], lambda url, _: self._push(url, payload, str(path)))
         errors = {u: a for u, a in zip(self.urls, answers) if isinstance(a, (EngineError, RequestError))}
+        errors.update(self._after_push([u for u in self.urls if u not in errors]))
         self._settle(errors, f"the weights at {path}")
+
+    def _after_push(self, urls: list[str]) -> dict[str, Exception]:
+        """What the servers that took an update still need (SGLang: the cache flushed); each failure."""
+        return {}
 
     def _settle(self, errors: dict[str, Exception], what: str) -> None:
         """After a weight update every server was sent: the ones that took it carry the new version,
@@ -463,7 +471,23 @@ class SGLangEngine(_RemoteEngine):
     def _update_fields(self) -> dict[str, Any]:
         self._updates += 1
         self._pending_version = f"codemoe-{self._updates}-{secrets.token_hex(4)}"
-        return {"weight_version": self._pending_version}
+        # The cache is flushed after the load (_after_push), not by it: SGLang refuses an update
+        # whose flush finds requests still running (ours retire a moment after /generate returns).
+        return {"weight_version": self._pending_version, "flush_cache": False}
+
+    def _after_push(self, urls: list[str]) -> dict[str, Exception]:
+        """Flush each updated server's prefix cache once its running requests are done
+        (``/flush_cache?timeout=``: SGLang waits for them up to ``timeout_s``), so no sample reuses
+        keys and values of the old weights; a server that cannot flush is left out until the next update."""
+
+        def flush(url: str, _: Any) -> None:
+            try:
+                self._request(url, "POST", f"/flush_cache?timeout={self.timeout_s:g}", text=True)
+            except RequestError as exc:
+                raise EngineError(f"the server {url} took the weights but did not flush its cache: {exc}") from None
+
+        answers = self._map([(u, None) for u in urls], flush)
+        return {u: a for u, a in zip(urls, answers) if isinstance(a, (EngineError, RequestError))}
 
     def _updated(self) -> None:
         self.weight_version = self._pending_version
@@ -528,6 +552,7 @@ class SGLangEngine(_RemoteEngine):
         else:
             session.send(bucket, last=True)
         session.end()
+        session.errors.update(self._after_push(session.alive()))
         self._settle(session.errors, f"weights version {session.version}")
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:

@@ -2,7 +2,9 @@
 
 One update is a session per server, in SGLang's protocol (``sglang/srt/entrypoints/http_server.py``):
 ``/begin_weight_update``, then one request per bucket, then ``/end_weight_update``; the last
-bucket carries ``flush_cache`` and the new ``weight_version``. A bucket travels one of two ways:
+bucket carries the new ``weight_version``, and the engine flushes the cache afterwards
+(``/flush_cache?timeout=``, which waits for running requests: an update that flushes itself is
+refused by SGLang when its last requests have not retired yet). A bucket travels one of two ways:
 
 - ``tensor``: in the request itself, ``/update_weights_from_tensor``'s
   ``serialized_named_tensors`` (base64 of a pickle of ``[(name, tensor), ...]``, one copy per
@@ -79,7 +81,8 @@ class WeightSession:
 
     def send(self, bucket: list[tuple[str, Any]], *, last: bool) -> bool:
         """One bucket to every server still in the session; False when none is left."""
-        fields = {"flush_cache": last, "weight_version": self.version if last else None}
+        # the engine flushes the cache after the session (SGLang refuses a flush while requests run)
+        fields = {"flush_cache": False, "weight_version": self.version if last else None}
         if self.group is not None:
             self._broadcast(bucket, fields)
         else:

@@ -34,10 +34,13 @@ after the forward, just before backward (``zero_grad(set_to_none=True)``), so th
 beside them; backward starts with the loss's two ``[T, V]`` gradients and frees activations faster
 than it fills gradients; the optimizer step needs the gradients and its temporary. The reference
 adds to both peaks. After the update the embedded engine only drops its kept keys and
-values (it reads the new weights in place); an external engine is sent the whole state dict,
-which every rank gathers (``get_model_state_dict`` with full tensors: ``4 · total`` bytes under
-FSDP) while the states are still held, so the sync's peak is ``parameters + gradients + optimizer
-+ reference + sync buffer``. ``total`` is the larger of the two peaks plus the engine's share, and
+values (it reads the new weights in place); an external engine is streamed the weights
+(``codemoe.rl.weight_sync``): each parameter gathered whole when it is reached, a decoder layer
+converted to its checkpoint's layout at a time (the layer whole, and its experts split into new
+tensors: ``2 · 4 · largest layer`` under FSDP, half that in one process, where the layer is the
+weights themselves) and sent in buckets (``SYNC_BUCKET`` bytes, the ``sglang`` engine's default
+``bucket_mb``) while the states are still held, so the sync's peak is ``parameters + gradients +
+optimizer + reference + sync buffer``. ``total`` is the larger of the two peaks plus the engine's share, and
 ``fits`` compares it with the GPU's memory.
 
 Communication per rank and micro-batch: the all-to-all sends each of the ``B · L · k`` (token,
@@ -64,6 +67,7 @@ __all__ = ["ActivationShape", "MemoryPlan", "activation_bytes", "load_model_spec
 PRECISIONS = ("fp32", "bf16")
 ENGINES = ("embedded", "external")
 _FP32 = 4
+SYNC_BUCKET = 32 << 20  # bytes of one bucket of weights sent to an external engine (its bucket_mb)
 _INDEX = 8  # int64 token ids, expert ids, row indices
 
 
@@ -175,7 +179,7 @@ class MemoryPlan:
     all_to_all_forward: int  # bytes sent per micro-batch forward (dispatch + combine, every MoE layer)
     all_to_all_backward: int  # gradients sent back in backward (+ the recomputed forward's under checkpointing)
     weight_sync: int  # bytes received to rebuild the whole state dict after an update
-    sync_buffer: int  # the whole fp32 state dict each rank gathers for an external engine (0 in one process)
+    sync_buffer: int  # what streaming the weights to an external engine holds: one layer whole and converted, a bucket
 
     @property
     def activations(self) -> int:
@@ -191,7 +195,7 @@ class MemoryPlan:
 
     @property
     def sync_peak(self) -> int:
-        """Peak of the weight sync: the states (gradients are freed at the next step) and the whole state dict."""
+        """Peak of the weight sync: the states (gradients are freed at the next step) and the stream's buffer."""
         return self.parameters + self.gradients + self.optimizer + self.reference_weights + self.sync_buffer
 
     @property
@@ -379,5 +383,6 @@ def plan_memory(
         all_to_all_forward=forward,
         all_to_all_backward=forward * (2 if checkpointing else 1),
         weight_sync=_FP32 * total * (world - 1) // world if external else 0,
-        sync_buffer=_FP32 * total if external and world > 1 else 0,
+        sync_buffer=(_FP32 * max(_numel(layer) for layer in layers) * (2 if world > 1 else 1) + SYNC_BUCKET
+                     if external else 0),
     )
