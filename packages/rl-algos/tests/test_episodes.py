@@ -119,10 +119,21 @@ class VaryingEnvironment:
         return Score(reward=float(self.turns), passed=self.turns > 1)
 
 
-def _varying(registry, **options):
+class GenerateOnly:
+    """An engine seen through the contract alone: ``generate`` (no ``submit`` / ``collect`` to queue with)."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def generate(self, prompts, params):
+        return self.engine.generate(prompts, params)
+
+
+def _varying(registry, generate_only: bool = False, **options):
     from rl_toy import tiny_policy, toy_tasks
 
     engine = registry.build("engine", {"name": "embedded"}, model=tiny_policy(), tokenizer=None)
+    engine = GenerateOnly(engine) if generate_only else engine
     params = SamplingParams(n=2, max_new_tokens=2, seed=7, ignore_eos=True)
     tasks = toy_tasks(6, prompt_len=3)
     rollouts = run_episodes(
@@ -133,9 +144,15 @@ def _varying(registry, **options):
 
 def test_concurrent_episodes_give_the_rollouts_of_one_at_a_time_token_for_token(registry):
     """Every way of running the episodes (all live at once, one turn of one episode at a time, one
-    group at a time refilled as episodes end) gives the same rows in the same order."""
+    group at a time refilled as episodes end, each call sent at once, calls through ``generate``
+    rather than the engine's queue) gives the same rows in the same order."""
     tasks, alone = _varying(registry, concurrent=False)
-    runs = {"all live": _varying(registry)[1], "one group live": _varying(registry, max_live_episodes=2)[1]}
+    runs = {
+        "all live": _varying(registry)[1],
+        "one group live": _varying(registry, max_live_episodes=2)[1],
+        "no admission window": _varying(registry, admission_window_s=0.0)[1],
+        "generate calls only": _varying(registry, generate_only=True)[1],
+    }
     lengths = alone.mask.sum(-1)
     assert len(set(lengths.tolist())) > 2  # episodes ended at different turns: slots were refilled unevenly
     assert alone.prompt_ids == [t.prompt for t in tasks for _ in range(2)]  # grouped by task, in task order

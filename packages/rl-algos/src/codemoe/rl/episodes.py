@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
+import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -60,6 +62,10 @@ __all__ = ["DEFAULT_MAX_LIVE_EPISODES", "Environment", "EpisodeError", "Turn", "
 # live episode's next action can be decoded in one batch; more would only wait in the engine's queue
 # while holding a workspace.
 DEFAULT_MAX_LIVE_EPISODES = 256
+# How long an engine call may wait for the calls of episodes still in an environment call, so that
+# the engine admits them together (see _Admission): shorter than one decode step of a batch, and
+# small against a sandbox execution (tens of milliseconds and up), which it never waits out.
+ADMISSION_WINDOW_S = 0.02
 
 
 @dataclass
@@ -136,6 +142,7 @@ def run_episodes(
     pad_id: int,
     max_live_episodes: int = DEFAULT_MAX_LIVE_EPISODES,
     concurrent: bool = True,
+    admission_window_s: float = ADMISSION_WINDOW_S,
 ) -> Rollouts:
     """``params.n`` episodes of every task, as rollouts (rows grouped by task, see the module docstring).
 
@@ -151,8 +158,10 @@ def run_episodes(
             f"'max_live_episodes' is {max_live_episodes}, below the group size {params.n}: a task's {params.n} "
             f"episodes start together from one prompt; set max_live_episodes to at least {params.n}"
         )
-    runner = _Runner(engine, make_env, tasks, params, max_turns, max_observation_tokens)
-    episodes = runner.run(max_live_episodes, workers=max_live_episodes if concurrent else 1)
+    workers = max_live_episodes if concurrent else 1
+    admission = _Admission(engine, admission_window_s if workers > 1 else 0.0)  # one thread: no one else can arrive
+    runner = _Runner(engine, admission, make_env, tasks, params, max_turns, max_observation_tokens)
+    episodes = runner.run(max_live_episodes, workers)
     _report(episodes, tasks)
     return _to_rollouts(episodes, params.n, horizon(params.max_new_tokens, max_turns, max_observation_tokens), pad_id)
 
@@ -175,9 +184,9 @@ def episode_seed(seed: int | None, task: int, sample: int | None, turn: int) -> 
 class _Runner:
     """Starts groups while slots are free and runs each episode's turns as jobs on a thread pool."""
 
-    def __init__(self, engine: Any, make_env: Callable[[], Environment], tasks: Sequence[Any],
-                 params: SamplingParams, max_turns: int, max_observation_tokens: int) -> None:
-        self.engine, self.make_env, self.tasks, self.params = engine, make_env, tasks, params
+    def __init__(self, engine: Any, admission: _Admission, make_env: Callable[[], Environment],
+                 tasks: Sequence[Any], params: SamplingParams, max_turns: int, max_observation_tokens: int) -> None:
+        self.engine, self.admission, self.make_env, self.tasks, self.params = engine, admission, make_env, tasks, params
         self.max_turns, self.max_observation_tokens = max_turns, max_observation_tokens
         self.group = params.n
 
@@ -192,6 +201,7 @@ class _Runner:
             while waiting or jobs:
                 while waiting and live + self.group <= max_live:
                     i = waiting.popleft()
+                    self.admission.expect(self.group)
                     jobs[pool.submit(self._start, episodes[i * self.group : (i + 1) * self.group])] = self.group
                     live += self.group
                 done, _ = wait(jobs, return_when=FIRST_COMPLETED)
@@ -199,6 +209,7 @@ class _Runner:
                     going = job.result()  # a job records its episode's failures; this raises only on a bug here
                     live -= jobs.pop(job) - len(going)
                     for episode, sample in going:
+                        self.admission.expect(1)
                         jobs[pool.submit(self._turn, episode, sample)] = 1
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -214,11 +225,11 @@ class _Runner:
                 episode.env = self.make_env()
                 episode.prompt = _ids(self.engine, episode.env.reset(self.tasks[task_index]), "the environment's prompt")
             except Exception as exc:  # recorded on the episodes, reported by run_episodes
+                self.admission.leave(len(group))
                 return _fail_all(group, f"at the start: the environment's reset raised {_describe(exc)}")
         first = SamplingParams(**{**vars(self.params), "seed": episode_seed(self.params.seed, task_index, None, 0)})
         try:
-            (output,) = self.engine.generate([group[0].prompt], first)
-            samples = list(output.samples)
+            samples = list(self.admission.generate(group[0].prompt, first, arriving=len(group)).samples)
         except Exception as exc:
             return _fail_all(group, f"turn 1: the engine raised {_describe(exc)}")
         return list(zip(group, samples, strict=True))
@@ -233,19 +244,104 @@ class _Runner:
             episode.rewards.append((_last_action(episode), float(answer.reward)))
             if answer.done or turn == self.max_turns:
                 episode.score = episode.env.outcome()
+                self.admission.leave(1)
                 return []
             observation = _ids(self.engine, answer.observation, "an observation")
         except Exception as exc:
+            self.admission.leave(1)
             return _fail(episode, f"turn {turn}: the environment raised {_describe(exc)}")
         episode.observe(observation[: self.max_observation_tokens])
         follow = SamplingParams(**{
             **vars(self.params), "n": 1, "seed": episode_seed(self.params.seed, episode.task_index, episode.sample, turn),
         })
         try:
-            (output,) = self.engine.generate([episode.prompt + episode.tokens], follow)
+            output = self.admission.generate(episode.prompt + episode.tokens, follow, arriving=1)
         except Exception as exc:
             return _fail(episode, f"turn {turn + 1}: the engine raised {_describe(exc)}")
         return [(episode, output.samples[0])]
+
+
+@dataclass
+class _Call:
+    """One engine call waiting in :class:`_Admission`: a prompt and its own sampling parameters."""
+
+    prompt: list[int]
+    params: SamplingParams
+    taken: bool = False  # in a batch a thread is sending
+    sent: threading.Event = field(default_factory=threading.Event)
+    handle: Any = None  # what the engine's submit() returned
+    error: Exception | None = None
+
+
+class _Admission:
+    """Brings the engine calls of episodes whose environments answer at about the same time to the
+    engine together, so that it admits them in one step (one prefill) and decodes them in step.
+
+    Without it the first episode to be answered would start an engine step alone and the others
+    would join one step later each, so every decode step would carry a few samples. A call waits
+    until no live episode is in an environment call any more (every one is waiting or generating),
+    or for ``window_s``, whichever comes first; then its batch is sent. An engine that queues
+    requests without waiting (``submit`` / ``collect``: the embedded engine) has the whole batch
+    queued by one thread before any of it is driven; another engine gets one ``generate`` call per
+    request, at once. Which calls share a batch is timing; what they sample is not: every call
+    carries its own seed and is the only prompt of its request.
+    """
+
+    def __init__(self, engine: Any, window_s: float) -> None:
+        self.engine, self.window_s = engine, window_s
+        self._queues = callable(getattr(engine, "submit", None)) and callable(getattr(engine, "collect", None))
+        self._cond = threading.Condition()
+        self._stepping = 0  # live episodes in an environment call, or about to be (queued jobs)
+        self._batch: list[_Call] = []
+
+    def expect(self, episodes: int) -> None:
+        """``episodes`` episodes are about to be in an environment call (a job was queued)."""
+        with self._cond:
+            self._stepping += episodes
+
+    def leave(self, episodes: int) -> None:
+        """``episodes`` episodes ended after their environment call: no engine call follows."""
+        with self._cond:
+            self._stepping -= episodes
+            self._cond.notify_all()
+
+    def generate(self, prompt: list[int], params: SamplingParams, *, arriving: int) -> Any:
+        """The engine's output for ``prompt`` (one prompt), sent with the batch it joins; the
+        ``arriving`` episodes it samples for have left their environment call."""
+        call = _Call(list(prompt), params)
+        with self._cond:
+            self._stepping -= arriving
+            self._batch.append(call)
+            self._cond.notify_all()
+            deadline = time.monotonic() + self.window_s
+            batch: list[_Call] = []
+            while not call.taken:
+                left = deadline - time.monotonic()
+                if self._stepping <= 0 or left <= 0:
+                    batch, self._batch = self._batch, []
+                    for taken in batch:
+                        taken.taken = True
+                    self._cond.notify_all()
+                else:
+                    self._cond.wait(left)
+        if batch:  # this thread sends the batch its call is in
+            self._send(batch)
+        call.sent.wait()
+        if call.error is not None:
+            raise call.error
+        if self._queues:
+            return self.engine.collect(call.prompt, call.handle)
+        (output,) = self.engine.generate([call.prompt], call.params)
+        return output
+
+    def _send(self, batch: list[_Call]) -> None:
+        for call in batch:
+            if self._queues:
+                try:
+                    call.handle = self.engine.submit(call.prompt, call.params, seed=call.params.seed, prompt_index=0)
+                except Exception as exc:  # raised in the thread whose call it is
+                    call.error = exc
+            call.sent.set()
 
 
 def _fail_all(group: list[_Episode], why: str) -> list[tuple[_Episode, Any]]:
