@@ -17,6 +17,7 @@ from rl_toy import ToyEngine, tiny_policy, toy_scorer, toy_tasks
 TIMING = {
     "gen_seconds",
     "step_seconds",
+    "cpu_seconds",
     "tokens_per_s",
     "rollout_wait_seconds",
     "producer_seconds",

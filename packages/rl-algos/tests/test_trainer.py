@@ -19,7 +19,7 @@ from rl_toy import ToyEngine, tiny_policy, toy_scorer, toy_tasks
 
 HERE = Path(__file__).parent
 # Metrics that depend on wall time, not on the computation.
-TIMING = {"gen_seconds", "step_seconds", "tokens_per_s"}
+TIMING = {"gen_seconds", "step_seconds", "cpu_seconds", "tokens_per_s"}
 
 
 def _trainer(

@@ -197,7 +197,7 @@ class RLTrainer:
 
     def train_step(self, step: int) -> dict[str, float]:
         """One rollout batch and its updates; returns the step's metrics."""
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         rollouts, rounds, extra = self._next_batch(step)  # 1. prompts -> engine -> scorer (+ dynamic sampling)
         if self.on_rollouts is not None:
             self.on_rollouts(step, rollouts)
@@ -209,12 +209,13 @@ class RLTrainer:
             self._sync_engine()  # 5. the engine samples from the new weights next step
         else:  # 5. ... between the producer's batches
             extra["sync_wait_seconds"] = self._producer.publish(step)
-        self.step, elapsed = step, time.perf_counter() - started
+        self.step, elapsed, cpu = step, time.perf_counter() - started, time.process_time() - cpu_started
         metrics = self._metrics(rollouts, data, adv, update, rounds)  # 6. metrics
         metrics.update(extra)
         metrics.update(
             gen_seconds=generated - started,
             step_seconds=elapsed,
+            cpu_seconds=cpu,  # this process's CPU time over the step, every thread (a producer's too)
             tokens_per_s=metrics["tokens"] / max(elapsed, 1e-9),
         )
         window = [*self.monitor.history[-(self.monitor.config.window - 1) :], metrics]

@@ -1,0 +1,266 @@
+"""Wall time per RL step with asynchronous rollouts (``max_staleness: 1``) against the synchronous
+loop, in one pipeline run on one machine, and held-out pass@1 of both after the same samples; with
+``--sglang-steps N`` also the RL step against a real SGLang server (``.venv-sglang``).
+
+The pipeline is the quickstart's (tiny MoE, tokenizer trained on the synthetic suite's train split,
+SFT 150 steps, GRPO with seed 2's weighted reward on the visible tests in the sandbox's worker
+processes, the embedded engine), with the RL stage run twice from the one SFT checkpoint: first
+synchronously (``max_staleness: null``), then with a producer thread one version ahead
+(``max_staleness: 1``, the default ``stale_groups: wait``, ``in_flight: finish``). Both runs train
+the same number of steps on the same number of samples; each is then evaluated on the held-out
+split (8 samples per task, temperature 1, hidden tests), the asynchronous one against the
+synchronous one as baseline (paired bootstrap). The first ``--warmup`` steps of each RL run are
+left out of the step times; the table reports the median of the rest.
+
+    flock -x /tmp/codemoe-bench.lock .venv/bin/python benchmarks/bench_async_rl.py --json runs/bench_async_rl.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pipeline(out: Path, steps: int, threads: int) -> dict:
+    """The quickstart with two RL stages from one SFT checkpoint, and an evaluation of each."""
+    rl = {
+        "name": "rl",
+        "checkpoint_from": "sft",
+        "algo": "grpo",
+        "reward": "seed2-weighted",
+        "suite": "synthetic",
+        "split": "train",
+        "steps": steps,
+        "prompts_per_step": 16,
+        "lr": 2.0e-4,
+        "temperature": 1.0,
+        "max_new_tokens": 32,
+        "checkpoint_every": 10**6,
+    }
+    evaluation = {
+        "name": "eval",
+        "suite": "synthetic",
+        "split": "heldout",
+        "samples": 8,
+        "temperature": 1.0,
+        "max_new_tokens": 32,
+    }
+    return {
+        "run": {"name": "bench-async-rl", "dir": str(out), "seed": 0},
+        "stages": {
+            "environment": {"torch_threads": threads},
+            "sft": {
+                "model": "tiny",
+                "vocab_size": 1024,
+                "suite": "synthetic",
+                "split": "train",
+                "batch_size": 32,
+                "phases": [
+                    {"phase": "router", "steps": 10, "lr": 3.0e-3},
+                    {"phase": "experts", "steps": 10, "lr": 3.0e-3},
+                    {"phase": "all", "steps": 130, "lr": 3.0e-3},
+                ],
+            },
+            "rl_sync": {**rl, "max_staleness": None},
+            "rl_async": {**rl, "max_staleness": 1},
+            "eval_sync": {**evaluation, "checkpoint_from": "rl_sync"},
+            "eval_async": {**evaluation, "checkpoint_from": "rl_async", "baseline": "eval_sync"},
+        },
+    }
+
+
+def step_metrics(run_dir: Path, stage: str) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in rows if r.get("stage") == stage and "step_seconds" in r]
+
+
+def sglang_case(run_dir: Path, steps: int, threads: int, scratch: Path) -> dict[str, list[float]]:
+    """The same RL stage (config, reward, sandbox, tasks) against a real SGLang server on the SFT
+    checkpoint, synchronous then ``max_staleness: 1``; step times of each (the trainer pushes the
+    SFT weights to the server when each run starts)."""
+    import torch
+    from codemoe.core import build_plugin_manager, build_registry
+    from codemoe.core.models import load_pretrained
+    from codemoe.rl.scoring import VerifierScorer
+    from codemoe.rl.stages import RLStageConfig
+    from codemoe.rl.trainer import RLConfig, RLTrainer
+    from codemoe.serving.sglang_server import SGLangServer
+
+    torch.set_num_threads(threads)
+    defaults = RLStageConfig()  # what the saved config leaves at its default
+    stage = {
+        "executor": defaults.executor,
+        "stop": defaults.stop,
+        "timeout_s": defaults.timeout_s,
+        **yaml.safe_load((run_dir / "config.yaml").read_text())["stages"]["rl_sync"],
+    }
+    registry = build_registry(build_plugin_manager())
+    recipe = registry.build("reward", stage["reward"])
+    algorithm = registry.build("algorithm", stage["algo"], registry=registry)
+    tasks = registry.build("suite", stage["suite"]).tasks(stage["split"])
+    executor = registry.build("executor", stage["executor"])
+    checkpoint = run_dir / "sft" / "checkpoint"
+    times: dict[str, list[float]] = {}
+    try:
+        with SGLangServer(checkpoint) as server:
+            for name, k in (("sglang_sync", None), ("sglang_async", 1)):
+                policy, tokenizer = load_pretrained(str(checkpoint), registry=registry)
+                engine = registry.build(
+                    "engine", {"name": "sglang", "base_url": server.url}, model=policy, tokenizer=tokenizer
+                )
+                config = RLConfig(
+                    steps=steps,
+                    prompts_per_step=stage["prompts_per_step"],
+                    lr=stage["lr"],
+                    temperature=stage["temperature"],
+                    max_new_tokens=stage["max_new_tokens"],
+                    stop=list(stage["stop"]),
+                    checkpoint_every=10**6,
+                    max_staleness=k,
+                )
+                rows: list[float] = []
+                trainer = RLTrainer(
+                    config,
+                    algorithm,
+                    policy,
+                    engine,
+                    VerifierScorer(executor, recipe, timeout_s=stage["timeout_s"]),
+                    tasks,
+                    pad_id=tokenizer.pad_token_id,
+                    checkpoint_dir=scratch / name,
+                    on_step=lambda step, metrics, rows=rows: rows.append(metrics["step_seconds"]),
+                )
+                trainer.fit()
+                times[name] = rows
+    finally:
+        executor.close()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30, help="RL steps of each run")
+    parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out of the step times")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the quickstart's 1)")
+    parser.add_argument(
+        "--sglang-steps",
+        type=int,
+        default=0,
+        help="also run this many steps of each against a real SGLang server (0: not)",
+    )
+    parser.add_argument("--run-dir", type=Path, default=None, help="keep the pipeline run here (default: a temp dir)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+
+    load = (f"{os.getloadavg()[0]:.2f}",)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.run_dir or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
+        spec = Path(tmp) / "bench_async_rl.yaml"
+        spec.write_text(yaml.safe_dump(pipeline(Path(tmp) / "runs", args.steps, args.threads), sort_keys=False))
+        subprocess.run([sys.executable, "-m", "codemoe.core", "run", str(spec), "--no-progress"], check=True, cwd=ROOT)
+        run_dir = next(p for p in (Path(tmp) / "runs").iterdir() if (p / "state.json").is_file())
+        results = json.loads((run_dir / "state.json").read_text())["finished"]
+        steps = {name: step_metrics(run_dir, name) for name in ("rl_sync", "rl_async")}
+        served = sglang_case(run_dir, args.sglang_steps, args.threads, Path(tmp)) if args.sglang_steps else {}
+
+    timed = {name: [m["step_seconds"] for m in rows[args.warmup :]] for name, rows in steps.items()}
+    # the synchronous step's two halves: a perfect overlap would take the longer one
+    gen = statistics.median(m["gen_seconds"] for m in steps["rl_sync"][args.warmup :])
+    train = statistics.median(m["step_seconds"] - m["gen_seconds"] for m in steps["rl_sync"][args.warmup :])
+    sync, overlapped = statistics.median(timed["rl_sync"]), statistics.median(timed["rl_async"])
+    cpu = {name: statistics.median(m["cpu_seconds"] for m in rows[args.warmup :]) for name, rows in steps.items()}
+    waits = [m.get("rollout_wait_seconds", 0.0) for m in steps["rl_async"][args.warmup :]]
+    produced = [m.get("producer_seconds", 0.0) for m in steps["rl_async"][args.warmup :]]
+    cases = [
+        {
+            "case": "RL step, max_staleness 1 vs synchronous",
+            "codemoe": round(overlapped, 4),
+            "anchor": round(sync, 4),
+            "ratio": round(sync / overlapped, 3),
+            "units": "s per step (median)",
+        },
+        {
+            "case": "RL step, CPU time of the trainer's process (every thread; not the sandbox workers)",
+            "codemoe": round(cpu["rl_async"], 4),
+            "anchor": round(cpu["rl_sync"], 4),
+            "ratio": round(cpu["rl_sync"] / cpu["rl_async"], 3),
+            "units": "CPU s per step (median)",
+        },
+        {
+            "case": "RL stage, whole",
+            "codemoe": round(sum(m["step_seconds"] for m in steps["rl_async"]), 2),
+            "anchor": round(sum(m["step_seconds"] for m in steps["rl_sync"]), 2),
+            "ratio": round(
+                sum(m["step_seconds"] for m in steps["rl_sync"]) / sum(m["step_seconds"] for m in steps["rl_async"]), 3
+            ),
+            "units": "s",
+        },
+    ]
+    if served:
+        sync_s = statistics.median(served["sglang_sync"][args.warmup :])
+        async_s = statistics.median(served["sglang_async"][args.warmup :])
+        cases.append(
+            {
+                "case": "RL step against a real SGLang server, max_staleness 1 vs synchronous",
+                "codemoe": round(async_s, 4),
+                "anchor": round(sync_s, 4),
+                "ratio": round(sync_s / async_s, 3),
+                "units": "s per step (median)",
+            }
+        )
+        timed.update(served)
+    evals = {name: results[name] for name in ("eval_sync", "eval_async")}
+    learning = {
+        "samples_each": args.steps * 16 * 8,
+        "pass@1_sync": evals["eval_sync"]["pass@1"],
+        "pass@1_sync_ci": evals["eval_sync"]["pass@1_ci"],
+        "pass@1_async": evals["eval_async"]["pass@1"],
+        "pass@1_async_ci": evals["eval_async"]["pass@1_ci"],
+        "within_sync_ci": evals["eval_sync"]["pass@1_ci"][0]
+        <= evals["eval_async"]["pass@1"]
+        <= evals["eval_sync"]["pass@1_ci"][1],
+        "comparison": evals["eval_async"].get("comparison"),
+    }
+    print("| case | max_staleness 1 | synchronous | ratio | units |")
+    print("|---|---|---|---|---|")
+    for c in cases:
+        print(f"| {c['case']} | {c['codemoe']} | {c['anchor']} | **{c['ratio']}x** | {c['units']} |")
+    print(
+        f"synchronous step: generation and scoring {gen:.3f} s, the rest {train:.3f} s (median): a perfect "
+        f"overlap would take {max(gen, train):.3f} s, {(gen + train) / max(gen, train):.2f}x; load average "
+        f"before / after: {load[0]} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"async run: trainer waited {statistics.median(waits):.3f} s per step for rollouts (median); "
+        f"the producer spent {statistics.median(produced):.3f} s per batch"
+    )
+    print(
+        f"held-out pass@1 after {learning['samples_each']} samples each: synchronous {learning['pass@1_sync']:.4f} "
+        f"{learning['pass@1_sync_ci']}, max_staleness 1 {learning['pass@1_async']:.4f} {learning['pass@1_async_ci']}; "
+        f"inside the synchronous CI: {learning['within_sync_ci']}"
+    )
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "cases": cases,
+            "learning": learning,
+            "sync_halves": {"generation_scoring_s": gen, "rest_s": train, "perfect_overlap_s": max(gen, train)},
+            "load_average": {"before": float(load[0]), "after": os.getloadavg()[0], "cores": os.cpu_count()},
+            "steps": dict(timed),
+        }
+        args.json.write_text(json.dumps(payload, indent=2))
+
+
+if __name__ == "__main__":
+    main()
