@@ -258,3 +258,21 @@ def test_bad_asynchronous_settings_are_refused_by_key(registry, tmp_path):
 
     with pytest.raises(ConfigError, match="'max_staleness'.*copy of the policy"):
         _trainer(registry, tmp_path, engine=Shared, max_staleness=1)
+
+
+class _FailingEngine(ToyEngine):
+    """Fails on batch 3, as a server that went away would."""
+
+    def generate(self, prompts, params):
+        if _batch_of(params) == 3:
+            raise ConnectionError("the server went away")
+        return super().generate(prompts, params)
+
+
+def test_a_producer_error_stops_the_run_in_the_trainer_with_its_own_type(registry, tmp_path):
+    trainer = _trainer(registry, tmp_path, engine=_FailingEngine, max_staleness=1)
+    with pytest.raises(ConnectionError, match="went away"):
+        trainer.fit()
+    # raised at the end of step 2, whose weight sync waits for batch 3: step 2 is not counted (nor
+    # checkpointed), and the producer's thread has ended
+    assert trainer.step == 1 and trainer._producer is None

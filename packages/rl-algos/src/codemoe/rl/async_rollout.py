@@ -230,10 +230,9 @@ class RolloutProducer:
             raise _Aborted
 
     def _raise(self) -> None:
+        """The producer's error, raised in the trainer's thread as itself (an ``EngineError`` stays one)."""
         if self.error is not None:
-            raise RuntimeError(
-                f"the rollout producer failed: {type(self.error).__name__}: {self.error}"
-            ) from self.error
+            raise self.error
 
 
 def staleness_metrics(staleness: int, dropped: int) -> dict[str, float]:
