@@ -5,7 +5,9 @@ twice; bad settings are refused by key."""
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -276,3 +278,51 @@ def test_a_producer_error_stops_the_run_in_the_trainer_with_its_own_type(registr
     # raised at the end of step 2, whose weight sync waits for batch 3: step 2 is not counted (nor
     # checkpointed), and the producer's thread has ended
     assert trainer.step == 1 and trainer._producer is None
+
+
+REGISTRY = Path(__file__).resolve().parents[3] / "registry"
+PIPELINE = """
+run: {{name: t, dir: {run_dir}, seed: 0}}
+stages:
+  sft:
+    name: sft
+    model: {{name: qwen3_moe, hidden_size: 32, num_layers: 2, num_heads: 2, num_kv_heads: 1, head_dim: 16,
+             num_experts: 4, moe_intermediate_size: 32, router: {{name: softmax_topk, top_k: 2}},
+             experts: {{name: grouped}}, max_position_embeddings: 512}}
+    vocab_size: 320
+    suite: {{name: synthetic, train_tasks: 8}}
+    batch_size: 4
+    phases: [{{phase: all, steps: 2, lr: 0.003}}]
+  rl:
+    name: rl
+    checkpoint_from: sft
+    suite: {{name: synthetic, train_tasks: 8}}
+    algo: {{name: policy_gradient, group_size: 4}}
+    steps: 3
+    prompts_per_step: 2
+    max_new_tokens: 12
+    lr: 1.0e-3
+    max_staleness: 1
+    reward: seed2-weighted
+"""
+
+
+def test_the_rl_stage_runs_asynchronously_on_a_copy_of_the_policy(tmp_path):
+    """The stage with its real components (embedded engine, local sandbox, reward recipe): the engine
+    samples a copy of the policy that each sync refreshes, so the first batch's log-probs agree with
+    the trainer's and the later ones are one version old."""
+    from codemoe.core import Hooks, build_plugin_manager, build_registry, compose, run_pipeline
+
+    (tmp_path / "p.yaml").write_text(PIPELINE.format(run_dir=tmp_path / "runs"))
+    pm = build_plugin_manager()
+    ctx = run_pipeline(
+        compose(tmp_path / "p.yaml", [], registry_dir=REGISTRY), build_registry(pm), Hooks(pm), show_progress=False
+    )
+    assert ctx.results["rl"]["steps"] == 3
+    records = [json.loads(line) for line in (ctx.run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["stage"] == "rl" and r["step"] is not None]
+    assert [r["staleness_mean"] for r in steps] == [0.0, 1.0, 1.0]
+    # step 1: the copy holds the policy's weights; the embedded engine's log-probs are the trainer's
+    # up to kernel rounding (the lean decode step against the module forward, ~1e-6)
+    assert steps[0]["logp_mismatch_max"] < 1e-3
+    assert steps[1]["logp_mismatch_max"] > steps[0]["logp_mismatch_max"]  # sampled by the weights before the update
