@@ -162,5 +162,7 @@ def test_the_device_check_passes_on_cpu(tmp_path):
         "roots_formed",
         "sharing_and_roots_give_the_same_samples",
         "greedy_equals_transformers_generate",
+        "weight_sync_in_buckets",
     }
     assert checks["logprobs_match_teacher_forcing"]["max_abs_diff"] <= 1e-4
+    assert checks["weight_sync_in_buckets"]["max_abs_diff"] <= 1e-4

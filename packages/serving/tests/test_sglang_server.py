@@ -46,14 +46,11 @@ def checkpoint(tmp_path_factory, tokenizer, make_codemoe_model):
 def endpoint(request, checkpoint):
     """(kind, base url) of a server that loaded the checkpoint."""
     _, folder = checkpoint
-    if request.param == "codemoe-serve":
-        from codemoe.serving.embedded import EmbeddedEngineConfig, build_embedded_engine
-        from codemoe.serving.handlers import ServingApp
-        from codemoe.serving.server import ApiServer
+    if request.param == "codemoe-serve":  # its own process, as SGLang's (a weight-update group spans processes)
+        from codemoe.serving.server_process import CodemoeServer
 
-        engine = build_embedded_engine(EmbeddedEngineConfig(model_dir=str(folder)))
-        with ApiServer(ServingApp(engine, "tiny-moe-dense", str(folder)), "127.0.0.1", 0) as running:
-            yield request.param, running.url
+        with CodemoeServer(folder) as server:
+            yield request.param, server.url
         return
     if sglang_python() is None:
         pytest.skip("no .venv-sglang: `make engines` builds it (CI does)")
@@ -149,16 +146,11 @@ def test_a_stop_string_ends_the_sample_and_is_cut_from_its_text(endpoint, checkp
 def test_a_weight_update_changes_the_logprobs_and_every_later_sample_carries_its_version(
     endpoint, checkpoint, tokenizer, make_codemoe_model, tmp_path, weight_sync
 ):
-    kind, url = endpoint
+    _, url = endpoint
     model, folder = checkpoint
     engine = _engine(url, make_codemoe_model(0, **CONTEXT), tokenizer, sync_dir=str(tmp_path / "sync"),
                      weight_sync=weight_sync, bucket_mb=0.05)
     new = make_codemoe_model(5, **CONTEXT)
-    if kind == "codemoe-serve" and weight_sync == "distributed":  # it takes weights from disk or requests only
-        with pytest.raises(EngineError, match="does not join weight-update process groups"):
-            engine.update_weights(state_dict=new.state_dict())
-        assert engine.weight_version is None
-        return
     try:
         engine.update_weights(state_dict=new.state_dict())
         first = engine.weight_version

@@ -5,7 +5,11 @@ MoE preset (random weights, fp32) and random token prompts, so it needs no token
 
 - log-probs of sampled tokens equal a teacher-forced forward of the same model (within 1e-4);
 - greedy tokens equal ``transformers`` ``generate``;
-- prefix sharing and common-prefix roots give the samples of an engine without them.
+- prefix sharing and common-prefix roots give the samples of an engine without them;
+- weight sync to a server: new weights from a policy on the device, sent in buckets
+  (``weight_sync: tensor``) by the ``sglang`` engine to a ``codemoe serve`` whose model is on the
+  device, give the new model's log-probs (the ``distributed`` way needs a GPU per side: NCCL
+  refuses two ranks on one GPU, so one lent GPU cannot check it).
 
     python -m codemoe.serving.device_check --device cuda [--json PATH]
 
@@ -76,7 +80,35 @@ def run_checks(device: str, model_name: str = "tiny", prompts: int = 4, new_toke
             )
         mismatches += out.samples[0].token_ids != ref[0, prompt.shape[1] :].tolist()
     results["greedy_equals_transformers_generate"] = {"ok": mismatches == 0, "mismatched_prompts": mismatches}
+    results["weight_sync_in_buckets"] = _weight_sync_check(model_name, device, ids[0], new_tokens)
     return results
+
+
+def _weight_sync_check(model_name: str, device: str, prompt: list[int], new_tokens: int) -> dict[str, Any]:
+    """A ``codemoe serve`` (in this process) on the device takes a policy's new weights from the
+    ``sglang`` engine in buckets; its greedy log-probs are then the new model's."""
+    import time
+
+    from codemoe.core.models import build_model
+    from codemoe.serving import SamplingParams
+    from codemoe.serving.embedded import EmbeddedEngine
+    from codemoe.serving.handlers import ServingApp
+    from codemoe.serving.remote import SGLangEngine, SGLangEngineConfig
+    from codemoe.serving.server import ApiServer
+
+    torch.manual_seed(0)
+    served = build_model(model_name).to(device).eval()
+    torch.manual_seed(7)
+    policy = build_model(model_name).to(device).eval()
+    with ApiServer(ServingApp(EmbeddedEngine(served, None), "p", ""), "127.0.0.1", 0) as running:
+        engine = SGLangEngine(SGLangEngineConfig(base_url=running.url, bucket_mb=1.0), model=policy)
+        started = time.perf_counter()
+        engine.update_weights_from_tensors(policy.state_dict().items())
+        seconds = time.perf_counter() - started
+        out = engine.generate([prompt], SamplingParams(temperature=0, max_new_tokens=new_tokens, ignore_eos=True))[0]
+    sample = out.samples[0]
+    gap = (torch.tensor(sample.logprobs) - _teacher_forced(policy, out.prompt_token_ids, sample.token_ids)).abs().max().item()
+    return {"ok": gap <= 1e-4, "max_abs_diff": gap, "update_seconds": seconds}
 
 
 def main(argv: list[str] | None = None) -> int:

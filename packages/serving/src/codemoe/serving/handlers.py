@@ -34,6 +34,8 @@ from codemoe.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequest,
+    InitWeightsUpdateGroupRequest,
+    UpdateWeightsFromDistributedRequest,
     UpdateWeightsFromTensorRequest,
     UpdateWeightsRequest,
 )
@@ -89,6 +91,7 @@ class ServingApp:
         self._live: dict[str, list[Any]] = {}  # /generate requests in flight, by id (for /abort_request)
         self._live_lock = threading.Lock()
         self._tensors: _TensorSession | None = None  # the open /begin_weight_update session
+        self._groups: dict[str, Any] = {}  # weight-update process groups joined, by name
         self.routes: dict[tuple[str, str], Callable[[Any], Result]] = {
             ("GET", "/health"): self.health,
             ("GET", "/health_generate"): self.health_generate,
@@ -102,7 +105,7 @@ class ServingApp:
             ("POST", "/update_weights_from_tensor"): self.update_weights_from_tensor,
             ("POST", "/end_weight_update"): self.end_weight_update,
             ("POST", "/init_weights_update_group"): self.init_weights_update_group,
-            ("POST", "/update_weights_from_distributed"): self.init_weights_update_group,
+            ("POST", "/update_weights_from_distributed"): self.update_weights_from_distributed,
             ("GET", "/get_server_info"): self.server_info,
             ("POST", "/abort_request"): self.abort_request,
             ("POST", "/flush_cache"): self.flush_cache,
@@ -195,15 +198,23 @@ class ServingApp:
             return 400, {"success": False, "message": f"load_format {req.load_format!r}: codemoe serve loads "
                          "(name, tensor) lists only (load_format null)"}
         try:
-            ready = self._tensors.add(load_bucket(req.serialized_named_tensors[0]))
+            tensors = load_bucket(req.serialized_named_tensors[0])
+        except ValueError as exc:
+            return 400, {"success": False, "message": f"the weights were not loaded: {exc}"}
+        return self._load_bucket(tensors, req.flush_cache, req.weight_version)
+
+    def _load_bucket(self, tensors: list[tuple[str, Any]], flush: bool, version: str | None) -> Result:
+        assert self._tensors is not None
+        try:
+            ready = self._tensors.add(tensors)
             if ready:
                 self.engine.load_tensors(ready)
         except (ValueError, EngineError) as exc:
             return 400, {"success": False, "message": f"the weights were not loaded: {exc}"}
-        if req.flush_cache:
+        if flush:
             self.engine.flush_cache()
-        if req.weight_version is not None:
-            self.weight_version = req.weight_version
+        if version is not None:
+            self.weight_version = version
         return 200, {"success": True, "message": "Success"}
 
     def end_weight_update(self, _body: Any) -> Result:
@@ -216,10 +227,44 @@ class ServingApp:
             return 400, {"success": False, "message": f"layers left half loaded, missing {missing[:5]}"}
         return 200, {"success": True, "message": "weight update session closed"}
 
-    def init_weights_update_group(self, _body: Any) -> Result:
-        """codemoe serve takes weights from disk or in the request, not over a process group."""
-        return 400, {"success": False, "message": "codemoe serve does not join weight-update process groups: "
-                     "use weight_sync tensor or disk"}
+    def init_weights_update_group(self, body: Any) -> Result:
+        """Join the trainer's weight-update process group (answers once it has formed)."""
+        from codemoe.serving.weight_push import join_group
+
+        req = _parse(InitWeightsUpdateGroupRequest, body)
+        device = next(iter(self.engine.model.parameters())).device
+        if req.backend == "nccl" and device.type != "cuda":
+            return 400, {"success": False, "message": f"backend nccl needs the model on a GPU; it is on {device}"}
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        try:
+            self._groups[req.group_name] = join_group(req.master_address, req.master_port, req.rank_offset,
+                                                      req.world_size, req.group_name, req.backend, 600.0)
+        except (RuntimeError, ValueError) as exc:
+            return 400, {"success": False, "message": f"Failed to initialize custom process group: {exc}."}
+        return 200, {"success": True, "message": "Succeeded to initialize custom process group."}
+
+    def update_weights_from_distributed(self, body: Any) -> Result:
+        """One bucket broadcast over a joined group; loaded like a tensor bucket."""
+        from codemoe.serving.weight_push import receive_bucket
+
+        req = _parse(UpdateWeightsFromDistributedRequest, body)
+        group = self._groups.get(req.group_name)
+        if group is None:
+            return 400, {"success": False, "message": f"Group {req.group_name} not in {sorted(self._groups)}. "
+                         "Please call `init_weights_update_group` first."}
+        if self._tensors is None:
+            return 400, {"success": False, "message": "update_weights_from_distributed must run between "
+                         "begin_weight_update() and end_weight_update()"}
+        device = next(iter(self.engine.model.parameters())).device
+        try:
+            if req.load_format not in (None, "flattened_bucket"):
+                raise ValueError(f"load_format {req.load_format!r} (codemoe serve: null or flattened_bucket)")
+            received = receive_bucket(group, req.names, req.dtypes, req.shapes, device,
+                                      flattened=req.load_format == "flattened_bucket")
+        except (RuntimeError, ValueError) as exc:
+            return 400, {"success": False, "message": f"Failed to receive weights: {exc}"}
+        return self._load_bucket(received, req.flush_cache, req.weight_version)
 
     def abort_request(self, body: Any) -> Result:
         """End requests in flight (all, or the one ``rid`` names): their samples finish with ``abort``."""

@@ -149,3 +149,29 @@ class UpdateWeightsFromTensorRequest(_Request):
     weight_version: str | None = None
     selector: Literal["target", "draft", "all"] = "all"
     torch_empty_cache: bool = False
+
+
+class InitWeightsUpdateGroupRequest(_Request):
+    """``POST /init_weights_update_group``: join rank 0's process group (SGLang's fields)."""
+
+    master_address: str = Field(min_length=1)
+    master_port: int = Field(ge=1, le=65535)
+    rank_offset: int = Field(ge=1)
+    world_size: int = Field(ge=2)
+    group_name: str = Field(default="weight_update_group", min_length=1)
+    backend: Literal["gloo", "nccl"] = "nccl"
+
+
+class UpdateWeightsFromDistributedRequest(_Request):
+    """``POST /update_weights_from_distributed``: receive one bucket broadcast over the group."""
+
+    names: list[str]
+    dtypes: list[str]
+    shapes: list[list[int]]
+    group_name: str = "weight_update_group"
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: str | None = None
+    load_format: str | None = None
+    selector: Literal["target", "draft", "all"] = "all"
+    torch_empty_cache: bool = False

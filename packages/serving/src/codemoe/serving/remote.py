@@ -640,7 +640,9 @@ class SGLangEngine(_RemoteEngine):
 
     def flush_cache(self) -> None:
         """Drop the servers' prefix (radix) caches."""
-        self._to_all("POST", "/flush_cache", text=True)  # SGLang answers 200 "Cache flushed. ..." in plain text
+        # SGLang answers 200 "Cache flushed. ..." in plain text, or 400 while requests run: with
+        # ?timeout= it waits for them (ours retire a moment after /generate returns)
+        self._to_all("POST", f"/flush_cache?timeout={self.timeout_s:g}", text=True)
 
 
 def _moe_layers(model: Any) -> list[int]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from codemoe.core.contracts import EngineError
 
-__all__ = ["ServerProcess", "venv_python"]
+__all__ = ["CodemoeServer", "ServerProcess", "venv_python"]
 
 
 def venv_python(variable: str, venv_name: str, stamp: str) -> Path | None:
@@ -171,3 +171,26 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class CodemoeServer(ServerProcess):
+    """``codemoe serve MODEL_DIR`` as a child process (this environment's python by default): the
+    server a separate machine or container would run, for tests whose two sides must not share a
+    process (a weight-update process group has one member per process)."""
+
+    name = "codemoe"
+
+    def __init__(self, model_dir: str | Path, python: Path | None = None, *, device: str = "cpu",
+                 extra_args: list[str] | None = None, **kwargs) -> None:
+        import sys
+
+        super().__init__(model_dir, Path(python or sys.executable), **kwargs)
+        self.device = device
+        self.extra_args = list(extra_args or [])
+
+    def command(self) -> list[str]:
+        return ["-m", "codemoe.core.cli", "serve", self.model_dir, "--host", "127.0.0.1", "--port", str(self.port),
+                "--device", self.device, *self.extra_args]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}

@@ -43,8 +43,30 @@ def serialize_bucket(bucket: list[tuple[str, Any]]) -> str:
     """``bucket`` as ``/update_weights_from_tensor`` takes it: base64 of a plain pickle of
     ``[(name, host tensor), ...]`` (each tensor's bytes by value)."""
     buf = io.BytesIO()
-    pickle.dump([(name, tensor.detach().to("cpu").contiguous()) for name, tensor in bucket], buf, protocol=4)
+    pickle.dump([(name, _owned(tensor.detach().to("cpu"))) for name, tensor in bucket], buf, protocol=4)
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _owned(tensor: Any) -> Any:
+    """``tensor`` in a storage of its own: a pickle carries a tensor's whole storage, and a view (one
+    expert split from the fused experts) would carry every expert."""
+    whole = tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+    if whole and tensor.storage_offset() == 0 and tensor.is_contiguous():
+        return tensor
+    return tensor.contiguous().clone() if tensor.is_contiguous() else tensor.contiguous()
+
+
+def flat_layout(bucket: list[tuple[str, Any]]) -> list[int] | None:
+    """Byte offsets of ``bucket``'s tensors laid end to end in one ``uint8`` tensor (SGLang's
+    ``flattened_bucket``), or None when one would start unaligned for its dtype (then each tensor
+    goes on its own)."""
+    offsets, at = [], 0
+    for _, tensor in bucket:
+        if at % tensor.element_size():
+            return None
+        offsets.append(at)
+        at += tensor.numel() * tensor.element_size()
+    return offsets
 
 
 def _post(engine: Any, url: str, path: str, payload: dict[str, Any]) -> None:
@@ -95,11 +117,13 @@ class WeightSession:
     def _broadcast(self, bucket: list[tuple[str, Any]], fields: dict[str, Any]) -> None:
         group = self.group
         assert group is not None
+        flat = flat_layout(bucket) is not None and len(bucket) > 1
         payload = {
             "names": [name for name, _ in bucket],
             "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in bucket],
             "shapes": [list(t.shape) for _, t in bucket],
             "group_name": group.name,
+            "load_format": "flattened_bucket" if flat else None,  # one broadcast for the bucket
             **fields,
         }
         # Every member of the group receives each broadcast: with one out, nobody can be sent the rest.
@@ -112,7 +136,12 @@ class WeightSession:
                                    name="codemoe-weights-post", daemon=True)
         posting.start()
         try:
-            group.broadcast([t for _, t in bucket])
+            if flat:
+                import torch
+
+                group.broadcast([torch.cat([t.detach().reshape(-1).view(torch.uint8) for _, t in bucket])])
+            else:
+                group.broadcast([t for _, t in bucket])
         except RuntimeError as exc:  # a member went away: the group is no longer usable
             group.broken = f"broadcast failed: {exc}"
             for url in self.alive():
@@ -132,16 +161,12 @@ class SyncGroup:
     ``weight_sync: distributed``, built like SGLang's ``init_custom_process_group`` on both sides."""
 
     def __init__(self, engine: Any, address: str, backend: str, timeout_s: float) -> None:
-        import torch.distributed as dist
-        from torch.distributed.distributed_c10d import PrefixStore, _new_process_group_helper, _world, rendezvous
-
         self.name = f"codemoe-weights-{secrets.token_hex(4)}"
         self.backend = backend
         self.broken = ""
         sizes = [engine._tp_size(u) for u in engine.urls]
         world = 1 + sum(sizes)
         port = _free_port(address)
-        timeout = timedelta(seconds=timeout_s)
         errors: dict[str, Exception] = {}
 
         def join(url: str, offset: int) -> None:
@@ -159,11 +184,7 @@ class SyncGroup:
 
         def form() -> None:  # blocks until every member has connected (or the timeout)
             try:
-                store, _, _ = next(rendezvous(f"tcp://{address}:{port}", 0, world, timeout=timeout))
-                store.set_timeout(timeout)
-                formed["pg"], _ = _new_process_group_helper(
-                    world, 0, [], dist.Backend(backend), PrefixStore(self.name, store), group_name=self.name,
-                    timeout=timeout)
+                formed["pg"] = join_group(address, port, 0, world, self.name, backend, timeout_s)
             except (RuntimeError, ValueError) as exc:
                 formed["error"] = exc
 
@@ -179,7 +200,6 @@ class SyncGroup:
         if "pg" not in formed:
             raise EngineError(f"the weight-update group at {address}:{port} did not form: {formed.get('error')}")
         self.pg = formed["pg"]
-        _world.pg_group_ranks[self.pg] = {i: i for i in range(world)}
 
     def broadcast(self, tensors: list[Any]) -> None:
         import torch.distributed as dist
@@ -195,6 +215,54 @@ class SyncGroup:
             dist.destroy_process_group(self.pg)
         except (RuntimeError, ValueError, AttributeError):
             pass
+
+
+def join_group(address: str, port: int, rank: int, world: int, name: str, backend: str, timeout_s: float) -> Any:
+    """Join (rank 0: host) the process group ``name`` at ``address:port`` the way SGLang's
+    ``init_custom_process_group`` does on the servers' side (a TCP rendezvous, a store prefixed with
+    the group's name, group ranks equal to ranks), so both sides meet; returns the group."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import PrefixStore, _new_process_group_helper, _world, rendezvous
+
+    timeout = timedelta(seconds=timeout_s)
+    store, _, _ = next(rendezvous(f"tcp://{address}:{port}", rank, world, timeout=timeout))
+    store.set_timeout(timeout)
+    pg, _ = _new_process_group_helper(world, rank, [], dist.Backend(backend), PrefixStore(name, store),
+                                      group_name=name, timeout=timeout)
+    _world.pg_group_ranks[pg] = {i: i for i in range(world)}
+    return pg
+
+
+def receive_bucket(group: Any, names: list[str], dtypes: list[str], shapes: list[list[int]], device: Any,
+                   flattened: bool = False) -> list[tuple[str, Any]]:
+    """The tensors rank 0 broadcasts over ``group`` for one ``/update_weights_from_distributed``
+    (SGLang's receiving side: an empty tensor per name, every broadcast started, then waited for;
+    ``flattened``: one ``uint8`` broadcast of them end to end, SGLang's ``flattened_bucket``)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (len(names) == len(dtypes) == len(shapes)):
+        raise ValueError(f"{len(names)} names, {len(dtypes)} dtypes and {len(shapes)} shapes")
+    out = []
+    for name, dtype, shape in zip(names, dtypes, shapes):
+        kind = getattr(torch, str(dtype), None)
+        if not isinstance(kind, torch.dtype):
+            raise ValueError(f"{name}: {dtype!r} is not a torch dtype")
+        if any(not isinstance(d, int) or d < 0 for d in shape):
+            raise ValueError(f"{name}: {shape!r} is not a shape")
+        out.append((name, torch.empty(shape, dtype=kind, device=device)))
+    if flattened:
+        offsets = flat_layout(out)
+        if offsets is None:
+            raise ValueError("a flattened bucket whose tensors do not start aligned for their dtypes")
+        flat = torch.empty(sum(t.numel() * t.element_size() for _, t in out), dtype=torch.uint8, device=device)
+        dist.broadcast(flat, src=0, group=group)
+        return [(name, flat[at : at + t.numel() * t.element_size()].view(t.dtype).reshape(t.shape))
+                for (name, t), at in zip(out, offsets)]
+    handles = [dist.broadcast(t, src=0, group=group, async_op=True) for _, t in out]
+    for handle in handles:
+        handle.wait()
+    return out
 
 
 def _free_port(address: str) -> int:
