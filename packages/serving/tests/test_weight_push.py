@@ -44,3 +44,15 @@ def test_flat_layout_is_end_to_end_bytes_and_refuses_unaligned_starts():
     fp32, bf16 = torch.zeros(3), torch.zeros(1, dtype=torch.bfloat16)
     assert flat_layout([("a", fp32), ("b", fp32), ("c", bf16)]) == [0, 12, 24]
     assert flat_layout([("c", bf16), ("a", fp32)]) is None  # fp32 at byte 2
+
+
+def test_a_request_body_encoded_once_is_the_json_of_its_fields():
+    import json
+
+    from codemoe.serving.weight_push import tensor_request
+
+    bucket = [("w", torch.arange(6.0).reshape(2, 3))]
+    body = json.loads(tensor_request(bucket, 2, {"flush_cache": False, "weight_version": "v1"}))
+    assert body["flush_cache"] is False and body["weight_version"] == "v1"
+    assert body["serialized_named_tensors"] == [serialize_bucket(bucket)] * 2
+    assert torch.equal(load_bucket(body["serialized_named_tensors"][1])[0][1], bucket[0][1])

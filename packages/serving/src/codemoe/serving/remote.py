@@ -145,7 +145,8 @@ class _RemoteEngine:
     # ------------------------------------------------------------------------------ one request
 
     def _request(self, url: str, method: str, path: str, payload: Any = None, *, text: bool = False) -> Any:
-        data = None if payload is None else json.dumps(payload).encode()
+        """One request; ``payload`` is JSON-encoded, or sent as it is when it is bytes (a body encoded once)."""
+        data = payload if isinstance(payload, bytes) else None if payload is None else json.dumps(payload).encode()
         req = urllib.request.Request(url + path, data=data, method=method, headers=self.headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:

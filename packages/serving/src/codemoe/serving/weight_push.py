@@ -42,9 +42,24 @@ class Refused(EngineError):
 def serialize_bucket(bucket: list[tuple[str, Any]]) -> str:
     """``bucket`` as ``/update_weights_from_tensor`` takes it: base64 of a plain pickle of
     ``[(name, host tensor), ...]`` (each tensor's bytes by value)."""
+    return _bucket_base64(bucket).decode("ascii")
+
+
+def _bucket_base64(bucket: list[tuple[str, Any]]) -> bytes:
     buf = io.BytesIO()
     pickle.dump([(name, _owned(tensor.detach().to("cpu"))) for name, tensor in bucket], buf, protocol=4)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return base64.b64encode(buf.getvalue())
+
+
+def tensor_request(bucket: list[tuple[str, Any]], copies: int, fields: dict[str, Any]) -> bytes:
+    """The JSON body of one ``/update_weights_from_tensor``, encoded once: ``copies`` of the bucket's
+    base64 (one per tensor-parallel rank) spliced in as they are (base64 needs no JSON escaping)."""
+    import json
+
+    blob = _bucket_base64(bucket)
+    head = json.dumps(fields)[1:-1]
+    return b'{"serialized_named_tensors": [' + b", ".join([b'"' + blob + b'"'] * copies) + b"]" + (
+        b", " + head.encode() if head else b"") + b"}"
 
 
 def _owned(tensor: Any) -> Any:
@@ -69,7 +84,7 @@ def flat_layout(bucket: list[tuple[str, Any]]) -> list[int] | None:
     return offsets
 
 
-def _post(engine: Any, url: str, path: str, payload: dict[str, Any]) -> None:
+def _post(engine: Any, url: str, path: str, payload: dict[str, Any] | bytes) -> None:
     try:
         result = engine._request(url, "POST", path, payload)
     except RequestError as exc:  # SGLang answers a failed update with HTTP 400 {"success": false, ...}
@@ -89,7 +104,7 @@ class WeightSession:
     def alive(self) -> list[str]:
         return [u for u in self.engine.urls if u not in self.errors]
 
-    def _post_all(self, path: str, payload: dict[str, Any], urls: list[str] | None = None) -> list[str]:
+    def _post_all(self, path: str, payload: dict[str, Any] | bytes, urls: list[str] | None = None) -> list[str]:
         urls = self.alive() if urls is None else urls
         answers = self.engine._map([(u, None) for u in urls], lambda url, _: _post(self.engine, url, path, payload))
         for url, answer in zip(urls, answers):
@@ -108,10 +123,12 @@ class WeightSession:
         if self.group is not None:
             self._broadcast(bucket, fields)
         else:
-            blob = serialize_bucket(bucket)
+            bodies: dict[int, bytes] = {}
             for url in self.alive():  # one copy per tensor-parallel rank of that server
-                payload = {"serialized_named_tensors": [blob] * self.engine._tp_size(url), **fields}
-                self._post_all("/update_weights_from_tensor", payload, [url])
+                copies = self.engine._tp_size(url)
+                if copies not in bodies:
+                    bodies[copies] = tensor_request(bucket, copies, fields)
+                self._post_all("/update_weights_from_tensor", bodies[copies], [url])
         return bool(self.alive())
 
     def _broadcast(self, bucket: list[tuple[str, Any]], fields: dict[str, Any]) -> None:
