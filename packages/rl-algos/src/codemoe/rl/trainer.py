@@ -87,6 +87,7 @@ class RLConfig:
     seed: int = 0  # data order and sampling seeds derive from it
     max_turns: int = 1  # actions per episode when the trainer has an environment (multi-step agents)
     max_observation_tokens: int = 128  # an observation's tokens kept in the history (its head)
+    max_live_episodes: int = 256  # agent episodes running at once (a finished one frees its slot for the next task)
     share_prompt_forward: bool = True  # training forwards run each group's prompt once (same log-probs and gradients)
     precision: str = "fp32"  # fp32 | bf16 (bf16 compute; fp32 master weights, optimizer state, reductions)
     activation_checkpointing: bool = False  # recompute each policy block's activations in backward (less memory)
@@ -272,6 +273,7 @@ class RLTrainer:
                 max_turns=self.config.max_turns,
                 max_observation_tokens=self.config.max_observation_tokens,
                 pad_id=self.pad_id,
+                max_live_episodes=self.config.max_live_episodes,
             )
             self._request_done()
             return rollouts
@@ -494,27 +496,10 @@ class RLTrainer:
         return get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=self.env.enabled))
 
     def _sync_engine(self) -> None:
-        """The engine samples from the new weights next step. An engine running the policy module
-        itself (the embedded engine built on it) already reads them and only drops what it kept of
-        the old ones; any other engine is sent the whole state dict, by rank 0 only when the engine
-        is one server every rank talks to (``serves_every_rank``: the remote engines)."""
-        if getattr(self.engine, "model", None) is self.policy and hasattr(self.engine, "weights_changed"):
-            self.engine.weights_changed()  # (a remote engine holds the policy too, for its config: not this case)
-            return
-        state = self.policy_state()  # under FSDP2 a collective: every rank gathers
-        if not (self.env.enabled and getattr(self.engine, "serves_every_rank", False)):
-            self.engine.update_weights(state_dict=state)  # each rank's own engine
-            return
-        # One server (or fleet) behind every rank's client: rank 0 alone pushes the weights (every
-        # rank posting them at once would load them world-size times, racing), and no rank samples
-        # before the server holds them; the others adopt the version the update set.
-        version = None
-        if self.env.is_main:
-            self.engine.update_weights(state_dict=state)
-            version = getattr(self.engine, "weight_version", None)
-        versions = self.env.all_gather(version)  # also the barrier
-        if not self.env.is_main and hasattr(self.engine, "weight_version"):
-            self.engine.weight_version = versions[0]
+        """The engine samples from the new weights next step (:func:`codemoe.rl.weight_sync.sync_engine`)."""
+        from codemoe.rl.weight_sync import sync_engine
+
+        sync_engine(self.engine, self.policy, self.env)
 
     def _metrics(
         self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, update: dict[str, Any], rounds: int
