@@ -52,7 +52,7 @@ def test_from_checkpoint_inverts_it_a_layer_at_a_time(family, moe_registry):
 def test_tensors_out_of_layer_order_are_refused(moe_registry):
     model = _model("qwen3_moe", moe_registry)
     items = list(model.state_dict().items())
-    first = [i for i, (n, _) in enumerate(items) if ".layers.0." in n][0]
-    shuffled = items[first + 1 :] + [items[first]]  # a layer-0 tensor after layer 1's
+    first = next(i for i, (n, _) in enumerate(items) if ".layers.0." in n)
+    shuffled = [*items[first + 1 :], items[first]]  # a layer-0 tensor after layer 1's
     with pytest.raises(ValueError, match="was already converted"):
         list(to_checkpoint(model, shuffled))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from codemoe.core.errors import ConfigError
 import torch
 from codemoe.core import build_plugin_manager, build_registry
+from codemoe.core.errors import ConfigError
 from codemoe.serving import EngineError, RequestError, SamplingParams
 from codemoe.serving.embedded import EmbeddedEngine
 from codemoe.serving.remote import OpenAIEngine, SGLangEngine

@@ -489,12 +489,6 @@ class RLTrainer:
     # 5-7. weight sync, metrics, checkpoints
     # ------------------------------------------------------------------------------------------
 
-    def policy_state(self) -> dict[str, torch.Tensor]:
-        """The policy's whole (unsharded) state dict, on every rank."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        return get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=self.env.enabled))
-
     def _sync_engine(self) -> None:
         """The engine samples from the new weights next step (:func:`codemoe.rl.weight_sync.sync_engine`)."""
         from codemoe.rl.weight_sync import sync_engine

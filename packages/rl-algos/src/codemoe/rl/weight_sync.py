@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-
 from codemoe.core.contracts import EngineError
 
 __all__ = ["full_parameters", "sync_engine"]

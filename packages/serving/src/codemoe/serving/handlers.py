@@ -91,6 +91,7 @@ class ServingApp:
         self._live: dict[str, list[Any]] = {}  # /generate requests in flight, by id (for /abort_request)
         self._live_lock = threading.Lock()
         self._tensors: _TensorSession | None = None  # the open /begin_weight_update session
+        self._expected: dict[str, set[str]] | None = None  # checkpoint names by layer, once asked
         self._groups: dict[str, Any] = {}  # weight-update process groups joined, by name
         self.routes: dict[tuple[str, str], Callable[[Any], Result]] = {
             ("GET", "/health"): self.health,
@@ -182,7 +183,9 @@ class ServingApp:
     def begin_weight_update(self, body: Any) -> Result:
         """Open a session for tensor updates (SGLang needs one around them since 0.5.23)."""
         _parse(BeginWeightUpdateRequest, body)
-        self._tensors = _TensorSession(self.engine.model)
+        if self._expected is None:  # the model's checkpoint names by layer: the same for every update
+            self._expected = checkpoint_layers(self.engine.model)
+        self._tensors = _TensorSession(self.engine.model, self._expected)
         return 200, {"success": True, "message": "weight update session opened"}
 
     def update_weights_from_tensor(self, body: Any) -> Result:
@@ -579,19 +582,24 @@ class _StreamTexts:
         return target[sent:]
 
 
+def checkpoint_layers(model: Any) -> dict[str, set[str]]:
+    """The model's checkpoint names by decoder layer (converted on the meta device: no copies)."""
+    from codemoe.core.models.checkpoint_names import layer_of, to_checkpoint
+
+    meta = ((name, torch.empty_like(value, device="meta")) for name, value in model.state_dict().items())
+    layers: dict[str, set[str]] = {}
+    for name, _ in to_checkpoint(model, meta):
+        layers.setdefault(layer_of(name), set()).add(name)
+    return layers
+
+
 class _TensorSession:
     """Checkpoint-format tensors of one weight-update session, kept by decoder layer until the
     layer is whole (:func:`codemoe.core.models.checkpoint_names.from_checkpoint` converts a layer
     at a time)."""
 
-    def __init__(self, model: Any) -> None:
-        from codemoe.core.models.checkpoint_names import layer_of, to_checkpoint
-
-        self.model = model
-        meta = ((name, torch.empty_like(value, device="meta")) for name, value in model.state_dict().items())
-        self.expected: dict[str, set[str]] = {}
-        for name, _ in to_checkpoint(model, meta):
-            self.expected.setdefault(layer_of(name), set()).add(name)
+    def __init__(self, model: Any, expected: dict[str, set[str]]) -> None:
+        self.model, self.expected = model, expected
         self.pending: dict[str, dict[str, Any]] = {}
 
     def add(self, tensors: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from codemoe.core.contracts import EngineError, GenerationOutput, RequestError, Sample, SamplingParams
 from codemoe.core.errors import ConfigError
 from codemoe.serving.sampling import sample_key
-from codemoe.serving.weight_push import Refused, SyncGroup, WeightSession
+from codemoe.serving.weight_push import Refused, SyncGroup, WeightSession, post_update
 
 __all__ = [
     "OpenAIEngine",
@@ -118,7 +118,6 @@ def _check_servers(base_url: Any, cooldown_s: float, retry_rounds: int) -> list[
     return urls
 
 
-_Refused = Refused  # a server answered a weight update and did not take the weights
 
 
 class _RemoteEngine:
@@ -283,13 +282,13 @@ class _RemoteEngine:
         the others (``errors``: refused, unreachable) serve nothing until a later update reaches them;
         a refusal, or no server taking it, is an :class:`EngineError`."""
         for url, error in errors.items():
-            if not isinstance(error, _Refused):
+            if not isinstance(error, Refused):
                 self._mark_down(url, str(error))
         if len(errors) < len(self.urls):  # the servers that took the weights carry the new version
             self._updated()
             with self._servers_lock:  # the others hold older weights: they serve nothing until updated
                 self._stale = {u: f"missed the weight update ({what}): {e}" for u, e in errors.items()}
-        refused = [str(e) for e in errors.values() if isinstance(e, _Refused)]
+        refused = [str(e) for e in errors.values() if isinstance(e, Refused)]
         if refused or len(errors) == len(self.urls):
             raise EngineError("; ".join(refused) or f"no server took {what}: {self._errors({})}")
         if errors:
@@ -301,12 +300,7 @@ class _RemoteEngine:
             )
 
     def _push(self, url: str, payload: dict[str, Any], path: str) -> None:
-        try:
-            result = self._request(url, "POST", "/update_weights_from_disk", payload)
-        except RequestError as exc:  # SGLang answers a failed load with HTTP 400 {"success": false, ...}
-            raise _Refused(f"the server {url} refused the weights at {path}: {exc}") from None
-        if not isinstance(result, dict) or not result.get("success", False):
-            raise _Refused(f"the server {url} refused the weights at {path}: {result}")
+        post_update(self, url, "/update_weights_from_disk", payload, what=f"the weights at {path}")
 
     def _update_fields(self) -> dict[str, Any]:
         """Extra fields of a weight update request (SGLang: the new ``weight_version``)."""

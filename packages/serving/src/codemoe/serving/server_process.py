@@ -40,9 +40,10 @@ def venv_python(variable: str, venv_name: str, stamp: str) -> Path | None:
     return None
 
 
-def _free_port() -> int:
+def free_port(address: str = "127.0.0.1") -> int:
+    """A port nothing listens on at ``address`` now."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
 
 
@@ -84,7 +85,7 @@ class ServerProcess:
                  start_timeout_s: float = 300.0) -> None:
         self.python = python
         self.model_dir = str(model_dir)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_env = dict(extra_env or {})
         self.start_timeout_s = start_timeout_s

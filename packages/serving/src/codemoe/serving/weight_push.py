@@ -25,12 +25,12 @@ import base64
 import io
 import pickle
 import secrets
-import socket
 import threading
 from datetime import timedelta
 from typing import Any
 
 from codemoe.core.contracts import EngineError, RequestError
+from codemoe.serving.server_process import free_port
 
 __all__ = ["SyncGroup", "WeightSession", "serialize_bucket"]
 
@@ -65,10 +65,12 @@ def tensor_request(bucket: list[tuple[str, Any]], copies: int, fields: dict[str,
 def _owned(tensor: Any) -> Any:
     """``tensor`` in a storage of its own: a pickle carries a tensor's whole storage, and a view (one
     expert split from the fused experts) would carry every expert."""
+    import torch
+
     whole = tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
     if whole and tensor.storage_offset() == 0 and tensor.is_contiguous():
         return tensor
-    return tensor.contiguous().clone() if tensor.is_contiguous() else tensor.contiguous()
+    return tensor.clone(memory_format=torch.contiguous_format)
 
 
 def flat_layout(bucket: list[tuple[str, Any]]) -> list[int] | None:
@@ -84,13 +86,15 @@ def flat_layout(bucket: list[tuple[str, Any]]) -> list[int] | None:
     return offsets
 
 
-def _post(engine: Any, url: str, path: str, payload: dict[str, Any] | bytes) -> None:
+def post_update(engine: Any, url: str, path: str, payload: dict[str, Any] | bytes, what: str = "") -> None:
+    """One weight-update request; a server that does not take it (HTTP 400, ``success: false``:
+    SGLang's answer to a failed update) is :class:`Refused`, naming ``what`` (default: the path)."""
     try:
         result = engine._request(url, "POST", path, payload)
-    except RequestError as exc:  # SGLang answers a failed update with HTTP 400 {"success": false, ...}
-        raise Refused(f"the server {url} refused {path}: {exc}") from None
+    except RequestError as exc:
+        raise Refused(f"the server {url} refused {what or path}: {exc}") from None
     if not isinstance(result, dict) or not result.get("success", False):
-        raise Refused(f"the server {url} refused {path}: {result}")
+        raise Refused(f"the server {url} refused {what or path}: {result}")
 
 
 class WeightSession:
@@ -106,7 +110,7 @@ class WeightSession:
 
     def _post_all(self, path: str, payload: dict[str, Any] | bytes, urls: list[str] | None = None) -> list[str]:
         urls = self.alive() if urls is None else urls
-        answers = self.engine._map([(u, None) for u in urls], lambda url, _: _post(self.engine, url, path, payload))
+        answers = self.engine._map([(u, None) for u in urls], lambda url, _: post_update(self.engine, url, path, payload))
         for url, answer in zip(urls, answers):
             if isinstance(answer, (EngineError, RequestError)):
                 self.errors.setdefault(url, answer)
@@ -166,11 +170,9 @@ class WeightSession:
         posting.join()
 
     def end(self) -> None:
-        begun = [u for u in self._begun]
-        if begun:
-            failed = dict(self.errors)
-            self._post_all("/end_weight_update", {}, begun)
-            self.errors.update(failed)  # the first failure of a server is the one it is reported with
+        """Close the session on every server that opened one (a server keeps its first failure)."""
+        if self._begun:
+            self._post_all("/end_weight_update", {}, self._begun)
 
 
 class SyncGroup:
@@ -179,16 +181,15 @@ class SyncGroup:
 
     def __init__(self, engine: Any, address: str, backend: str, timeout_s: float) -> None:
         self.name = f"codemoe-weights-{secrets.token_hex(4)}"
-        self.backend = backend
         self.broken = ""
         sizes = [engine._tp_size(u) for u in engine.urls]
         world = 1 + sum(sizes)
-        port = _free_port(address)
+        port = free_port(address)
         errors: dict[str, Exception] = {}
 
         def join(url: str, offset: int) -> None:
             try:
-                _post(engine, url, "/init_weights_update_group", {
+                post_update(engine, url, "/init_weights_update_group", {
                     "master_address": address, "master_port": port, "rank_offset": offset,
                     "world_size": world, "group_name": self.name, "backend": backend,
                 })
@@ -226,12 +227,12 @@ class SyncGroup:
             handle.wait()
 
     def close(self) -> None:
+        import contextlib
+
         import torch.distributed as dist
 
-        try:
+        with contextlib.suppress(RuntimeError, ValueError, AttributeError):  # already gone with a member
             dist.destroy_process_group(self.pg)
-        except (RuntimeError, ValueError, AttributeError):
-            pass
 
 
 def join_group(address: str, port: int, rank: int, world: int, name: str, backend: str, timeout_s: float) -> Any:
@@ -280,12 +281,6 @@ def receive_bucket(group: Any, names: list[str], dtypes: list[str], shapes: list
     for handle in handles:
         handle.wait()
     return out
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return sock.getsockname()[1]
 
 
 class _BucketUnpickler(pickle.Unpickler):

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["from_checkpoint", "layer_of", "to_checkpoint", "tied_names"]
+__all__ = ["from_checkpoint", "layer_of", "tied_names", "to_checkpoint"]
 
 _LAYER = re.compile(r"^(.*?\blayers\.\d+)\.")
 
