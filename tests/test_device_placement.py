@@ -160,5 +160,6 @@ def test_under_torchrun_the_engine_runs_the_sharded_policy_and_the_reference_is_
             # ulp of fp32 log-softmax over 64 logits; weights one update old would differ by ~lr)
             assert metrics["logp_mismatch_max"] < 1e-4, metrics
     own = {"gen_seconds", "step_seconds", "cpu_seconds", "tokens_per_s", "balance_loss"}  # each rank's clocks and MoE balance
+    own |= {"generate_seconds", "score_seconds", "train_seconds", "sync_seconds"}
     same = [{k: v for k, v in m.items() if k not in own} for m in ranks[0]["metrics"]]
     assert same == [{k: v for k, v in m.items() if k not in own} for m in ranks[1]["metrics"]]  # the job's

@@ -24,6 +24,10 @@ TIMING = {
     "rollout_wait_seconds",
     "producer_seconds",
     "sync_wait_seconds",
+    "generate_seconds",  # the synchronous step's split of gen_seconds
+    "score_seconds",
+    "train_seconds",
+    "sync_seconds",
 }
 ASYNC_ONLY = {"staleness_mean", "stale_dropped"}
 

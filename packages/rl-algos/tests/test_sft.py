@@ -57,6 +57,24 @@ def test_warm_up_lowers_the_loss_and_reports_every_step():
 
 
 
+def test_each_step_reports_its_learning_rate_throughput_and_routing():
+    model = build_model(SPEC)
+    steps: list[dict] = []
+    examples = [Example([p], [p + 1, p + 2, p + 3][: 1 + p % 3]) for p in range(3, 20)]  # 1-3 tokens each
+    config = SFTConfig(phases=[PhaseConfig("router", 2, 3e-3), PhaseConfig("all", 2, 1e-3)], batch_size=4)
+    SFTTrainer(config, model, examples, pad_id=0, set_trainable=set_trainable,
+               on_step=lambda s, m: steps.append(m)).fit()
+    assert [m["lr"] for m in steps] == [3e-3, 3e-3, 1e-3, 1e-3]
+    for m in steps:
+        assert 4 <= m["tokens"] <= 12  # 4 completions of 1-3 tokens
+        assert m["tokens_per_s"] == pytest.approx(m["tokens"] / m["step_seconds"])
+        for layer in range(SPEC["num_layers"]):
+            shares = [m[f"expert_load/{layer}/{e}"] for e in range(SPEC["num_experts"])]
+            # each layer's shares of its routed (token, expert) pairs: a sum of E float divisions
+            assert sum(shares) == pytest.approx(1.0, abs=1e-9)
+        assert m["moe/max_over_mean"] >= 1.0
+
+
 def test_the_default_phases_train_a_dense_policy_skipping_the_router_phases(caplog):
     """A policy without MoE layers has nothing for the router and experts phases: they are skipped
     with a warning, and the phases that have parameters train as configured."""
@@ -120,3 +138,4 @@ def test_two_fsdp2_ranks_take_the_steps_of_one_rank(tmp_path):
     for a, b in zip(one, two, strict=True):
         for key in ("loss", "grad_norm", "token_acc"):
             assert abs(a[key] - b[key]) <= 1e-4 + 1e-3 * abs(a[key]), (a["step"], key, a[key], b[key])
+        assert a["tokens"] == b["tokens"] and a["lr"] == b["lr"]  # the global batch's, summed over ranks

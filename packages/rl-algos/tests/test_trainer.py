@@ -20,6 +20,7 @@ from rl_toy import ToyEngine, tiny_policy, toy_scorer, toy_tasks
 HERE = Path(__file__).parent
 # Metrics that depend on wall time, not on the computation.
 TIMING = {"gen_seconds", "step_seconds", "cpu_seconds", "tokens_per_s"}
+TIMING |= {"generate_seconds", "score_seconds", "train_seconds", "sync_seconds"}  # the step's split
 
 
 def _trainer(
@@ -144,6 +145,33 @@ def test_one_step_changes_the_policy_and_reports_metrics(registry, tmp_path):
     assert metrics["kl"] == 0.0  # the first update starts at the reference
     assert metrics["balance_loss"] > 0  # the MoE balance term is on by default
     assert torch.equal(trainer.engine.model.lm_head.weight, trainer.policy.lm_head.weight)  # weights synced
+
+
+def _scorer_with_components(tasks, outputs) -> list[Score]:
+    """The toy reward as a recipe's total, hits + 0.5 * first, with both components kept; a short
+    sleep so that scoring takes a time the split must show."""
+    time.sleep(0.05)
+    scores = []
+    for task, out in zip(tasks, outputs, strict=True):
+        for sample in out.samples:
+            hits = sum(t == task.target for t in sample.token_ids) / len(sample.token_ids)
+            first = float(sample.token_ids[0] == task.target)
+            scores.append(Score(reward=hits + 0.5 * first, passed=hits == 1.0, components={"hits": hits, "first": first}))
+    return scores
+
+
+def test_each_reward_component_and_the_step_time_split_are_reported(registry, tmp_path):
+    trainer = _trainer(registry, tmp_path, steps=2)
+    trainer.scorer = _scorer_with_components
+    for metrics in _fit(trainer):
+        # the total is hits + 0.5 * first per sample, so the means obey the same sum (float32 means
+        # of 32 numbers in [0, 1.5]: a few ulp)
+        assert metrics["reward_mean"] == pytest.approx(metrics["reward/hits"] + 0.5 * metrics["reward/first"], abs=1e-6)
+        assert 0.0 <= metrics["reward/first"] <= 1.0
+        assert metrics["score_seconds"] >= 0.05  # the scorer's sleep lands in scoring, not generation
+        assert metrics["generate_seconds"] + metrics["score_seconds"] <= metrics["gen_seconds"]
+        parts = metrics["gen_seconds"] + metrics["train_seconds"] + metrics["sync_seconds"]
+        assert metrics["train_seconds"] > 0 and parts <= metrics["step_seconds"]
 
 
 class _StaleEngine(ToyEngine):

@@ -8,6 +8,12 @@ names which parameter groups train (:func:`codemoe.core.moe.set_trainable`: ``ro
 The loss is the token mean of the cross-entropy over the completion tokens only (the prompt is
 context, not a target), plus ``balance_coef`` times the MoE balance loss.
 
+Each step reports ``loss``, ``token_acc``, ``grad_norm``, ``balance_loss``, the phase's ``lr``,
+``tokens`` (completion tokens of the global batch), ``tokens_per_s`` and ``step_seconds``, and the
+routing metrics the RL trainer reports (``moe/...`` and ``expert_load/<layer>/<expert>``). Reading
+the routing closes each step's routing statistics, so a ``sigmoid_bias`` router's bias follows the
+loads step by step during SFT as it does in RL.
+
 Under ``torchrun`` (``env`` from :func:`codemoe.rl.distributed.init_distributed`) the model is
 sharded with FSDP2 per transformer block, every rank draws the same global batch and trains on its
 share of it (``batch[rank::world]``), and the token mean is taken over the whole global batch
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +43,7 @@ from codemoe.rl.distributed import (
     shard_model,
 )
 from codemoe.rl.logprobs import token_stats
-from codemoe.rl.moe_terms import balance_loss, enable_router_outputs
+from codemoe.rl.moe_terms import balance_loss, enable_router_outputs, expert_load
 
 __all__ = ["Example", "PhaseConfig", "SFTConfig", "SFTTrainer", "encode_examples", "trajectory_pairs"]
 
@@ -173,8 +180,15 @@ class SFTTrainer:
             log.info("SFT phase %s: %d trainable parameters, %d steps", phase.phase, counts["trainable"], phase.steps)
             for _ in range(phase.steps):
                 step += 1
+                started = time.perf_counter()
                 metrics = self._step(optimizer, params, frozen)
-                metrics["phase_trainable"] = float(counts["trainable"])
+                elapsed = time.perf_counter() - started
+                metrics.update(
+                    lr=optimizer.param_groups[0]["lr"],
+                    step_seconds=elapsed,
+                    tokens_per_s=metrics["tokens"] / max(elapsed, 1e-9),  # completion tokens of the global batch
+                    phase_trainable=float(counts["trainable"]),
+                )
                 losses.append(metrics["loss"])
                 if self.on_step is not None:
                     self.on_step(step, {**metrics, "phase": phase.phase})
@@ -226,4 +240,11 @@ class SFTTrainer:
             "balance_loss": float(balance_mean) if balance_mean is not None else 0.0,
             "grad_norm": grad_norm,
             "token_acc": float(hits / tokens),
+            "tokens": float(tokens),
+            # routing of the step's forward over every rank's tokens, as the RL trainer logs it
+            **expert_load(self.model, self._all_sum_on_device if env.enabled else None),
         }
+
+    def _all_sum_on_device(self, value: torch.Tensor) -> torch.Tensor:
+        """``env.all_sum`` of a host tensor through the model's device (NCCL reduces GPU tensors only)."""
+        return self.env.all_sum(value.to(self.device)).to(value.device)

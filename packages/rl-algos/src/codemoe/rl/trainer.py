@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -171,6 +172,7 @@ class RLTrainer:
         self._trained_cursor = 0  # the data stream's position after the last batch trained on (checkpointed)
         self._producer: RolloutProducer | None = None
         self._after_request: Callable[[], None] | None = None  # the producer's abort check, after each engine call
+        self._clock = threading.local()  # this thread's rollout seconds (generate, score), see _timed
         check_async_config(config, world=self.env.world, engine=engine, policy=self.policy)
 
     # ------------------------------------------------------------------------------------------
@@ -199,22 +201,29 @@ class RLTrainer:
     def train_step(self, step: int) -> dict[str, float]:
         """One rollout batch and its updates; returns the step's metrics."""
         started, cpu_started = time.perf_counter(), time.process_time()
+        self._clock.seconds = {"generate_seconds": 0.0, "score_seconds": 0.0}
         rollouts, rounds, extra = self._next_batch(step)  # 1. prompts -> engine -> scorer (+ dynamic sampling)
+        if self._producer is None:  # the producer's batches were timed in its own thread (producer_seconds)
+            extra.update(self._clock.seconds)
         if self.on_rollouts is not None:
             self.on_rollouts(step, rollouts)
         generated = time.perf_counter()
         data = self._token_data(rollouts)  # 2. old / reference log-probs, critic values
         adv = self._advantages(rollouts, data)  # 3. advantages (and value targets)
         update = self._update(rollouts, data, adv)  # 4. minibatch updates over epochs
+        trained = time.perf_counter()
         if self._producer is None:
             self._sync_engine()  # 5. the engine samples from the new weights next step
         else:  # 5. ... between the producer's batches
             extra["sync_wait_seconds"] = self._producer.publish(step)
+        synced = time.perf_counter()
         self.step, elapsed, cpu = step, time.perf_counter() - started, time.process_time() - cpu_started
         metrics = self._metrics(rollouts, data, adv, update, rounds)  # 6. metrics
         metrics.update(extra)
         metrics.update(
             gen_seconds=generated - started,
+            train_seconds=trained - generated,  # trainer-side log-probs, advantages and the updates
+            sync_seconds=synced - trained,
             step_seconds=elapsed,
             cpu_seconds=cpu,  # this process's CPU time over the step, every thread (a producer's too)
             tokens_per_s=metrics["tokens"] / max(elapsed, 1e-9),
@@ -255,6 +264,7 @@ class RLTrainer:
         return batch.rollouts, batch.rounds, extra
 
     def _rollout(self, tasks: Sequence[Any], seed: int) -> Rollouts:
+        started = time.perf_counter()
         params = SamplingParams(
             n=self.algo.config.group_size,
             temperature=self.config.temperature,
@@ -276,10 +286,26 @@ class RLTrainer:
                 max_live_episodes=self.config.max_live_episodes,
             )
             self._request_done()
+            self._timed("generate_seconds", started)  # episodes interleave engine, environment and grading
             return rollouts
         outputs = self.engine.generate([task.prompt for task in tasks], params)
         self._request_done()
-        return build_rollouts(outputs, self.scorer(tasks, outputs), self.config.max_new_tokens, self.pad_id)
+        scoring = self._timed("generate_seconds", started)
+        scores = self.scorer(tasks, outputs)
+        self._timed("score_seconds", scoring)
+        return build_rollouts(outputs, scores, self.config.max_new_tokens, self.pad_id)
+
+    def _timed(self, phase: str, since: float) -> float:
+        """Add the seconds since ``since`` to this thread's ``phase`` of the step; returns now.
+
+        Per thread: with asynchronous rollouts the producer thread generates while the trainer
+        trains, and only the synchronous step reports the split (the producer's is ``producer_seconds``).
+        """
+        now = time.perf_counter()
+        seconds = getattr(self._clock, "seconds", None)
+        if seconds is not None:
+            seconds[phase] = seconds.get(phase, 0.0) + now - since
+        return now
 
     def _request_done(self) -> None:
         """After an engine call: the producer's chance to abort the batch (``in_flight: abort``)."""
@@ -528,6 +554,7 @@ class RLTrainer:
             metrics["balance_loss"] = update["balance"] / n
         if self.critic is not None:
             metrics["vf_loss"] = update["vf_loss"] / n
+        metrics.update(_component_means(env, rollouts.components))
         metrics.update(expert_load(self.policy, self._all_sum_on_device if env.enabled else None))
         return metrics
 
@@ -579,6 +606,19 @@ class RLTrainer:
                 f"max_turns={self.config.max_turns} needs an environment for the episodes (multi-step agents); "
                 "without one every rollout is a single completion: set max_turns=1"
             )
+
+
+def _component_means(env: Dist, components: Sequence[dict[str, float]]) -> dict[str, float]:
+    """``reward/<component>``: each reward-recipe component's mean over the step's samples of every
+    rank (a sample that lacks a component, such as a failed episode's, does not count toward it)."""
+    sums: dict[str, list[float]] = {}  # name -> [sum, count]
+    for rank_components in env.all_gather(list(components)):
+        for sample in rank_components:
+            for name, value in sample.items():
+                total = sums.setdefault(name, [0.0, 0.0])
+                total[0] += float(value)
+                total[1] += 1.0
+    return {f"reward/{name}": total / count for name, (total, count) in sorted(sums.items())}
 
 
 def _agreement_metrics(env: Dist, agreement: torch.Tensor | None) -> dict[str, float]:
