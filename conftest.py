@@ -5,10 +5,15 @@ Kept free of torch at import time: the sandbox's tests run in an environment wit
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
 import pytest
+
+# the conformance kit's fixtures (codemoe_registry, codemoe_executor), where codemoe-core is installed
+# (the sandbox's own tests also run in an environment with nothing of codemoe's but the sandbox)
+pytest_plugins = ["codemoe.core.testing.plugin"] if importlib.util.find_spec("codemoe.core") else []
 
 REPO_ROOT = Path(__file__).resolve().parent
 

@@ -1,0 +1,35 @@
+"""codemoe's conformance kit: checks every component of a kind must pass, for third-party plugins.
+
+Turn on the fixtures in the root ``conftest.py`` (``pytest_plugins = ["codemoe.core.testing.plugin"]``),
+then subclass a contract::
+
+    from codemoe.core.testing import RouterContract
+
+    class TestMyRouter(RouterContract):
+        name = "my_router"
+
+``docs/plugins.md`` has one worked example per component kind. The contracts of kinds whose data
+types live in another package ship there: ``codemoe.rl.testing``, ``codemoe.evals.testing``.
+"""
+
+from codemoe.core.testing.contracts import (
+    ComponentContract,
+    EngineContract,
+    ExecutorContract,
+    ExpertsContract,
+    RewardContract,
+    RouterContract,
+    StageContract,
+    fp32_close,
+)
+
+__all__ = [
+    "ComponentContract",
+    "EngineContract",
+    "ExecutorContract",
+    "ExpertsContract",
+    "RewardContract",
+    "RouterContract",
+    "StageContract",
+    "fp32_close",
+]

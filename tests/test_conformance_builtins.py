@@ -1,0 +1,52 @@
+"""The built-in engines, executors, reward components, suites and stages pass the conformance kit.
+
+(Routers, experts and the RL strategies are checked in their own packages' tests.)
+"""
+
+from __future__ import annotations
+
+import pytest
+from codemoe.core.plugins import build_plugin_manager, build_registry
+from codemoe.core.testing import EngineContract, ExecutorContract, RewardContract, StageContract
+from codemoe.evals.testing import SuiteContract
+from codemoe.sandbox.rewards.examples import example_inputs
+
+REGISTRY = build_registry(build_plugin_manager())
+
+
+class TestEmbeddedEngine(EngineContract):
+    name = "embedded"
+
+
+class TestLocalExecutor(ExecutorContract):
+    name = "local"
+    options = {"workers": 1}
+
+
+class TestRewardComponents(RewardContract):
+    @pytest.fixture(scope="class", params=REGISTRY.names("reward"))
+    @classmethod
+    def component_name(cls, request):
+        return request.param
+
+    def reward_inputs(self):
+        return example_inputs()
+
+
+class TestSyntheticSuite(SuiteContract):
+    name = "synthetic"
+
+
+class TestHumanEvalSuite(SuiteContract):
+    name = "humaneval"
+    filled_splits = ("heldout",)  # an evaluation suite: every problem is held out by default
+
+
+class TestSyntheticReposSuite(SuiteContract):
+    name = "synthetic-repos"
+    options = {"train_tasks": 9, "heldout_tasks": 9}
+    function_level = False  # repository tasks: `codemoe tasks validate` checks their gold patches
+
+
+class TestEnvironmentStage(StageContract):
+    name = "environment"
