@@ -18,6 +18,9 @@ def add_tasks_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("path", help="a task folder, a folder of task folders, or a SWE-bench .jsonl file")
     p.add_argument("--repos", help="folder of local git repositories for a .jsonl file (default: <jsonl dir>/repos)")
     p.add_argument("--workers", type=int, default=0, help="sandbox workers (default: one per CPU)")
+    p.add_argument("--site-packages", metavar="NAMES",
+                   help="comma-separated distributions the sandbox shows of site-packages (default: pytest,pip,numpy); "
+                        "name the build backend a setup command installs with, e.g. pytest,pip,setuptools")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(handler=cmd_validate)
     return parser
@@ -37,14 +40,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except TaskFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    with LocalExecutor(**({"workers": args.workers} if args.workers else {})) as executor:
+    options: dict[str, Any] = {"workers": args.workers} if args.workers else {}
+    if args.site_packages:
+        options["site_packages"] = [name.strip() for name in args.site_packages.split(",") if name.strip()]
+    with LocalExecutor(**options) as executor:
         reports = validate_tasks(tasks, executor)
     if args.json:
-        print(json.dumps([{"task": r.task_id, "type": r.type, "ok": r.ok, "problems": r.problems} for r in reports], indent=2))
+        print(json.dumps([{"task": r.task_id, "type": r.type, "ok": r.ok, "problems": r.problems, "warnings": r.warnings}
+                          for r in reports], indent=2))
     else:
         for r in reports:
             print(f"{'ok  ' if r.ok else 'FAIL'} {r.task_id} ({r.type}, {r.duration_s:.2f}s)")
             for problem in r.problems:
                 print(f"       - {problem}")
+            for warning in r.warnings:
+                print(f"       warning: {warning}")
         print(f"{sum(r.ok for r in reports)}/{len(reports)} tasks valid")
     return 0 if all(r.ok for r in reports) else 1

@@ -99,14 +99,16 @@ class RepoEnvironment:
         if targets:
             # a target is a path: one that starts with "-" (a file named -pNAME) must not become an option
             args = [a for a in args if a.startswith("-")] + [f"./{t}" if t.startswith("-") else t for t in targets]
-        request = ExecutionRequest(files=dict(self.workspace.snapshot()), command=args, runner="pytest",
+        files = {**self.workspace.snapshot(), **self.task.setup_files()}
+        request = ExecutionRequest(files=files, command=[*self.task.setup_args(), *args],
+                                   runner="pytest", env=self.task.execution_env(),
                                    limits=self._limits(self.task.timeout_s), id=f"{self.task.id}/run_tests")
         return self.executor.run(request)
 
     def run_command(self, argv: list[str]) -> ExecutionResult:
         """Run an allow-listed command on a copy of the workspace through the executor."""
         assert self.task is not None and self.workspace is not None
-        request = ExecutionRequest(files=dict(self.workspace.snapshot()), command=argv,
+        request = ExecutionRequest(files=dict(self.workspace.snapshot()), command=argv, env=dict(self.task.env),
                                    limits=self._limits(self.config.shell_timeout_s), id=f"{self.task.id}/shell")
         return self.executor.run(request)
 
@@ -246,16 +248,19 @@ def grading_request(task: Task, files: dict[str, str], limits: Limits, label: st
     The hidden tests and the task's own ``conftest.py`` files (as the task ships them) are laid over
     the agent's files and are trusted; so is a pytest config file the agent left unchanged. A
     conftest the agent added is not loaded, a config file it changed keeps its options but not its
-    ``addopts``, and canaries check the report (:func:`codemoe.sandbox.runners.child_setup`).
+    ``addopts``, and canaries check the report (:func:`codemoe.sandbox.runners.child_setup`). The
+    task's setup commands and ``env`` come with it and run in the sandbox before the tests.
     """
     original = task.repo_files()
     conftests = {path: text for path, text in original.items() if path.rsplit("/", 1)[-1] == "conftest.py"}
     overlay = {path: text for path, text in files.items() if not task.is_hidden(path)}
     overlay.update(conftests)
     overlay.update(task.hidden_files)
+    overlay.update(task.setup_files())
     unchanged_configs = {path for path, text in overlay.items()
                          if path.rsplit("/", 1)[-1] in PYTEST_CONFIG_FILES and original.get(path) == text}
-    return ExecutionRequest(files=dict(overlay), command=pytest_args(task.grading_command()), runner="pytest",
+    command = [*task.setup_args(), *pytest_args(task.grading_command())]
+    return ExecutionRequest(files=dict(overlay), command=command, runner="pytest", env=task.execution_env(),
                             limits=limits, id=f"{task.id}/{label}", graded=True,
                             trusted=sorted({*conftests, *task.hidden_files, *unchanged_configs}))
 

@@ -61,7 +61,7 @@ class Episode:
     hidden_before: dict[str, str] = field(default_factory=dict)
     hidden_after: dict[str, str] = field(default_factory=dict)
     status_after: str = ""  # executor status of the final grading run
-    resolved: bool = False  # every fail_to_pass, pass_to_pass and hidden test passes at the end
+    resolved: bool = False  # every test the task judges (Task.judged) passes at the end
 
     @property
     def format_errors(self) -> int:
@@ -77,7 +77,7 @@ class Episode:
             for test_id, outcome in tests.items():
                 (hidden if task.is_hidden(test_id) else visible)[test_id] = outcome
         self.status_after = after.status
-        required = [*task.fail_to_pass, *task.pass_to_pass, *self.hidden_after]
+        required = task.judged(self.hidden_after)  # SWE-bench instances: fail_to_pass and pass_to_pass only
         outcomes = {**self.visible_after, **self.hidden_after}
         self.resolved = bool(self.hidden_after) and all(outcomes.get(t) == "passed" for t in required)
 

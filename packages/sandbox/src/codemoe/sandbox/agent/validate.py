@@ -11,6 +11,12 @@ a visible test file, as SWE-bench's ``test_patch`` does, but must change it).
 A task with a decoy patch (the obvious first fix of a multi-round task) gets a third execution: the
 decoy must apply, must not solve the task, and some visible test must fail with it, so that an
 agent that tries it sees why it is wrong.
+
+A task that judges only its listed tests (``judged_tests: listed``, every SWE-bench instance by
+default) is judged as SWE-bench judges it: by ``fail_to_pass`` and ``pass_to_pass`` alone. Any
+other test that fails, before or after the gold patch (an unrelated test that needs a missing
+dependency, a flaky one), is a warning, not a problem. A setup command that fails is a problem that
+names the command.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from dataclasses import dataclass, field
 
 from codemoe.sandbox.agent.environment import grading_request, pytest_args
 from codemoe.sandbox.agent.patches import PatchError
+from codemoe.sandbox.agent.task_setup import SETUP_FAILED
 from codemoe.sandbox.agent.tasks import Task
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, Executor, Limits
 
-__all__ = ["TaskReport", "check_task", "validate_tasks"]
+__all__ = ["TaskReport", "check_task", "setup_failure", "unjudged_failures", "validate_tasks"]
 
 
 @dataclass
@@ -32,6 +39,7 @@ class TaskReport:
     task_id: str
     type: str
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # failing tests the task does not judge
     tests_before: dict[str, str] = field(default_factory=dict)
     tests_after: dict[str, str] = field(default_factory=dict)
     duration_s: float = 0.0  # execution time of both runs
@@ -60,8 +68,22 @@ def _static_problems(task: Task) -> list[str]:
     return problems
 
 
+def setup_failure(result: ExecutionResult) -> str | None:
+    """What a run's failing setup command said (the command, its status, its last output line), or None."""
+    text = f"{result.stderr}\n{result.stdout}"
+    at = text.find(SETUP_FAILED)
+    if at < 0:
+        return None
+    first, *rest = [line.strip() for line in text[at:].splitlines() if line.strip()]
+    return f"{first} (last output: {rest[-1]})" if rest else first
+
+
 def check_task(task: Task, before: ExecutionResult, after: ExecutionResult) -> list[str]:
     """The problems shown by the two grading runs (original, gold) of ``task``."""
+    for label, result in (("before", before), ("with", after)):
+        failure = setup_failure(result)
+        if failure is not None:
+            return [f"{task.id}: {failure} ({label} the gold patch)"]
     problems = []
     b, a = before.tests, after.tests
     for test_id in task.fail_to_pass:
@@ -76,12 +98,31 @@ def check_task(task: Task, before: ExecutionResult, after: ExecutionResult) -> l
     hidden_after = {t: o for t, o in a.items() if task.is_hidden(t)}
     if not hidden_after:
         problems.append(f"no hidden test ran with the gold patch (status {after.status}: {after.reason})")
+    if task.judged_tests == "listed":
+        return problems
     problems += [f"hidden {t} is {o} with the gold patch" for t, o in sorted(hidden_after.items()) if o != "passed"]
     if hidden_after and all(b.get(t) == "passed" for t in hidden_after):
         problems.append("every hidden test already passes on the original repository")
     problems += [f"visible {t} is {o} with the gold patch" for t, o in sorted(a.items())
                  if not task.is_hidden(t) and o not in ("passed", "skipped")]
     return problems
+
+
+def unjudged_failures(task: Task, before: ExecutionResult, after: ExecutionResult) -> list[str]:
+    """Warnings: the tests outside fail_to_pass and pass_to_pass that fail with the gold patch, or on
+    both sides, for a task that judges only its listed tests (SWE-bench reports, never judges, them)."""
+    if task.judged_tests != "listed":
+        return []
+    listed = {*task.fail_to_pass, *task.pass_to_pass}
+    bad = ("passed", "skipped")
+    warnings = []
+    for test_id in sorted(set(before.tests) | set(after.tests)):
+        was, now = before.tests.get(test_id, "missing"), after.tests.get(test_id, "missing")
+        if test_id in listed or now in bad:
+            continue
+        side = "before and after" if was not in bad else "after"
+        warnings.append(f"{test_id} fails {side} the gold patch ({was} -> {now}); not judged: not in fail_to_pass or pass_to_pass")
+    return warnings
 
 
 def check_decoy(task: Task, decoy: ExecutionResult) -> list[str]:
@@ -121,6 +162,8 @@ def validate_tasks(tasks: list[Task], executor: Executor, *, memory_mb: int = 10
         before, after = results[first], results[first + 1]
         report = reports[index]
         report.problems += check_task(tasks[index], before, after)
+        if not report.problems:
+            report.warnings += unjudged_failures(tasks[index], before, after)
         report.tests_before, report.tests_after = dict(before.tests), dict(after.tests)
         report.duration_s = before.duration_s + after.duration_s
         if has_decoy:
