@@ -110,6 +110,20 @@ COMPONENTS: list[tuple[str, str, str, str, str]] = [
         "group (token, expert) assignments by expert within one process",
     ),
     (
+        "logger",
+        "tensorboard",
+        "codemoe.core.loggers:build_tensorboard",
+        "codemoe.core.loggers:TensorBoardConfig",
+        "every metric to TensorBoard event files in the run directory (extra: codemoe-core[tensorboard])",
+    ),
+    (
+        "logger",
+        "wandb",
+        "codemoe.core.loggers:build_wandb",
+        "codemoe.core.loggers:WandbConfig",
+        "every metric to a Weights & Biases run, offline by default (extra: codemoe-core[wandb])",
+    ),
+    (
         "dispatcher",
         "all_to_all",
         "codemoe.core.moe.expert_parallel:build_all_to_all_dispatcher",

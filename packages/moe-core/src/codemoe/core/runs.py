@@ -20,7 +20,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -29,6 +29,7 @@ from typing import Any
 
 from codemoe.core.config import validate_pipeline
 from codemoe.core.errors import CodemoeError, ConfigError
+from codemoe.core.loggers import MetricLogger, build_loggers, scalars
 from codemoe.core.plugins import Hooks
 from codemoe.core.registry import Registry
 from omegaconf import DictConfig, OmegaConf
@@ -41,11 +42,13 @@ log = logging.getLogger("codemoe")
 class MetricsWriter:
     """Appends metric records to ``metrics.jsonl``; values must be JSON numbers, strings or bools.
 
-    A writer that is not ``enabled`` (a ``torchrun`` rank other than 0) writes nothing.
+    Every record's numbers also go to the run's ``loggers`` (``run.loggers``: TensorBoard, W&B, a
+    plugin's; :mod:`codemoe.core.loggers`), as ``<stage>/<metric>`` at the record's step. A writer
+    that is not ``enabled`` (a ``torchrun`` rank other than 0) writes nothing and has no loggers.
     """
 
-    def __init__(self, path: Path, enabled: bool = True) -> None:
-        self.path, self.enabled = path, enabled
+    def __init__(self, path: Path, enabled: bool = True, loggers: Sequence[MetricLogger] = ()) -> None:
+        self.path, self.enabled, self.loggers = path, enabled, list(loggers)
 
     def write(self, stage: str, step: int | None = None, **values: Any) -> None:
         if not self.enabled:
@@ -54,6 +57,16 @@ class MetricsWriter:
         record.update({key: _jsonable(value) for key, value in values.items()})
         with self.path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
+        if self.loggers:
+            numbers = scalars(values)
+            for logger in self.loggers:
+                logger.log(stage, step, numbers)
+
+    def close(self) -> None:
+        """Close the loggers (flush event files, finish the W&B run); the JSONL needs nothing."""
+        loggers, self.loggers = self.loggers, []
+        for logger in loggers:
+            logger.close()
 
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -221,13 +234,15 @@ def run_pipeline(
     main = launch_rank()[0] == 0
     if main:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    specs = OmegaConf.to_container(cfg.run, resolve=True).get("loggers") or []
+    loggers = build_loggers(registry, specs, run_dir) if main else []  # before the log handler: may fail
     handler = _attach_log(run_dir)
     ctx = RunContext(
         run_dir=run_dir,
         config=cfg,
         registry=registry,
         hooks=hooks,
-        metrics=MetricsWriter(run_dir / "metrics.jsonl", enabled=main),
+        metrics=MetricsWriter(run_dir / "metrics.jsonl", enabled=main, loggers=loggers),
         seed=int(cfg.run.seed),
         show_progress=show_progress,
     )
@@ -243,6 +258,7 @@ def run_pipeline(
             state["finished"][stage_id] = ctx.results[stage_id]
             _save_state(run_dir, state)
     finally:
+        ctx.metrics.close()
         logging.getLogger("codemoe").removeHandler(handler)
         handler.close()
     return ctx
