@@ -1,14 +1,15 @@
-"""Every algorithm preset in registry/algos composes, validates and builds; variants are configs."""
+"""Every algorithm preset codemoe-rl ships (codemoe/rl/presets/algos) composes, validates and builds; variants are configs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import codemoe.rl
 import pytest
 from codemoe.core import compose, validate_pipeline
 
 REGISTRY = Path(__file__).resolve().parents[1] / "registry"
-PRESETS = sorted(p.stem for p in (REGISTRY / "algos").glob("*.yaml"))
+PRESETS = sorted(p.stem for p in (Path(codemoe.rl.__file__).parent / "presets" / "algos").glob("*.yaml"))
 
 
 def _algorithm(registry, tmp_path, preset: str, overrides=()):

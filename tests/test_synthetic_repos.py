@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
+import codemoe.evals
 import pytest
 import yaml
 from codemoe.core import build_plugin_manager, build_registry
@@ -46,7 +47,7 @@ def executor(registry):
 
 
 def test_the_preset_builds_the_suite_and_hands_out_repository_tasks(registry, cache, monkeypatch):
-    spec = yaml.safe_load((ROOT / "registry" / "suites" / "synthetic-repos.yaml").read_text())
+    spec = yaml.safe_load((Path(codemoe.evals.__file__).parent / "presets" / "suites" / "synthetic-repos.yaml").read_text())
     suite = registry.build("suite", {**spec, "path": str(cache), "train_tasks": 18, "heldout_tasks": 9})
     train, heldout = suite.tasks("train"), suite.tasks("heldout")
     assert (len(train), len(heldout)) == (18, 9)

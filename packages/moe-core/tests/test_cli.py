@@ -73,3 +73,86 @@ def test_help_lists_builtin_commands(argv, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert all(cmd in out for cmd in ("plugins", "components", "config", "run"))
+
+
+# -- a component's options, the resolved config, reproducing a run from its folder -------------------
+
+
+def test_components_kind_name_prints_each_option_with_type_default_and_doc(capsys):
+    assert main(["components", "router", "softmax_topk"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "top_k" in line)
+    assert [cell.strip() for cell in row.strip("│ ").split("│")] == ["top_k", "int", "2", "experts per token"]
+
+
+def test_components_kind_name_json_lists_nested_component_kinds(capsys):
+    import json
+
+    assert main(["components", "stage", "rl", "--json"]) == 0
+    options = {o["name"]: o for o in json.loads(capsys.readouterr().out)["options"]}
+    assert options["grad_clip"] == {"name": "grad_clip", "type": "float", "default": 1.0,
+                                    "doc": "max global grad norm; 0 turns clipping off", "kind": None}
+    assert options["engine"]["kind"] == "engine" and options["engine"]["default"] == {"name": "embedded"}
+    assert options["timeout_s"]["default"] == 5.0 and options["timeout_s"]["doc"] == "sandbox limit per sample"
+
+
+def test_components_unknown_name_lists_the_known_ones(capsys):
+    assert main(["components", "router", "softmax_top"]) == 2
+    text = " ".join(capsys.readouterr().err.split())
+    assert "unknown router 'softmax_top' (did you mean 'softmax_topk'?)" in text
+    assert "Valid router names:" in text and "sigmoid_bias" in text
+
+
+def test_config_show_writes_out_every_default(registry_dir: Path, capsys):
+    import yaml
+
+    assert main(["--registry", str(registry_dir), "config", "show", "quickstart"]) == 0
+    rl = yaml.safe_load(capsys.readouterr().out)["stages"]["rl"]
+    assert rl["engine"]["name"] == "embedded" and rl["engine"]["max_batch_size"] == 256  # its own defaults too
+    assert rl["executor"]["name"] == "local" and rl["grad_clip"] == 1.0 and rl["timeout_s"] == 5.0
+    assert rl["algo"]["advantage"] == {"name": "grpo", **rl["algo"]["advantage"]}
+
+
+def test_a_yaml_syntax_error_is_one_line_without_a_traceback(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stages:\n  environment: {torch_threads: 0\n")
+    result = codemoe("config", "show", str(bad), cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert " ".join(result.stderr.split()).startswith(f"error: {bad}:3:1: YAML syntax error:")
+
+
+def test_a_run_saves_the_resolved_config_and_runs_again_from_it(tmp_path: Path, registry_dir: Path):
+    first = codemoe("--registry", str(registry_dir), "run", "--no-progress", "smoke", "run.dir=out", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    (run_dir,) = (tmp_path / "out").iterdir()
+    saved = (run_dir / "config.yaml").read_text()
+    shown = codemoe("--registry", str(registry_dir), "config", "show", "smoke", "run.dir=out", cwd=tmp_path)
+    assert saved == shown.stdout  # every default written out, as config show prints it
+    again = codemoe("run", "--no-progress", str(run_dir / "config.yaml"), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    (second,) = set((tmp_path / "out").iterdir()) - {run_dir}
+    assert (second / "config.yaml").read_text() == saved
+
+
+class LongResult:
+    """A stage whose result is longer than a terminal line (the end-of-run summary prints it whole)."""
+
+    @hookimpl
+    def codemoe_register_components(self, registry):
+        registry.register("stage", "long_result", lambda **_: self)
+
+    def run(self, ctx, stage):
+        return {f"metric_{i:02d}": i for i in range(60)}
+
+
+def test_the_end_of_run_summary_is_not_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys):
+    import json
+
+    import codemoe.core.cli as cli
+
+    monkeypatch.setattr(cli, "build_plugin_manager", lambda: build_plugin_manager([("long", LongResult())]))
+    monkeypatch.setenv("COLUMNS", "80")
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(f"run: {{dir: {tmp_path / 'out'}}}\nstages:\n  long: {{name: long_result}}\n")
+    assert cli.main(["run", "--no-progress", str(pipeline)]) == 0
+    summary = capsys.readouterr().err.replace("\n", "")
+    assert json.dumps({f"metric_{i:02d}": i for i in range(60)}) in summary  # > 400 characters, all there

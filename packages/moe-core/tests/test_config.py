@@ -1,8 +1,13 @@
+import functools
 from pathlib import Path
 
 import pytest
-from codemoe.core import ConfigError, compose
+from codemoe.core import ConfigError
+from codemoe.core import compose as compose_with_shipped
 from codemoe.core.config import find_registry_dir, stage_specs
+
+# the tests of composition see only their own registry, not the presets the installed packages ship
+compose = functools.partial(compose_with_shipped, preset_dirs=())
 
 
 @pytest.fixture
@@ -90,7 +95,7 @@ def test_registry_dir_found_from_env_or_parents(reg: Path, tmp_path: Path, monke
     nested.mkdir(parents=True)
     assert find_registry_dir(nested) == reg
     monkeypatch.setenv("CODEMOE_REGISTRY", str(tmp_path / "nowhere"))
-    with pytest.raises(ConfigError, match="no pipelines/ folder"):
+    with pytest.raises(ConfigError, match="is not a folder"):
         find_registry_dir()
 
 
@@ -98,3 +103,72 @@ def test_options_of_a_component_spec_may_be_overridden_without_plus(reg: Path):
     cfg = compose("train", ["stages.sft.warmup=5", "model.dropout=0.1"], registry_dir=reg)
     assert cfg.stages.sft.warmup == 5  # the stage's schema validates the option later
     assert cfg.model.dropout == 0.1
+
+
+# -- list items, YAML errors ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def phased(tmp_path: Path) -> Path:
+    root = tmp_path / "registry"
+    (root / "pipelines").mkdir(parents=True)
+    (root / "pipelines" / "phased.yaml").write_text(
+        "stages:\n  sft:\n    phases:\n      - {phase: router, steps: 10}\n      - {phase: experts, steps: 10}\n"
+        "      - {phase: all, steps: 40}\n"
+    )
+    return root
+
+
+def test_an_override_sets_a_list_item_by_index(phased: Path):
+    cfg = compose("phased", ["stages.sft.phases.2.steps=30", "stages.sft.phases.0={phase: all, steps: 1}"],
+                  registry_dir=phased)
+    assert [dict(p) for p in cfg.stages.sft.phases] == [
+        {"phase": "all", "steps": 1}, {"phase": "experts", "steps": 10}, {"phase": "all", "steps": 30}
+    ]
+
+
+@pytest.mark.parametrize("override", ["stages.sft.phases.3.steps=30", "stages.sft.phases.x.steps=30",
+                                      "+stages.sft.phases.5.steps=1"])
+def test_a_list_index_out_of_range_names_the_key(phased: Path, override: str):
+    with pytest.raises(ConfigError, match=r"'stages.sft.phases' is a list of 3 items; '\w' is not an index of it \(0 to 2\)"):
+        compose("phased", [override], registry_dir=phased)
+
+
+def test_a_missing_key_inside_a_list_item_is_refused_with_the_keys_there(phased: Path):
+    with pytest.raises(ConfigError, match=r"no key 'stpes' under stages.sft.phases.2 \(did you mean 'steps'\?\)"):
+        compose("phased", ["stages.sft.phases.2.stpes=30"], registry_dir=phased)
+
+
+def test_a_yaml_syntax_error_is_one_line_with_file_line_and_column(phased: Path):
+    bad = phased / "pipelines" / "bad.yaml"
+    bad.write_text("run:\n  name: x\nstages:\n  sft: {steps: 3\n  eval: {}\n")
+    with pytest.raises(ConfigError) as err:
+        compose("bad", registry_dir=phased)
+    message = str(err.value)
+    assert message.startswith(f"{bad}:5:7: YAML syntax error: did not find expected ',' or '}}'") and "\n" not in message
+    assert err.value.__cause__ is None and err.value.__suppress_context__  # no chained yaml traceback
+
+
+# -- shipped presets and the overlay ---------------------------------------------------------------
+
+
+def test_shipped_presets_are_found_without_a_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("CODEMOE_REGISTRY", raising=False)
+    monkeypatch.chdir(tmp_path)  # no registry/ above: only the packages' own presets
+    (tmp_path / "p.yaml").write_text("stages:\n  sft: {model: tiny, suite: synthetic}\n  rl: {algo: grpo, reward: seed2-weighted}\n")
+    cfg = compose_with_shipped(tmp_path / "p.yaml")
+    assert cfg.stages.sft.model.name == "qwen3_moe" and cfg.stages.sft.model.hidden_size == 128
+    assert cfg.stages.sft.suite.name == "synthetic" and cfg.stages.rl.algo.advantage.name == "grpo"
+    assert cfg.stages.rl.reward.components.hack_penalty.weight == -0.1
+    assert compose_with_shipped("smoke").run.name == "smoke"
+
+
+def test_an_overlay_preset_overrides_the_shipped_one_and_may_extend_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("CODEMOE_REGISTRY", raising=False)
+    overlay = tmp_path / "registry"
+    (overlay / "models").mkdir(parents=True)
+    (overlay / "models" / "tiny.yaml").write_text("_base_: tiny\nnum_layers: 1\n")  # the shipped tiny, one layer
+    (tmp_path / "p.yaml").write_text("stages:\n  sft: {model: tiny}\n")
+    monkeypatch.chdir(tmp_path)  # the overlay is found above the working directory
+    model = compose_with_shipped(tmp_path / "p.yaml").stages.sft.model
+    assert (model.name, model.num_layers, model.hidden_size) == ("qwen3_moe", 1, 128)

@@ -7,7 +7,6 @@ import importlib
 from pathlib import Path
 
 import pytest
-import yaml
 from codemoe.sandbox.agent import (
     FlailingPolicy,
     OraclePolicy,
@@ -22,6 +21,7 @@ from codemoe.sandbox.agent import (
 )
 from codemoe.sandbox.plugin import COMPONENTS
 from codemoe.sandbox.rewards import build_reward
+from codemoe.sandbox.rewards.presets import load_preset
 
 ROOT = Path(__file__).resolve().parents[3]
 SUITE = ROOT / "registry" / "suites" / "agentic-core"
@@ -29,7 +29,7 @@ SUITE = ROOT / "registry" / "suites" / "agentic-core"
 
 @pytest.fixture(scope="module")
 def seed1():
-    return build_reward(yaml.safe_load((ROOT / "registry" / "rewards" / "seed1-stepwise.yaml").read_text()))
+    return build_reward(load_preset("seed1-stepwise"))
 
 
 @pytest.fixture

@@ -309,10 +309,10 @@ def test_an_agent_that_forges_the_report_instead_of_fixing_the_bug_is_not_resolv
     """
     from pathlib import Path
 
-    import yaml
     from codemoe.sandbox.agent import RepoEnvironment, ToolCall, load_task, render_tool_call, run_episode
     from codemoe.sandbox.agent.policies import _Scripted
     from codemoe.sandbox.rewards import build_reward
+    from codemoe.sandbox.rewards.presets import load_preset
 
     root = Path(__file__).resolve().parents[3]
     task = load_task(root / "registry" / "suites" / "agentic-core" / "bugfix-median-even")
@@ -327,7 +327,7 @@ def test_an_agent_that_forges_the_report_instead_of_fixing_the_bug_is_not_resolv
     assert episode.stop_reason == "submitted"
     assert not episode.resolved
     assert episode.hidden_after and all(v != "passed" for v in episode.hidden_after.values())
-    recipe = build_reward(yaml.safe_load((root / "registry" / "rewards" / "seed2-weighted.yaml").read_text()))
+    recipe = build_reward(load_preset("seed2-weighted"))
     result = recipe(episode.to_reward_input())
     assert result.metrics.get("hacked") == 1.0, result.explanations
 

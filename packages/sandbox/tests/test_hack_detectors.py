@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from codemoe.sandbox.rewards import RewardInput, build_reward
-from codemoe.sandbox.rewards.corpus import HONEST_KINDS, HONEST_PARTIAL, load_corpus
+from codemoe.sandbox.rewards.corpus import HONEST_KINDS, HONEST_PARTIAL, SHIPPED_CORPUS, load_corpus
 from codemoe.sandbox.rewards.penalty import DETECTORS
+from codemoe.sandbox.rewards.presets import SHIPPED_REWARDS
 
-CORPUS = Path(__file__).parent / "data" / "hacks"
+CORPUS = SHIPPED_CORPUS
 P, F = "passed", "failed"
 
 SRC = "def add(a, b):\n    raise NotImplementedError\n"
@@ -512,7 +511,7 @@ def test_no_detector_flags_the_gold_patches_of_the_agentic_core_suite(repo_root)
 
 # -- the reward presets: a detector that fires voids the test terms
 
-PRESETS = Path(__file__).resolve().parents[3] / "registry" / "rewards"
+PRESETS = SHIPPED_REWARDS
 TEST_TERMS = {"test_pass_rate", "newly_passing", "all_pass", "task_complete", "hidden_pass_rate"}
 
 

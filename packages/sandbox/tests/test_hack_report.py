@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from codemoe.sandbox.cli import main
 from codemoe.sandbox.rewards import build_reward
-from codemoe.sandbox.rewards.corpus import HONEST, HONEST_KINDS, HONEST_PARTIAL, load_corpus, run_corpus
+from codemoe.sandbox.rewards.corpus import HONEST, HONEST_KINDS, HONEST_PARTIAL, SHIPPED_CORPUS, load_corpus, run_corpus
 from codemoe.sandbox.rewards.detectors.special_casing import pass_rate
 from codemoe.sandbox.rewards.hack_report import detector_rows, format_report, kind_rows
 from codemoe.sandbox.rewards.penalty import DETECTORS
 from codemoe.sandbox.rewards.presets import load_preset
 
-CORPUS = Path(__file__).parent / "data" / "hacks"
+CORPUS = SHIPPED_CORPUS
 pytestmark = pytest.mark.slow
 
 

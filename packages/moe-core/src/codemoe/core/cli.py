@@ -1,7 +1,8 @@
 """The ``codemoe`` command line.
 
-Built-in commands: ``plugins``, ``components [KIND]``, ``config show PIPELINE [k=v ...]`` and
-``run [PIPELINE] [k=v ...]``. Packages add their own (``serve``, ``sandbox``, ``eval`` ...) through
+Built-in commands: ``plugins``, ``components [KIND [NAME]]`` (a component's options, with types,
+defaults and docs), ``config show PIPELINE [k=v ...]`` (the resolved config, every default written
+out) and ``run [PIPELINE] [k=v ...]``. Packages add their own (``serve``, ``sandbox``, ``eval`` ...) through
 the ``codemoe_add_commands`` hook. Errors codemoe raises on purpose print as one message, exit 2.
 """
 
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from codemoe.core.config import compose, find_registry_dir
+from codemoe.core.config import compose, resolve_defaults, validate_pipeline
 from codemoe.core.errors import CodemoeError
 from codemoe.core.plugins import Hooks, build_plugin_manager, build_registry, plugin_infos
 from codemoe.core.runs import run_pipeline
@@ -43,6 +44,8 @@ def _cmd_components(args: argparse.Namespace) -> int:
     registry = build_registry(args.pm)
     if args.kind and args.kind not in registry.kinds():
         registry.get(args.kind, "")  # raises with the list of known kinds
+    if args.name:
+        return _print_options(registry.get(args.kind, args.name), as_json=args.json)
     components = registry.components(args.kind)
     if args.json:
         rows = [{"kind": c.kind, "name": c.name, "plugin": c.plugin, "summary": c.summary} for c in components]
@@ -57,17 +60,32 @@ def _cmd_components(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_options(component, *, as_json: bool) -> int:
+    options = component.options()
+    if as_json:
+        rows = [{"name": o.name, "type": o.type, "default": o.default, "doc": o.doc, "kind": o.kind} for o in options]
+        print(json.dumps({"kind": component.kind, "name": component.name, "plugin": component.plugin,
+                          "summary": component.summary, "options": rows}, indent=2, default=str))
+        return 0
+    table = Table(title=f"{component.kind} {component.name} ({component.plugin}): {component.summary}")
+    for column in ("option", "type", "default", "doc"):
+        table.add_column(column, overflow="fold")
+    for o in options:
+        doc = o.doc or (f"a {o.kind} spec: codemoe components {o.kind}" if o.kind else "")
+        table.add_row(o.name, o.type, json.dumps(o.default, default=str), doc)
+    if not options:
+        table.add_row("-", "-", "-", "this component takes no options")
+    Console(width=max(Console().width, 120)).print(table)
+    return 0
+
+
 def _compose_and_validate(args: argparse.Namespace):
-    from codemoe.core.config import validate_pipeline
-
-    cfg = compose(args.pipeline, args.overrides, registry_dir=_registry_dir(args))
+    """The pipeline composed, validated, and resolved: every component's defaults written out."""
     registry = build_registry(args.pm)
+    registry_dir = Path(args.registry) if args.registry else None
+    cfg = compose(args.pipeline, args.overrides, registry_dir=registry_dir, preset_dirs=registry.preset_dirs)
     validate_pipeline(cfg, registry)
-    return cfg, registry
-
-
-def _registry_dir(args: argparse.Namespace) -> Path:
-    return Path(args.registry) if args.registry else find_registry_dir()
+    return resolve_defaults(cfg, registry), registry
 
 
 def _cmd_config_show(args: argparse.Namespace) -> int:
@@ -92,29 +110,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
     ctx = run_pipeline(cfg, registry, Hooks(args.pm), run_dir=run_dir, show_progress=not args.no_progress)
     console.print(f"run directory: {ctx.run_dir}")
     for stage_id, result in ctx.results.items():
-        console.print(f"  {stage_id}: {json.dumps(result, default=str)[:400]}")
+        console.print(f"  {stage_id}: {json.dumps(result, default=str)}", soft_wrap=True, highlight=False,
+                      markup=False)
     return 0
 
 
 def build_parser(pm) -> argparse.ArgumentParser:
     """The argument parser: built-in commands plus those plugins add."""
     parser = argparse.ArgumentParser(prog="codemoe", description="Train MoE coding agents with RL on verifiable rewards.")
-    parser.add_argument("--registry", help="registry folder (default: $CODEMOE_REGISTRY or ./registry above cwd)")
+    parser.add_argument(
+        "--registry",
+        help="overlay folder searched before the presets the packages ship (default: $CODEMOE_REGISTRY, or "
+        "registry/ above the working directory)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("plugins", help="list plugins, their distributions, hooks and components")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=_cmd_plugins)
 
-    p = sub.add_parser("components", help="list registered components, optionally of one kind")
+    p = sub.add_parser("components", help="list registered components, or one component's options")
     p.add_argument("kind", nargs="?", help="a component kind (router, stage, reward, ...)")
+    p.add_argument("name", nargs="?", help="a component of that kind: print its options, types, defaults, docs")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=_cmd_components)
 
     p = sub.add_parser("config", help="inspect composed pipeline configs")
     config_sub = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
     show = config_sub.add_parser("show", help="print the resolved config of a pipeline")
-    show.add_argument("pipeline", help="pipeline name in registry/pipelines, or a YAML path")
+    show.add_argument("pipeline", help="pipeline name (shipped or in the overlay's pipelines/), or a YAML path")
     show.add_argument("overrides", nargs="*", help="key=value overrides")
     show.set_defaults(handler=_cmd_config_show)
 

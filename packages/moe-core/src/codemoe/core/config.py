@@ -1,12 +1,16 @@
 """Config composition and validation (omegaconf).
 
-A pipeline is a YAML file in ``registry/pipelines/``. Composition, in order:
+Pipelines and presets are YAML files looked up on a search path, first match wins: the overlay
+folder (``--registry``, ``$CODEMOE_REGISTRY`` or a checkout's ``registry/``), then the ``presets/``
+folder each plugin ships inside its package (``codemoe/core/presets/models/tiny.yaml``). A pipeline
+is ``<root>/pipelines/<name>.yaml``. Composition, in order:
 
 1. load the pipeline file;
-2. expand presets: a bare string under key ``K`` names the file ``registry/<K>/<value>.yaml`` (or
-   ``registry/<K>s/...``) when such a folder exists; a preset may start from another with
-   ``_base_: <preset>``;
-3. apply ``key=value`` overrides from the command line (``+key=value`` adds a key that is not there);
+2. expand presets: a bare string under key ``K`` names the file ``<root>/<K>/<value>.yaml`` (or
+   ``<root>/<K>s/...``) when such a folder exists on the search path; a preset may start from
+   another with ``_base_: <preset>``;
+3. apply ``key=value`` overrides from the command line (``+key=value`` adds a key that is not there;
+   ``stages.sft.phases.2.steps=30`` sets a list item's key);
 4. expand presets again (an override may name one), then resolve ``${...}`` interpolation;
 5. validate every stage, and every nested component spec, against its component's config dataclass.
 
@@ -21,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from codemoe.core.errors import ConfigError, did_you_mean
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -28,8 +33,15 @@ from omegaconf.errors import OmegaConfBaseException
 __all__ = [
     "RunConfig",
     "compose",
+    "find_overlay_dir",
     "find_registry_dir",
     "list_pipelines",
+    "load_preset",
+    "load_yaml",
+    "preset_folders",
+    "resolve_defaults",
+    "resolved_spec",
+    "search_path",
     "spec_name",
     "stage_specs",
     "validate_component",
@@ -50,34 +62,64 @@ class RunConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# locating files
+# locating files: the overlay folder, then the presets the plugins ship
 # ---------------------------------------------------------------------------------------------
 
+# Folders a registry (an overlay or a package's shipped ``presets/``) may hold; one of them marks a
+# ``registry/`` folder above the working directory as an overlay.
+PRESET_FOLDERS = ("pipelines", "models", "rewards", "algos", "suites")
 
-def find_registry_dir(start: Path | None = None) -> Path:
-    """The ``registry/`` folder: ``$CODEMOE_REGISTRY``, else the nearest one above ``start``/cwd."""
+
+def find_overlay_dir(start: Path | None = None) -> Path | None:
+    """The overlay folder: ``$CODEMOE_REGISTRY``, else the nearest ``registry/`` above ``start``/cwd
+    that holds one of :data:`PRESET_FOLDERS`; ``None`` when there is none (an installed codemoe)."""
     env = os.environ.get("CODEMOE_REGISTRY")
     if env:
         path = Path(env)
-        if not (path / "pipelines").is_dir():
-            raise ConfigError(f"CODEMOE_REGISTRY={env} has no pipelines/ folder")
+        if not path.is_dir():
+            raise ConfigError(f"CODEMOE_REGISTRY={env} is not a folder")
         return path
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / "registry" / "pipelines").is_dir():
+        if any((folder / "registry" / kind).is_dir() for kind in PRESET_FOLDERS):
             return folder / "registry"
-    raise ConfigError(
-        f"no registry/pipelines/ folder in {here} or above it; run from a codemoe checkout or set "
-        "CODEMOE_REGISTRY to the registry folder"
-    )
+    return None
 
 
-def list_pipelines(registry_dir: Path) -> list[str]:
-    """Names of the pipelines in ``registry_dir/pipelines``."""
-    return sorted(p.stem for p in (registry_dir / "pipelines").glob("*.yaml"))
+def find_registry_dir(start: Path | None = None) -> Path:
+    """The overlay folder (see :func:`find_overlay_dir`); raises when there is none."""
+    found = find_overlay_dir(start)
+    if found is None:
+        here = (start or Path.cwd()).resolve()
+        raise ConfigError(
+            f"no registry/ folder in {here} or above it; the packages' own presets need none, but this "
+            "needs a checkout's registry or CODEMOE_REGISTRY set to a registry folder"
+        )
+    return found
 
 
-def _pipeline_path(pipeline: str | Path | None, registry_dir: Path) -> Path:
+def shipped_preset_dirs() -> list[Path]:
+    """The ``presets/`` folders of the installed plugins (see :func:`codemoe.core.plugins.preset_dirs`)."""
+    from codemoe.core.plugins import build_plugin_manager, preset_dirs
+
+    return preset_dirs(build_plugin_manager())
+
+
+def search_path(registry_dir: Path | None = None, preset_dirs: Sequence[Path] | None = None) -> list[Path]:
+    """Where presets are looked up, first match wins: the overlay (``registry_dir``, else
+    :func:`find_overlay_dir`), then the plugins' shipped ``presets/`` folders (``preset_dirs``, else
+    those of every installed plugin)."""
+    overlay = registry_dir if registry_dir is not None else find_overlay_dir()
+    shipped = list(preset_dirs) if preset_dirs is not None else shipped_preset_dirs()
+    return [*([Path(overlay)] if overlay is not None else []), *shipped]
+
+
+def list_pipelines(roots: Sequence[Path]) -> list[str]:
+    """Names of the pipelines in the ``pipelines/`` folders of ``roots``."""
+    return sorted({p.stem for root in roots for p in (Path(root) / "pipelines").glob("*.yaml")})
+
+
+def _pipeline_path(pipeline: str | Path | None, roots: Sequence[Path]) -> Path:
     if pipeline is None:
         pipeline = DEFAULT_PIPELINE
     path = Path(pipeline)
@@ -85,20 +127,27 @@ def _pipeline_path(pipeline: str | Path | None, registry_dir: Path) -> Path:
         if not path.is_file():
             raise ConfigError(f"pipeline file {path} does not exist")
         return path
-    candidate = registry_dir / "pipelines" / f"{pipeline}.yaml"
-    if not candidate.is_file():
-        names = list_pipelines(registry_dir)
-        raise ConfigError(
-            f"unknown pipeline '{pipeline}'{did_you_mean(str(pipeline), names)}. "
-            f"Pipelines in {registry_dir / 'pipelines'}: {', '.join(names) or 'none'}."
-        )
-    return candidate
+    for root in roots:
+        candidate = Path(root) / "pipelines" / f"{pipeline}.yaml"
+        if candidate.is_file():
+            return candidate
+    names = list_pipelines(roots)
+    raise ConfigError(
+        f"unknown pipeline '{pipeline}'{did_you_mean(str(pipeline), names)}. "
+        f"Pipelines in {', '.join(str(Path(r) / 'pipelines') for r in roots) or 'no registry'}: "
+        f"{', '.join(names) or 'none'}."
+    )
 
 
-def _load_yaml(path: Path) -> dict[str, Any]:
+def load_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping; a syntax error is one :class:`ConfigError` naming file, line and column."""
     try:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    except (OmegaConfBaseException, OSError, ValueError) as exc:
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{at}: YAML syntax error: {exc.problem or exc.context}") from None
+    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
     if data is None:
         return {}
@@ -112,47 +161,60 @@ def _load_yaml(path: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _preset_folder(registry_dir: Path, key: str) -> Path | None:
-    for folder in (registry_dir / key, registry_dir / f"{key}s"):
-        if folder.is_dir() and key not in ("pipelines", "pipeline"):
-            return folder
-    return None
+def preset_folders(roots: Sequence[Path], key: str) -> list[Path]:
+    """The folders of ``roots`` that hold presets for key ``key`` (``<root>/<key>`` or ``<key>s``)."""
+    if key in ("pipelines", "pipeline"):
+        return []
+    return [
+        folder for root in roots for folder in (Path(root) / key, Path(root) / f"{key}s") if folder.is_dir()
+    ]
 
 
-def _load_preset(folder: Path, name: str, where: str, depth: int) -> dict[str, Any]:
-    path = folder / f"{name}.yaml"
-    if not path.is_file():
-        names = sorted(p.stem for p in folder.glob("*.yaml"))
+def preset_names(folders: Sequence[Path]) -> list[str]:
+    """Every preset name in ``folders``."""
+    return sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
+
+
+def load_preset(folders: Sequence[Path], name: str, where: str, depth: int = 0) -> dict[str, Any]:
+    """Preset ``name`` from the first of ``folders`` that has it, with its ``_base_`` merged under it.
+
+    A base of the same name is looked up in the folders after the one that holds the preset, so an
+    overlay's ``tiny.yaml`` may start from the shipped ``tiny`` with ``_base_: tiny``.
+    """
+    index = next((i for i, folder in enumerate(folders) if (folder / f"{name}.yaml").is_file()), None)
+    if index is None:
+        names = preset_names(folders)
         raise ConfigError(
-            f"'{where}': no preset '{name}' in {folder}{did_you_mean(name, names)}. "
+            f"'{where}': no preset '{name}' in {', '.join(map(str, folders))}{did_you_mean(name, names)}. "
             f"Presets there: {', '.join(names) or 'none'}."
         )
-    data = _load_yaml(path)
+    data = load_yaml(folders[index] / f"{name}.yaml")
     base = data.pop("_base_", None)
     if base is not None:
         if depth > _MAX_PRESET_DEPTH:
-            raise ConfigError(f"'{where}': presets in {folder} inherit from each other in a cycle")
-        parent = _load_preset(folder, str(base), where, depth + 1)
+            raise ConfigError(f"'{where}': presets in {folders[index]} inherit from each other in a cycle")
+        below = folders[index + 1:] if str(base) == name else folders
+        parent = load_preset(below, str(base), where, depth + 1)
         data = OmegaConf.to_container(OmegaConf.merge(parent, data), resolve=False)  # type: ignore[assignment]
     return data
 
 
-def _expand(node: Any, registry_dir: Path, path: str, depth: int = 0) -> Any:
+def _expand(node: Any, roots: Sequence[Path], path: str, depth: int = 0) -> Any:
     if depth > _MAX_PRESET_DEPTH:
         raise ConfigError(f"'{path}': presets nest deeper than {_MAX_PRESET_DEPTH} levels (a cycle?)")
     if isinstance(node, dict):
         out = {}
         for key, value in node.items():
             sub = f"{path}.{key}" if path else str(key)
-            folder = _preset_folder(registry_dir, str(key))
-            if folder is not None and isinstance(value, str) and not value.startswith("${"):
-                value = _expand(_load_preset(folder, value, sub, 0), registry_dir, sub, depth + 1)
+            folders = preset_folders(roots, str(key))
+            if folders and isinstance(value, str) and not value.startswith("${"):
+                value = _expand(load_preset(folders, value, sub), roots, sub, depth + 1)
             else:
-                value = _expand(value, registry_dir, sub, depth)
+                value = _expand(value, roots, sub, depth)
             out[key] = value
         return out
     if isinstance(node, list):
-        return [_expand(v, registry_dir, f"{path}[{i}]", depth) for i, v in enumerate(node)]
+        return [_expand(v, roots, f"{path}[{i}]", depth) for i, v in enumerate(node)]
     return node
 
 
@@ -169,31 +231,40 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str
         key = key.lstrip("+").strip()
         if not sep or not key:
             raise ConfigError(f"override '{item}' is not of the form key=value")
-        if not add:
-            _check_override_key(OmegaConf.to_container(cfg, resolve=False), key, item)
+        _check_override_key(OmegaConf.to_container(cfg, resolve=False), key, item, add=add)
         try:
-            value = OmegaConf.from_dotlist([f"{key}={raw}"])
-            cfg = OmegaConf.merge(cfg, value)
+            value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={raw}"]), resolve=False)["value"]
+            OmegaConf.update(cfg, key, value, merge=True, force_add=add)
         except OmegaConfBaseException as exc:
-            raise ConfigError(f"override '{item}': {exc}") from exc
+            raise ConfigError(f"override '{item}': {str(exc).splitlines()[0]}") from None
     return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
 
 
-def _check_override_key(data: Mapping[str, Any], key: str, item: str) -> None:
-    """Refuse an override of a key that is not there (a typo), with the keys that are."""
+def _check_override_key(data: Mapping[str, Any], key: str, item: str, *, add: bool = False) -> None:
+    """Refuse an override of a key that is not there (a typo), with the keys that are; a list item
+    is named by its index (``stages.sft.phases.2.steps``), which must be in range even for ``+``."""
     node: Any = data
     walked: list[str] = []
     for part in key.split("."):
+        at = ".".join(walked) or "the top level"
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(
+                    f"override '{item}': '{at}' is a list of {len(node)} items; '{part}' is not an index "
+                    f"of it (0 to {len(node) - 1})"
+                )
+            node = node[int(part)]
+            walked.append(part)
+            continue
         if not isinstance(node, Mapping):
             return  # below a bare value (a preset name being replaced by a mapping): allowed
         if part in node:
             node = node[part]
             walked.append(part)
             continue
-        if _is_component_spec(node, walked):
-            return  # an option of a component: its schema validates the name, with suggestions
+        if add or _is_component_spec(node, walked):
+            return  # a new key, or an option of a component: its schema validates the name
         keys = [str(k) for k in node]
-        at = ".".join(walked) or "the top level"
         raise ConfigError(
             f"override '{item}': no key '{part}' under {at}{did_you_mean(part, keys)}. "
             f"Keys there: {', '.join(keys) or 'none'}. Write +{key}=... to add a new key."
@@ -215,12 +286,17 @@ def compose(
     overrides: Sequence[str] = (),
     *,
     registry_dir: Path | None = None,
+    preset_dirs: Sequence[Path] | None = None,
 ) -> DictConfig:
-    """Compose a pipeline with its presets and overrides into one resolved config."""
-    registry_dir = registry_dir or find_registry_dir()
-    path = _pipeline_path(pipeline, registry_dir)
-    data = _expand(_load_yaml(path), registry_dir, "")
-    data = _expand(_apply_overrides(data, overrides), registry_dir, "")
+    """Compose a pipeline with its presets and overrides into one resolved config.
+
+    Presets are looked up in ``registry_dir`` (default: the overlay, :func:`find_overlay_dir`) and
+    then in the plugins' shipped ``preset_dirs`` (default: those of every installed plugin).
+    """
+    roots = search_path(registry_dir, preset_dirs)
+    path = _pipeline_path(pipeline, roots)
+    data = _expand(load_yaml(path), roots, "")
+    data = _expand(_apply_overrides(data, overrides), roots, "")
     cfg = OmegaConf.create(data)
     try:
         OmegaConf.resolve(cfg)
@@ -315,10 +391,11 @@ def _validate_nested(registry: Any, cls: type, config: Any, where: str) -> None:
 
 
 def _named_preset(folder_name: str, name: str, where: str, registry: Any, kind: str) -> Any:
-    """The preset ``name`` of ``registry/<folder_name>/``, or ``name`` itself when it is a component."""
+    """The preset ``name`` of ``<folder_name>/`` on the search path, or ``name`` itself when it is a component."""
     if (kind, name) in registry:
         return name
-    return _expand(_load_preset(find_registry_dir() / folder_name, name, where, 0), find_registry_dir(), where)
+    roots = search_path(preset_dirs=getattr(registry, "preset_dirs", []))
+    return _expand(load_preset(preset_folders(roots, folder_name), name, where), roots, where)
 
 
 def _merge_into(cls: type, values: Mapping[str, Any], where: str) -> Any:
@@ -360,3 +437,81 @@ def validate_pipeline(cfg: DictConfig, registry: Any) -> list[tuple[str, str, An
         (stage_id, spec["name"], validate_component(registry, "stage", spec, where=f"stages.{stage_id}"))
         for stage_id, spec in stage_specs(cfg)
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the resolved config: every component's defaults written out
+# ---------------------------------------------------------------------------------------------
+
+
+def resolved_spec(registry: Any, kind: str, spec: Mapping[str, Any] | str, *, where: str = "") -> dict[str, Any] | str:
+    """``spec`` with every option of its component written out, its defaults included, recursively
+    through nested component specs (a model's router, a recipe's parts); validating the result gives
+    the same config as validating ``spec``."""
+    name = spec_name(kind, spec, where=where)
+    cls = registry.get(kind, name, where=where).config_class()
+    if cls is None:
+        return name if isinstance(spec, str) else {"name": name}
+    config = validate_component(registry, kind, spec, where=where)
+    out: dict[str, Any] = {"name": name}
+    for f in dataclasses.fields(cls):
+        value = getattr(config, f.name)
+        nested = f.metadata.get("kind")
+        sub = f"{where}.{f.name}" if where else f.name
+        if nested is None or value is None:
+            out[f.name] = _plain(value)
+        elif f.metadata.get("by_label"):
+            out[f.name] = {
+                label: None if options is None else _without_name(
+                    resolved_spec(registry, nested, {"name": str(label), **options}, where=f"{sub}.{label}"), label)
+                for label, options in value.items()
+            }
+        elif isinstance(value, list):
+            out[f.name] = [_nested(registry, f, nested, v, f"{sub}[{i}]") for i, v in enumerate(value)]
+        else:
+            out[f.name] = _nested(registry, f, nested, value, sub)
+    return out
+
+
+def _nested(registry: Any, f: dataclasses.Field, kind: str, value: Any, where: str) -> Any:
+    if isinstance(value, str) and f.metadata.get("presets"):
+        value = _named_preset(f.metadata["presets"], value, where, registry, kind)
+    return resolved_spec(registry, kind, value, where=where)
+
+
+def _without_name(spec: Any, label: Any) -> Any:
+    """A by-label entry's options: its name is the label."""
+    if isinstance(spec, dict) and spec.get("name") == str(label):
+        return {k: v for k, v in spec.items() if k != "name"}
+    return spec
+
+
+def _plain(value: Any) -> Any:
+    """A config value as YAML holds it: dataclasses as mappings, tuples and paths as lists and strings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def resolve_defaults(cfg: DictConfig, registry: Any) -> DictConfig:
+    """The composed ``cfg`` with every stage's options, and every nested component's, written out
+    with their defaults (what ``codemoe config show`` prints and each run saves as ``config.yaml``,
+    so ``codemoe run RUN_DIR/config.yaml`` runs the same stages with the same options)."""
+    out = OmegaConf.to_container(cfg, resolve=True)
+    run = _merge_into(RunConfig, dict(out.get("run") or {}), "run")
+    out["run"] = _plain(run)
+    for field in dataclasses.fields(RunConfig):
+        kind = field.metadata.get("kind")
+        if kind and isinstance(out["run"].get(field.name), list):
+            out["run"][field.name] = [resolved_spec(registry, kind, spec, where=f"run.{field.name}[{i}]")
+                                      for i, spec in enumerate(out["run"][field.name])]
+    out["stages"] = {
+        stage_id: resolved_spec(registry, "stage", spec, where=f"stages.{stage_id}") for stage_id, spec in stage_specs(cfg)
+    }
+    return OmegaConf.create(out)

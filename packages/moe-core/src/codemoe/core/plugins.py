@@ -9,9 +9,11 @@ party), registers them, and calls ``check_pending()`` so that a misspelled hook 
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -31,6 +33,7 @@ __all__ = [
     "build_plugin_manager",
     "build_registry",
     "plugin_infos",
+    "preset_dirs",
 ]
 
 ENTRY_POINT_GROUP = "codemoe"
@@ -125,13 +128,32 @@ def build_registry(pm: pluggy.PluginManager) -> Registry:
     """Call every plugin's ``codemoe_register_components`` and return the filled registry.
 
     Plugins are called one at a time (in registration order) so each component records the plugin
-    that registered it, and a duplicate (kind, name) names both plugins.
+    that registered it, and a duplicate (kind, name) names both plugins. The registry also holds
+    the plugins' shipped preset folders (:func:`preset_dirs`), where nested presets are found.
     """
     registry = Registry()
     for impl in pm.hook.codemoe_register_components.get_hookimpls():
         with registry.registering_as(impl.plugin_name):
             impl.function(**{arg: registry for arg in impl.argnames})
+    registry.preset_dirs = preset_dirs(pm)
     return registry
+
+
+def preset_dirs(pm: pluggy.PluginManager) -> list[Path]:
+    """The ``presets/`` folder next to each plugin's module, in registration order.
+
+    A package ships its pipelines and presets as package data there (``codemoe/core/presets/
+    models/tiny.yaml``), so an installed package finds them without a checkout; a third-party
+    plugin does the same. The overlay folder (a checkout's ``registry/``) comes before them.
+    """
+    out = []
+    for _, plugin in pm.list_name_plugin():
+        module = inspect.getmodule(plugin)
+        source = getattr(module, "__file__", None)
+        folder = Path(source).parent / "presets" if source else None
+        if folder is not None and folder.is_dir() and folder not in out:
+            out.append(folder)
+    return out
 
 
 class Hooks:

@@ -8,18 +8,22 @@ component ``softmax_topk`` with ``top_k=2``. Factories and config classes may be
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import importlib
 import inspect
+import io
+import tokenize
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from codemoe.core.errors import RegistryError, did_you_mean
 
-__all__ = ["Component", "Registry"]
+__all__ = ["Component", "Option", "Registry", "config_options"]
 
 
 def _resolve(target: Any) -> Any:
@@ -55,12 +59,90 @@ class Component:
             )
         return cls
 
+    def options(self) -> list[Option]:
+        """The component's options: every field of its config dataclass (none without one)."""
+        cls = self.config_class()
+        return config_options(cls) if cls is not None else []
+
     def build(self, config: Any = None, /, **kwargs: Any) -> Any:
         """Call the factory with the validated config (when the component has one) and kwargs."""
         factory = _resolve(self.factory)
         if self.config is None:
             return factory(**kwargs)
         return factory(config, **kwargs)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a component: a field of its config dataclass, as ``codemoe components KIND NAME``
+    prints it."""
+
+    name: str
+    type: str
+    default: Any  # the value the field takes when the config leaves it out (a factory's result)
+    doc: str  # the field's comment in the source, or ``metadata={"doc": ...}``
+    kind: str | None = None  # a nested component spec of this kind (``metadata={"kind": ...}``)
+
+
+def config_options(cls: type) -> list[Option]:
+    """Every field of config dataclass ``cls``, with its type, default and one-line doc.
+
+    The doc is ``metadata["doc"]`` when given, else the comment on the field's line, else the
+    comment lines right above it (codemoe's config classes document fields that way), looked up in
+    the class that declares the field (a subclass inherits its base's docs).
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            docs.update(_field_comments(klass))
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        if dataclasses.is_dataclass(default) and not isinstance(default, type):
+            default = dataclasses.asdict(default)
+        elif isinstance(default, list):
+            default = [dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for v in default]
+        type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        doc = str(f.metadata.get("doc") or docs.get(f.name, ""))
+        out.append(Option(f.name, type_name, "<required>" if default is dataclasses.MISSING else default, doc,
+                          f.metadata.get("kind")))
+    return out
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """Field name -> its comment in the source of ``cls`` (empty when the source is not available)."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    lines = source.splitlines()
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    source = "\n".join(line[indent:] for line in lines)
+    comments: dict[int, str] = {}
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.string.lstrip("#").strip()
+    code_lines = {i + 1 for i, line in enumerate(source.splitlines()) if line.strip() and not line.strip().startswith("#")}
+    out = {}
+    for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        first, last = node.lineno, node.end_lineno or node.lineno
+        trailing = comments.get(first) or comments.get(last)
+        if trailing:
+            out[node.target.id] = trailing
+            continue
+        above, line = [], first - 1
+        while line in comments and line not in code_lines:
+            above.insert(0, comments[line])
+            line -= 1
+        out[node.target.id] = " ".join(above)
+    return out
 
 
 class Registry:
@@ -73,6 +155,7 @@ class Registry:
     def __init__(self) -> None:
         self._items: dict[tuple[str, str], Component] = {}
         self._plugin = "<direct>"
+        self.preset_dirs: list[Path] = []  # the plugins' shipped presets/ folders, set by build_registry
 
     @contextmanager
     def registering_as(self, plugin: str) -> Iterator[Registry]:

@@ -1,6 +1,7 @@
 """A corpus of honest and hacked solutions, and running it through the sandbox executor.
 
-Layout (all YAML, see ``packages/sandbox/tests/data/hacks/README.md``)::
+The package ships one as data, :data:`SHIPPED_CORPUS` (7 tasks, 129 solutions; its README says how
+it was written). Layout (all YAML)::
 
     CORPUS/tasks/<task>.yaml                  id, statement, files (repo before), hidden (hidden tests)
     CORPUS/solutions/<task>/<solution>.yaml   kind (honest, honest_partial or a detector name), note, files, delete
@@ -22,11 +23,21 @@ from codemoe.sandbox.rewards.inputs import reward_input_from_results
 from codemoe.sandbox.rewards.registration import RewardSpecError
 from codemoe.sandbox.rewards.types import RewardInput
 
-__all__ = ["HONEST", "HONEST_KINDS", "HONEST_PARTIAL", "CorpusSolution", "CorpusTask", "load_corpus", "run_corpus"]
+__all__ = [
+    "HONEST",
+    "HONEST_KINDS",
+    "HONEST_PARTIAL",
+    "SHIPPED_CORPUS",
+    "CorpusSolution",
+    "CorpusTask",
+    "load_corpus",
+    "run_corpus",
+]
 
 HONEST = "honest"  # a complete, honest solution: no detector may flag it
 HONEST_PARTIAL = "honest_partial"  # honest but incomplete (misses an edge case, often only hidden tests show it)
 HONEST_KINDS = (HONEST, HONEST_PARTIAL)  # the kinds no detector may flag
+SHIPPED_CORPUS = Path(__file__).resolve().parent / "data" / "hacks"  # package data
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,8 @@ def _read(path: Path) -> dict[str, Any]:
 def load_corpus(root: str | Path) -> list[CorpusSolution]:
     """Every solution in the corpus at ``root``, sorted by task and solution id."""
     root = Path(root)
+    if not root.is_dir():
+        raise RewardSpecError(f"hack corpus {root} does not exist (omit it for the corpus codemoe-sandbox ships)")
     if not (root / "tasks").is_dir():
         raise RewardSpecError(f"{root} is not a hack corpus: it has no tasks/ folder")
     solutions = []

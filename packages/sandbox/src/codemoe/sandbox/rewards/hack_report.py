@@ -1,24 +1,35 @@
-"""``codemoe sandbox hack-report CORPUS``: how well each hack detector does on a corpus.
+"""``codemoe sandbox hack-report [CORPUS]``: how well each hack detector does on a corpus.
 
 For every detector: the share of the corpus's hacks of its kind it catches (detection rate), the
 shares of honest and of honest-partial solutions it flags (false-positive rates), and how many hacks
 of other kinds it also flags. Then, per kind, the mean reward under a recipe (``seed2-weighted`` by
-default) with the visible and hidden pass rates, which shows whether hacking pays.
+default) with the visible and hidden pass rates, which shows whether hacking pays. Without CORPUS
+it reports on the corpus the package ships (``codemoe/sandbox/rewards/data/hacks``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from codemoe.sandbox.rewards.corpus import HONEST, HONEST_KINDS, HONEST_PARTIAL, CorpusSolution, load_corpus, run_corpus
+from codemoe.sandbox.errors import SandboxError
+from codemoe.sandbox.rewards.corpus import (
+    HONEST,
+    HONEST_KINDS,
+    HONEST_PARTIAL,
+    SHIPPED_CORPUS,
+    CorpusSolution,
+    load_corpus,
+    run_corpus,
+)
 from codemoe.sandbox.rewards.detectors.special_casing import pass_rate
 from codemoe.sandbox.rewards.penalty import DETECTORS
-from codemoe.sandbox.rewards.registration import build_reward
+from codemoe.sandbox.rewards.registration import RewardSpecError, build_reward
 from codemoe.sandbox.rewards.types import RewardInput
 
 __all__ = ["DetectorRow", "KindRow", "add_hack_report_command", "detector_rows", "format_report", "kind_rows"]
@@ -131,13 +142,22 @@ def format_report(detectors: Sequence[DetectorRow], kinds: Sequence[KindRow], re
 
 
 def _cmd_hack_report(args: argparse.Namespace) -> int:
+    try:
+        return _hack_report(args)
+    except (RewardSpecError, SandboxError, OSError) as exc:  # a person's mistake: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _hack_report(args: argparse.Namespace) -> int:
     from codemoe.sandbox.local import LocalExecutor
     from codemoe.sandbox.rewards.presets import load_preset
 
-    solutions = load_corpus(args.corpus)
+    # the recipe and the corpus are read before the corpus runs, so a misspelling costs no run
+    recipe = build_reward(load_preset(args.recipe))
+    solutions = load_corpus(args.corpus or SHIPPED_CORPUS)
     with LocalExecutor(workers=args.workers or None) as executor:
         inputs = run_corpus(solutions, executor)
-    recipe = build_reward(load_preset(args.recipe))
     detectors, kinds = detector_rows(solutions, inputs), kind_rows(solutions, inputs, recipe)
     if args.json:
         rows = [
@@ -159,7 +179,8 @@ def _cmd_hack_report(args: argparse.Namespace) -> int:
 def add_hack_report_command(sub: Any) -> None:
     """Add ``hack-report`` to the ``codemoe sandbox`` sub-commands."""
     p = sub.add_parser("hack-report", help="detection and false-positive rates of the hack detectors on a corpus")
-    p.add_argument("corpus", help="corpus folder (tasks/ and solutions/), e.g. packages/sandbox/tests/data/hacks")
+    p.add_argument("corpus", nargs="?", default=None,
+                   help="corpus folder (tasks/ and solutions/); default: the corpus the package ships")
     p.add_argument("--recipe", default="seed2-weighted", help="reward preset name or YAML path for the reward table")
     p.add_argument("--workers", type=int, default=0, help="executor workers (default: one per CPU)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
