@@ -49,11 +49,15 @@ def _cmd_review_import(args: argparse.Namespace) -> int:
     out = review.parent / "review_agreement.json"
     out.write_text(json.dumps(result, indent=2))
     print(
-        f"reviewed {result['reviewed']} of {result['sampled']} sampled; agreement {result['agreement']:.1%}, "
-        f"Cohen's kappa {result['kappa']:.3f}"
+        f"reviewed {result['reviewed']} of {result['sampled']} sampled, {result['blind']} blind; "
+        f"agreement {result['agreement']:.1%}, Cohen's kappa {result['kappa']:.3f} (blind verdicts only)"
     )
+    if result["after_reveal"]:
+        print(f"  left out: {result['after_reveal']} verdicts given after the grader's verdict was shown")
     for key in result["disagreements"]:
         print(f"  disagreement: {key}")
+    for key in result["disagreements_after_reveal"]:
+        print(f"  disagreement (given after the reveal, not counted): {key}")
     print(f"written: {out}")
     return 0
 
