@@ -13,7 +13,7 @@ import pytest
 
 # the conformance kit's fixtures (codemoe_registry, codemoe_executor), where codemoe-core is installed
 # (the sandbox's own tests also run in an environment with nothing of codemoe's but the sandbox)
-pytest_plugins = ["codemoe.core.testing.plugin"] if importlib.util.find_spec("codemoe.core") else []
+pytest_plugins = ["pytester"] + (["codemoe.core.testing.plugin"] if importlib.util.find_spec("codemoe.core") else [])
 
 REPO_ROOT = Path(__file__).resolve().parent
 

@@ -1,4 +1,4 @@
-"""The built-in engines, executors, reward components, suites and stages pass the conformance kit.
+"""The built-in engines, executors, reward components, suites, stages and loggers pass the conformance kit.
 
 (Routers, experts and the RL strategies are checked in their own packages' tests.)
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from codemoe.core.plugins import build_plugin_manager, build_registry
-from codemoe.core.testing import EngineContract, ExecutorContract, RewardContract, StageContract
+from codemoe.core.testing import EngineContract, ExecutorContract, LoggerContract, RewardContract, StageContract
 from codemoe.evals.testing import SuiteContract
 from codemoe.sandbox.rewards.examples import example_inputs
 
@@ -50,3 +50,19 @@ class TestSyntheticReposSuite(SuiteContract):
 
 class TestEnvironmentStage(StageContract):
     name = "environment"
+
+
+class TestTensorBoardLogger(LoggerContract):
+    name = "tensorboard"
+
+    def read_back(self, run_dir):
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(run_dir / "tensorboard"))
+        events.Reload()
+        return {(tag, e.step): e.value for tag in events.Tags()["scalars"] for e in events.Scalars(tag)}
+
+
+class TestWandbLogger(LoggerContract):
+    name = "wandb"
+    options = {"mode": "offline"}

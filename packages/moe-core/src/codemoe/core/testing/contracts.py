@@ -27,6 +27,7 @@ import copy
 import dataclasses
 import json
 import math
+import tempfile
 import time
 import typing
 from collections.abc import Mapping, Sequence
@@ -43,6 +44,7 @@ __all__ = [
     "EngineContract",
     "ExecutorContract",
     "ExpertsContract",
+    "LoggerContract",
     "RewardContract",
     "RouterContract",
     "StageContract",
@@ -354,9 +356,9 @@ class ExpertsContract(ComponentContract):
         return x, indices, weights
 
     def check_built(self, component: Any) -> None:
-        E, H, I = self.num_experts, self.hidden_size, self.intermediate_size
-        assert tuple(component.gate_up_proj.shape) == (E, 2 * I, H), f"gate_up_proj is {tuple(component.gate_up_proj.shape)}, expected {(E, 2 * I, H)}"
-        assert tuple(component.down_proj.shape) == (E, H, I), f"down_proj is {tuple(component.down_proj.shape)}, expected {(E, H, I)}"
+        e, h, i = self.num_experts, self.hidden_size, self.intermediate_size
+        assert tuple(component.gate_up_proj.shape) == (e, 2 * i, h), f"gate_up_proj is {tuple(component.gate_up_proj.shape)}, expected {(e, 2 * i, h)}"
+        assert tuple(component.down_proj.shape) == (e, h, i), f"down_proj is {tuple(component.down_proj.shape)}, expected {(e, h, i)}"
 
     def _run(self, experts: Any, x: Any, indices: Any, weights: Any) -> tuple[Any, dict[str, Any]]:
         import torch
@@ -691,3 +693,55 @@ class StageContract(ComponentContract):
         assert json.dumps(again.results["under_test"], default=str, sort_keys=True) == json.dumps(result, default=str, sort_keys=True), (
             "a resumed run must skip the finished stage and keep its result"
         )
+
+
+# ---------------------------------------------------------------------------------------------------
+# kind: logger
+# ---------------------------------------------------------------------------------------------------
+
+
+class LoggerContract(ComponentContract):
+    """An experiment tracker (kind ``logger``): ``factory(config, run_dir=)`` -> an object with
+    ``log(stage, step, values)`` and ``close()`` (see :mod:`codemoe.core.loggers`).
+
+    It takes records with and without a step, and after ``close()`` what it wrote holds every value:
+    define :meth:`read_back` (``run_dir`` -> ``{("<stage>/<key>", step): value}``, a record without a
+    step at step 0) to have the kit compare them.
+    """
+
+    kind = "logger"
+    records: ClassVar[list[tuple[str, int | None, dict[str, float]]]] = [
+        ("sft", 1, {"loss": 2.5, "lr": 1e-3}),
+        ("sft", 2, {"loss": 2.0, "lr": 5e-4}),
+        ("rl", 1, {"reward/pass": 0.25, "kl": 0.01}),
+        ("eval", None, {"pass@1": 0.4}),
+    ]
+
+    def factory_kwargs(self) -> dict[str, Any]:
+        return {"run_dir": Path(tempfile.mkdtemp(prefix="codemoe-logger-"))}
+
+    def read_back(self, run_dir: Path) -> dict[tuple[str, int], float] | None:
+        """What the logger wrote under ``run_dir``; None: the kit does not read this logger's files."""
+        return None
+
+    def check_built(self, component: Any) -> None:
+        try:
+            assert callable(getattr(component, "log", None)), f"a logger has log(stage, step, values); got {type(component)}"
+        finally:
+            component.close()
+
+    def test_every_value_is_written(self, registry: Any, spec: dict[str, Any], tmp_path: Path) -> None:
+        logger = registry.build(self.kind, dict(spec), where="run.loggers[0]", run_dir=tmp_path)
+        try:
+            for stage, step, values in self.records:
+                logger.log(stage, step, dict(values))
+        finally:
+            logger.close()
+        written = self.read_back(tmp_path)
+        if written is None:
+            return
+        for stage, step, values in self.records:
+            for key, value in values.items():
+                got = written.get((f"{stage}/{key}", 0 if step is None else step))
+                assert got is not None, f"{stage}/{key} at step {step} was not written"
+                assert math.isclose(got, value, rel_tol=1e-6), f"{stage}/{key}: wrote {got}, logged {value}"  # fp32 storage
