@@ -47,6 +47,7 @@ def test_shortened_quickstart_runs_every_stage_and_writes_the_report(run_root: P
     assert sorted(p.name for p in (run_dir / "plots").iterdir()) == [
         "expert_load.png",
         "kl_entropy.png",
+        "loss.png",
         "pass_at_1.png",
         "reward.png",
     ]

@@ -4,7 +4,8 @@ Trainers name their metrics; these functions find the usual ones by name so that
 any trainer that follows the conventions:
 
 - reward: ``reward_mean`` (else ``reward``);
-- pass rate during training: ``pass_rate``; loss: ``loss``;
+- pass rate during training: ``pass_rate``; loss: ``loss`` (SFT's also ``token_acc`` and its ``phase``);
+- the reward's spread: ``reward_std``; each reward component's mean: ``reward/<component>``;
 - KL: ``kl`` (else the first key starting with ``kl``); entropy: ``entropy``;
 - expert load: either one key ``expert_load`` holding ``[layers][experts]`` token fractions, or scalar
   keys whose name starts with ``expert_load`` and ends in ``<layer><sep><expert>`` numbers
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Series", "expert_load", "read_metrics", "series"]
+__all__ = ["Series", "expert_load", "labels", "read_metrics", "series"]
 
 Series = tuple[list[int], list[float]]  # (steps, values)
 
@@ -64,6 +65,15 @@ def series(records: Sequence[dict[str, Any]], quantity: str, stage: str | None =
                 out[stage_id] = ([s for s, _ in points], [v for _, v in points])
                 break
     return out
+
+
+def labels(records: Sequence[dict[str, Any]], key: str, stage: str) -> list[tuple[int, str]]:
+    """(step, text) of a text metric of one stage, such as SFT's ``phase``, in record order."""
+    return [
+        (int(r["step"]), r[key])
+        for r in records
+        if r.get("stage") == stage and r.get("step") is not None and isinstance(r.get(key), str)
+    ]
 
 
 def expert_load(
