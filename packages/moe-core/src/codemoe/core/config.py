@@ -59,6 +59,8 @@ class RunConfig:
     name: str = "run"  # run directories are named <name>-<timestamp>
     dir: str = "runs"  # parent folder of run directories
     seed: int = 0  # global seed, given to every stage through the run context
+    # experiment trackers every metric also goes to (codemoe.core.loggers): tensorboard, wandb; none by default
+    loggers: list[Any] = dataclasses.field(default_factory=list, metadata={"kind": "logger"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,7 +434,11 @@ def _expected(cls: type, name: str) -> str:
 
 
 def validate_pipeline(cfg: DictConfig, registry: Any) -> list[tuple[str, str, Any]]:
-    """Validate every stage spec; return (stage id, component name, stage config) in order."""
+    """Validate ``run:`` and every stage spec; return (stage id, component name, stage config) in order."""
+    section = cfg.get("run")
+    values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section or {})
+    run = _merge_into(RunConfig, values, "run")
+    _validate_nested(registry, RunConfig, run, "run")  # run.loggers
     return [
         (stage_id, spec["name"], validate_component(registry, "stage", spec, where=f"stages.{stage_id}"))
         for stage_id, spec in stage_specs(cfg)
