@@ -27,7 +27,7 @@ __all__ = ["AgenticSuite", "AgenticSuiteConfig", "RepoTask", "build_agentic_suit
 class AgenticSuiteConfig:
     """Options of the ``agentic-core`` suite."""
 
-    path: str = ""  # folder of task folders; "" = registry/suites/agentic-core of this checkout
+    path: str = ""  # folder of task folders or a SWE-bench .jsonl; "" = registry/suites/agentic-core of this checkout
     format: Any = field(default_factory=lambda: {"name": "repo"}, metadata={"kind": "task_format"})  # reads the folder
     heldout_percent: int = 100  # share of tasks in the held-out split; the rest is 'train'
     seed: int = 0  # decides the split when heldout_percent < 100
@@ -86,8 +86,8 @@ class AgenticSuite:
 
     def all_tasks(self) -> list[RepoTask]:
         """Every task of the folder (filtered by ``types``), sorted by id."""
-        if not self.path.is_dir():
-            raise ValueError(f"suite '{self.name}': no folder {self.path}")
+        if not (self.path.is_dir() or (self.path.suffix == ".jsonl" and self.path.is_file())):
+            raise ValueError(f"suite '{self.name}': no folder or .jsonl file {self.path}")
         tasks = sorted((RepoTask(t) for t in self.task_format.load(self.path)), key=lambda t: t.id)
         return [t for t in tasks if not self.config.types or t.family in self.config.types]
 
