@@ -141,12 +141,12 @@ def build_tensorboard(config: TensorBoardConfig, *, run_dir: Path) -> TensorBoar
 class WandbConfig:
     """Options of the ``wandb`` logger; ``offline`` needs no account and no network."""
 
-    project: str = "codemoe"
+    project: str = "codemoe"  # the W&B project the run belongs to
     mode: str = "offline"  # offline: run files under <run dir>/wandb (`wandb sync` them later) | online | disabled
     run_name: str | None = None  # the W&B run name; default: the run directory's name
     entity: str | None = None  # team or user (online mode)
     group: str | None = None  # groups runs in the W&B UI (e.g. one sweep)
-    tags: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)  # labels to filter runs by in the W&B UI
 
     def __post_init__(self) -> None:
         if self.mode not in WANDB_MODES:

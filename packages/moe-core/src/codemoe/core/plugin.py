@@ -114,14 +114,14 @@ COMPONENTS: list[tuple[str, str, str, str, str]] = [
         "tensorboard",
         "codemoe.core.loggers:build_tensorboard",
         "codemoe.core.loggers:TensorBoardConfig",
-        "every metric to TensorBoard event files in the run directory (extra: codemoe-core[tensorboard])",
+        "every metric to TensorBoard event files in the run directory (needs the tensorboard extra)",
     ),
     (
         "logger",
         "wandb",
         "codemoe.core.loggers:build_wandb",
         "codemoe.core.loggers:WandbConfig",
-        "every metric to a Weights & Biases run, offline by default (extra: codemoe-core[wandb])",
+        "every metric to a Weights & Biases run, offline by default (needs the wandb extra)",
     ),
     (
         "dispatcher",
