@@ -126,3 +126,23 @@ def test_the_offline_wandb_run_holds_every_stepped_metric_and_the_stage_summarie
             summary.update({_key(item): json.loads(item.value_json) for item in record.summary.update})
     finished = {r["stage"]: r["stage_seconds"] for r in records if "stage_seconds" in r}
     assert {stage: summary[f"{stage}/stage_seconds"] for stage in finished} == finished
+
+
+def test_the_readme_tracking_example_runs_as_written(run_root: Path):
+    """The first command of the README's 'Tracking a run' block, run through codemoe's CLI."""
+    import re
+    import shlex
+
+    from codemoe.core.cli import main
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"## Tracking a run\n.*?```bash\n(.*?)```", text, re.S).group(1)
+    command = shlex.split(block.splitlines()[0].split("#")[0])
+    assert command[:2] == [".venv/bin/codemoe", "run"]
+    assert main([*command[1:2], "--no-progress", *command[2:]]) == 0
+    (run_dir,) = (run_root / "runs").iterdir()
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    threads = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])["torch_threads"]
+    assert [e.value for e in events.Scalars("environment/torch_threads")] == [threads]
