@@ -65,7 +65,7 @@ def _lines() -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_bundles_are_small_and_hold_the_upstream_trees(real_tasks):
+def test_bundles_are_small_and_name_their_upstream_commits(real_tasks):
     assert sorted(real_tasks) == ["python-humanize__humanize-33005e5", "python-humanize__humanize-b1ee687",
                                   "tkem__cachetools-57d2e48"]
     for bundle in (DATA / "repos").glob("*.bundle"):
@@ -128,6 +128,13 @@ def test_a_failing_setup_command_is_an_error_naming_the_instance_and_the_command
     (problem,) = report.problems
     assert problem.startswith(f"tkem__cachetools-57d2e48: task setup failed: {command!r} exited with status 1")
     assert problem.endswith("(before the gold patch)") and "not-here" in problem
+
+
+def test_a_build_backend_the_sandbox_hides_is_named_with_the_way_to_show_it(real_tasks, executor):
+    (report,) = validate_tasks([real_tasks["python-humanize__humanize-b1ee687"]], executor)  # pytest, pip, numpy only
+    (problem,) = report.problems
+    assert f"task setup failed: {INSTALL!r} exited with status 1" in problem
+    assert "ModuleNotFoundError: No module named 'setuptools'" in problem and "--site-packages pytest,pip,setuptools" in problem
 
 
 def test_the_timeout_bounds_setup_and_tests(real_tasks, build_executor):

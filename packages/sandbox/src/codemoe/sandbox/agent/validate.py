@@ -21,6 +21,7 @@ names the command.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from codemoe.sandbox.agent.environment import grading_request, pytest_args
@@ -68,14 +69,25 @@ def _static_problems(task: Task) -> list[str]:
     return problems
 
 
+_EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*Error: ")  # "ModuleNotFoundError: No module named ..."
+_HIDDEN_MODULE_HINT = (" (the sandbox shows executions only part of site-packages: name what the setup imports, "
+                       "its build backend too, in the executor's site_packages, e.g. tasks validate --site-packages "
+                       "pytest,pip,setuptools)")
+
+
 def setup_failure(result: ExecutionResult) -> str | None:
-    """What a run's failing setup command said (the command, its status, its last output line), or None."""
+    """What a run's failing setup command said (the command, its status, the telling line of its
+    output: the last exception line, else the last line), or None when its setup did not fail."""
     text = f"{result.stderr}\n{result.stdout}"
     at = text.find(SETUP_FAILED)
     if at < 0:
         return None
     first, *rest = [line.strip() for line in text[at:].splitlines() if line.strip()]
-    return f"{first} (last output: {rest[-1]})" if rest else first
+    if not rest:
+        return first
+    telling = next((line for line in reversed(rest) if _EXCEPTION_LINE.search(line)), rest[-1])
+    hint = _HIDDEN_MODULE_HINT if "No module named" in telling else ""
+    return f"{first} ({telling}){hint}"
 
 
 def check_task(task: Task, before: ExecutionResult, after: ExecutionResult) -> list[str]:
