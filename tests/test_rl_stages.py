@@ -260,3 +260,68 @@ def test_two_torchrun_nodes_run_sft_and_rl_in_one_run_directory(tmp_path):
     assert [r["step"] for r in records if r["stage"] == "sft" and r["step"] is not None] == [1, 2, 3, 4, 5, 6]
     assert [r["step"] for r in records if r["stage"] == "rl" and r["step"] is not None] == [1]
     assert set(json.loads((run / "state.json").read_text())["finished"]) == {"sft", "rl"}
+
+
+# -- starting from a checkpoint folder (`checkpoint: PATH`, as the eval stage takes) --------------------
+
+FROM_PATH = """
+run: {{name: t, dir: {run_dir}, seed: 0}}
+stages:
+  rl:
+    checkpoint: {checkpoint}
+    suite: {{name: synthetic, train_tasks: 4}}
+    algo: grpo
+    steps: 1
+    prompts_per_step: 2
+    max_new_tokens: 8
+    checkpoint_every: 1
+    executor: {{name: local, workers: 1}}
+  sft:
+    checkpoint: {checkpoint}
+    suite: {{name: synthetic, train_tasks: 4}}
+    batch_size: 2
+    phases: [{{phase: all, steps: 1}}]
+"""
+
+
+def test_sft_and_rl_start_from_a_checkpoint_path(tmp_path, tiny_checkpoint: Path):
+    from codemoe.core import build_registry
+    from codemoe.core.models import load_pretrained
+
+    (tmp_path / "p.yaml").write_text(FROM_PATH.format(run_dir=tmp_path / "runs", checkpoint=tiny_checkpoint))
+    pm = build_plugin_manager()
+    # rl runs first, with no earlier stage: its default (checkpoint_from 'sft') would have nothing to load
+    cfg = compose(tmp_path / "p.yaml", ["stages.rl.algo.group_size=2"], registry_dir=REGISTRY)
+    ctx = run_pipeline(cfg, build_registry(pm), Hooks(pm), show_progress=False)
+    source, source_tokenizer = load_pretrained(tiny_checkpoint)
+    for stage_id in ("rl", "sft"):
+        model, tokenizer = load_pretrained(ctx.results[stage_id]["checkpoint"])
+        # the checkpoint's model and tokenizer (one layer, its 384-token vocabulary), not a fresh `model: tiny`
+        assert model.config.num_hidden_layers == source.config.num_hidden_layers == 1, stage_id
+        assert tokenizer.get_vocab() == source_tokenizer.get_vocab(), stage_id
+    assert ctx.results["rl"]["steps"] == 1 and ctx.results["sft"]["steps"] == 1
+
+
+@pytest.mark.parametrize("stage", ["sft", "rl"])
+def test_checkpoint_and_checkpoint_from_together_is_an_error_naming_both(registry, stage: str):
+    from codemoe.core.config import validate_component
+    from codemoe.core.errors import ConfigError
+
+    spec = {"name": stage, "checkpoint": "/ckpt", "checkpoint_from": "warmup"}
+    with pytest.raises(ConfigError, match=rf"'stages.{stage}.checkpoint': checkpoint \(/ckpt\) and checkpoint_from "
+                                          r"\(warmup\) are both set"):
+        validate_component(registry, "stage", spec, where=f"stages.{stage}")
+
+
+@pytest.mark.parametrize("stage", ["sft", "rl"])
+def test_a_checkpoint_path_that_holds_no_checkpoint_stops_the_stage(tmp_path, stage: str):
+    from codemoe.core import build_registry
+    from codemoe.core.errors import ConfigError
+
+    empty = tmp_path / "not-a-checkpoint"
+    empty.mkdir()
+    (tmp_path / "p.yaml").write_text(f"run: {{dir: {tmp_path / 'runs'}}}\nstages:\n  {stage}: {{checkpoint: {empty}}}\n")
+    pm = build_plugin_manager()
+    with pytest.raises(ConfigError, match=rf"'stages.{stage}.checkpoint': {empty} holds no checkpoint \(no config.json"):
+        run_pipeline(compose(tmp_path / "p.yaml", registry_dir=REGISTRY), build_registry(pm), Hooks(pm),
+                     show_progress=False)

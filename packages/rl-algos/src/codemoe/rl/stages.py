@@ -32,6 +32,7 @@ class SFTStageConfig(SFTConfig):
     # model preset (registry/models) or spec for a fresh policy; validated with its router and experts at start-up
     model: Any = field(default="tiny", metadata={"kind": "model", "presets": "models"})
     checkpoint_from: str = ""  # id of an earlier stage whose result holds "checkpoint"; "" builds `model`
+    checkpoint: str = ""  # a checkpoint folder to start from (as the eval stage takes); "" builds `model`
     vocab_size: int = 1024  # tokenizer vocabulary when a fresh policy is built
     suite: Any = field(default_factory=lambda: {"name": "synthetic"}, metadata={"kind": "suite"})
     split: str = "train"  # the suite split whose reference solutions are imitated
@@ -40,12 +41,18 @@ class SFTStageConfig(SFTConfig):
     trajectories_from: str = ""  # id of an earlier 'trajectories' stage whose episodes to imitate ("": off)
     resolved_only: bool = True  # imitate only the episodes that solved their task
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_start(self.checkpoint, self.checkpoint_from)
+
 
 @dataclass
 class RLStageConfig(RLConfig):
     """Options of the ``rl`` stage (the loop's hyper-parameters plus its components)."""
 
-    checkpoint_from: str = "sft"  # id of the earlier stage whose result holds the starting "checkpoint"
+    # id of the earlier stage whose result holds the starting "checkpoint"; None: 'sft' unless `checkpoint` is set
+    checkpoint_from: str | None = None
+    checkpoint: str = ""  # a checkpoint folder to start from instead of an earlier stage's (as eval takes)
     algo: Any = field(default_factory=lambda: {"name": "policy_gradient"}, metadata={"kind": "algorithm"})
     engine: Any = field(default_factory=lambda: {"name": "embedded"}, metadata={"kind": "engine"})
     executor: Any = field(default_factory=lambda: {"name": "local"}, metadata={"kind": "executor"})
@@ -61,6 +68,19 @@ class RLStageConfig(RLConfig):
     # multi-step agent episodes instead of single completions: an environment spec (kind 'environment',
     # e.g. 'repo' over a repository suite such as agentic-core), with max_turns actions per episode
     environment: Any = field(default=None, metadata={"kind": "environment"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _one_start(self.checkpoint, self.checkpoint_from)
+
+
+def _one_start(checkpoint: str, checkpoint_from: str | None) -> None:
+    """A stage starts from an earlier stage's checkpoint or from a path, never from both."""
+    if checkpoint and checkpoint_from:
+        raise ConfigError(
+            f"'checkpoint': checkpoint ({checkpoint}) and checkpoint_from ({checkpoint_from}) are both set; "
+            "a stage starts from one: a checkpoint folder or an earlier stage's checkpoint"
+        )
 
 
 def _tasks(ctx: Any, stage: Any, suite_spec: Any, split: str, max_tasks: int) -> list[Any]:
@@ -149,6 +169,21 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
 
 
+def _start_checkpoint(ctx: Any, stage: Any, cfg: SFTStageConfig | RLStageConfig, default_from: str = "") -> str:
+    """The checkpoint folder a stage starts from: ``checkpoint``, else the result of ``checkpoint_from``
+    (``default_from`` when that is None); "" when it starts from neither."""
+    if cfg.checkpoint:
+        folder = Path(cfg.checkpoint)
+        if not (folder / "config.json").is_file():
+            raise ConfigError(
+                f"'stages.{stage.id}.checkpoint': {folder} holds no checkpoint (no config.json there); give a "
+                "folder a stage saved (RUN_DIR/<stage>/checkpoint) or a Hugging Face model folder"
+            )
+        return str(folder)
+    source = default_from if cfg.checkpoint_from is None else cfg.checkpoint_from
+    return _checkpoint(ctx, stage, source) if source else ""
+
+
 def _checkpoint(ctx: Any, stage: Any, source: str) -> str:
     result = ctx.results.get(source)
     if result is None or "checkpoint" not in result:
@@ -184,12 +219,13 @@ class SFTStage:
 
         cfg = self.config
         torch.manual_seed(ctx.seed + cfg.seed)
+        start = _start_checkpoint(ctx, stage, cfg)  # first: a bad path stops the stage before any work
         # what to imitate: agent trajectories when given, else the suite's reference solutions
         source = cfg.trajectories or _recorded(ctx, stage, cfg.trajectories_from)
         records = _read_jsonl(source) if source else None
         tasks = _tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks) if records is None else []
-        if cfg.checkpoint_from:
-            model, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from), registry=ctx.registry)
+        if start:
+            model, tokenizer = load_pretrained(start, registry=ctx.registry)
         else:
             texts = [t.prompt + t.reference_solution for t in tasks]
             texts += [m["content"] for r in records or [] for m in r["messages"]]
@@ -232,7 +268,7 @@ class RLStage:
         cfg = self.config
         env = init_distributed()
         torch.manual_seed(ctx.seed + cfg.seed)
-        policy, tokenizer = load_pretrained(_checkpoint(ctx, stage, cfg.checkpoint_from), registry=ctx.registry)
+        policy, tokenizer = load_pretrained(_start_checkpoint(ctx, stage, cfg, "sft"), registry=ctx.registry)
         _on_device(policy, cfg.device, f"stages.{stage.id}.device")  # before the engine, which runs it there
         executor = ctx.registry.build("executor", cfg.executor, where=f"stages.{stage.id}.executor")
         try:
