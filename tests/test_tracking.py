@@ -72,7 +72,8 @@ def test_tensorboard_event_files_hold_every_metric_of_metrics_jsonl(run):
         assert logged[key] == pytest.approx(value, rel=1e-6, abs=1e-30), key  # event files store float32
     # what a user watches: SFT's learning rate and throughput, RL's reward parts and time split
     assert [logged[("sft/lr", s)] for s in (1, 2, 3, 4)] == pytest.approx([0.003, 0.003, 0.001, 0.001])
-    assert {"sft/tokens_per_s", "sft/expert_load/1/3", "rl/reward/test_pass_rate", "rl/reward/hack_penalty", "rl/score_seconds"} <= tags
+    assert {"sft/tokens_per_s", "sft/expert_load/1/3", "rl/reward/test_pass_rate", "rl/reward/hack_penalty"} <= tags
+    assert {"rl/reward/hacked", "rl/score_seconds"} <= tags  # the recipe flags a hack apart from its components
     assert {"rl/generate_seconds", "rl/train_seconds", "rl/sync_seconds", "rl/stage_seconds"} <= tags
 
 

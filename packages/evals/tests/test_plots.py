@@ -33,6 +33,7 @@ def _records() -> list[dict]:
         load = {f"expert_load/{layer}/{e}": (0.4 if e == step % E else 0.2) for layer in range(2) for e in range(E)}
         out.append({"stage": "rl", "step": step, "loss": 0.01 * step, "reward_mean": 0.1 * step, "reward_std": 0.05,
                     "reward/test_pass_rate": 0.1 * step, "reward/compile_success": 0.5, "pass_rate": 0.4 + 0.05 * step,
+                    "reward/hack_penalty/exit_early": 0.0,  # a detector's part: in the logs, not on the plot
                     "kl": 0.01 * step, "entropy": 1.0 - 0.1 * step, **load})
     out.append({"stage": "rl", "step": None, "stage_seconds": 12.0})
     return out

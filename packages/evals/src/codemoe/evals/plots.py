@@ -117,7 +117,8 @@ def reward_figure(records: Sequence[dict[str, Any]]) -> Any:
         return None
     components = {
         name: curve
-        for name in sorted({k for r in records for k in r if k.startswith("reward/")})
+        # reward/<component> and the recipe's flags such as reward/hacked; not each detector's reward/<part>/<detector>
+        for name in sorted({k for r in records for k in r if k.startswith("reward/") and k.count("/") == 1})
         for curve in series(records, name).values()
     }
     plt = _pyplot()

@@ -21,6 +21,7 @@ from typing import Any
 from codemoe.core.contracts import Environment, repository_task
 from codemoe.rl.episodes import Turn
 from codemoe.rl.rollout import Score
+from codemoe.rl.scoring import logged_values
 
 __all__ = ["RepoEpisodes"]
 
@@ -44,7 +45,7 @@ class RepoEpisodes:
             raise RuntimeError("the episode has not ended: the environment's step budget must equal max_turns")
         recipe = self.recipe(episode.to_reward_input())
         self.environment.close_workspace()
-        return Score(reward=float(recipe.total), passed=episode.resolved, components=dict(recipe.components))
+        return Score(reward=float(recipe.total), passed=episode.resolved, components=logged_values(recipe))
 
     def close(self) -> None:
         """Delete the workspace of an episode that failed before its outcome (which deletes it otherwise)."""

@@ -22,7 +22,7 @@ class Score:
 
     reward: float  # the recipe's total
     passed: bool = False  # the sample solved its task (counts toward the pass rate)
-    components: dict[str, float] = field(default_factory=dict)  # per-component values, for the logs
+    components: dict[str, float] = field(default_factory=dict)  # per-component values (and extra reward metrics), for the logs
 
 
 @dataclass

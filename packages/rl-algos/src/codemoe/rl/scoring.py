@@ -14,7 +14,14 @@ from typing import Any
 from codemoe.core.contracts import ProgramCheck, Verifier
 from codemoe.rl.rollout import Score
 
-__all__ = ["VerifierScorer"]
+__all__ = ["VerifierScorer", "logged_values"]
+
+
+def logged_values(recipe: Any) -> dict[str, float]:
+    """What the trainer logs of a recipe's result (``reward/<name>``, the step's mean): every
+    component's value and the recipe's extra metrics (``hacked``, each hack detector's
+    ``hack_penalty/<detector>``), which are not part of the total."""
+    return {**recipe.components, **getattr(recipe, "metrics", {})}
 
 
 class VerifierScorer:
@@ -34,5 +41,5 @@ class VerifierScorer:
         scores = []
         for verdict in verdicts:
             recipe = self.recipe(verdict.to_reward_input())
-            scores.append(Score(reward=float(recipe.total), passed=verdict.passed, components=recipe.components))
+            scores.append(Score(reward=float(recipe.total), passed=verdict.passed, components=logged_values(recipe)))
         return scores
