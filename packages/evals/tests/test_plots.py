@@ -22,6 +22,14 @@ from matplotlib.image import AxesImage
 E = 4  # experts per layer in the records below
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def _records() -> list[dict]:
     """An SFT stage (two phases) and an RL stage, logged as the trainers log them."""
     out = []
@@ -70,6 +78,8 @@ def test_pass_at_1_axis_is_fitted_to_the_values_and_intervals_and_says_its_range
     assert (low, high) == pytest.approx((0.38 - 0.036, 0.62 + 0.036))
     assert "0.34 to 0.66" in ax.get_title() and "not 0 to 1" in ax.get_title()
     assert ax.get_xlabel() == "step" and ax.get_ylabel() == "pass@1"
+    (wide,) = pass_at_1_figure([], {"eval": (0, 0.5, 0.01, 0.99)}).axes  # an interval over nearly all of 0-1
+    assert wide.get_ylim() == (0.0, 1.0) and wide.get_title() == "pass@1 with CIs (y axis 0.00 to 1.00)"
 
 
 def test_fitted_limits_keep_a_margin_and_stay_inside_0_1():

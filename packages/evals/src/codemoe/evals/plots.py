@@ -172,7 +172,8 @@ def pass_at_1_figure(
         shown += [low, high]
     low, high = fitted_limits(shown)
     ax.set_ylim(low, high)
-    ax.set(title=f"pass@1 with CIs (y axis {low:.2f} to {high:.2f}, not 0 to 1)", xlabel="step", ylabel="pass@1")
+    fitted = "" if (low, high) == (0.0, 1.0) else ", not 0 to 1"
+    ax.set(title=f"pass@1 with CIs (y axis {low:.2f} to {high:.2f}{fitted})", xlabel="step", ylabel="pass@1")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
