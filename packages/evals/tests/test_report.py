@@ -48,6 +48,7 @@ def test_report_has_evaluations_improvement_and_plots(run) -> None:
     assert "| even |" in report and "| odd |" in report
     assert "0.200 -> 0.500" in report  # reward: mean of the first 3 steps -> the last 3
     assert "![expert_load](plots/expert_load.png)" in report
+    assert "*Share of each layer's routed tokens per expert over training" in report  # each plot says what it shows
 
 
 def test_compare_two_stages_of_one_run_and_two_runs(run, capsys) -> None:

@@ -16,6 +16,18 @@ __all__ = ["REPORT_FILE", "build_report"]
 
 REPORT_FILE = "report.md"
 
+# what each plot of codemoe.evals.plots shows, under it in the report
+_CAPTIONS = {
+    "loss": "Training loss per stage (SFT: cross-entropy per completion token, its warm-up phases shaded).",
+    "reward": "Reward per step: the mean with a band of one standard deviation over the step's samples; "
+    "each reward component's mean beside it.",
+    "pass_at_1": "Training pass rate on visible tests, and each evaluation's pass@1 on hidden tests with its CI; "
+    "the y axis is fitted to the values (its range is in the title).",
+    "expert_load": "Share of each layer's routed tokens per expert over training, one colour scale for every "
+    "layer: white is the uniform share 1/E (marked on the colour bar), red more, blue less.",
+    "kl_entropy": "KL to the reference policy and the policy's entropy per token.",
+}
+
 
 def _ci(block: Mapping[str, float]) -> str:
     return f"{100 * block['value']:.1f}% [{100 * block['low']:.1f}, {100 * block['high']:.1f}]"
@@ -140,7 +152,9 @@ def build_report(
     if experts:
         out += ["## Expert load", "", *experts, ""]
     if plots:
-        out += ["## Plots", ""] + [f"![{name}](plots/{path.name})" for name, path in plots.items()] + [""]
+        out += ["## Plots", ""]
+        for name, path in plots.items():
+            out += [f"![{name}](plots/{path.name})", "", f"*{_CAPTIONS.get(name, name)}*", ""]
     reviews = [(sid, r["review"]) for sid, r in evals.items() if r.get("review")]
     if reviews:
         out += ["## Human review", ""]
