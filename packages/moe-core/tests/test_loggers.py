@@ -93,6 +93,13 @@ def test_every_logger_gets_every_numeric_metric_with_its_stage_and_step_and_is_c
     assert [(r["stage"], r["step"]) for r in jsonl] == [(stage, step) for _, stage, step, _ in first[:-1]]
 
 
+def test_only_rank_0_of_a_launch_builds_loggers(setup, monkeypatch):
+    reg, registry, hooks = setup
+    monkeypatch.setenv("RANK", "1")  # another rank of a torchrun launch: rank 0 writes the run's metrics
+    run_pipeline(compose("p", ["run.loggers=[list]"], registry_dir=reg), registry, hooks, show_progress=False)
+    assert LOGGED == []
+
+
 def test_a_misspelled_logger_or_option_stops_the_run_before_it_starts(setup, tmp_path: Path):
     reg, registry, hooks = setup
     with pytest.raises(RegistryError, match=r"unknown logger 'tensorbord' at 'run.loggers\[1\]'.*did you mean 'tensorboard'"):
