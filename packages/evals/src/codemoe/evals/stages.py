@@ -266,7 +266,7 @@ class EvalStage:
 
         cfg, where = self.config, f"stages.{stage.id}"
         spec = {"name": cfg.environment} if isinstance(cfg.environment, str) else dict(cfg.environment)
-        spec.setdefault("step_budget", cfg.max_turns)
+        spec["step_budget"] = spec.get("step_budget") or cfg.max_turns  # 0, the default: the stage's max_turns
 
         def generate(prompts: list[str], n: int, turn: int) -> list[list[str]]:
             params = _sampling_params(cfg, n, (ctx.seed + cfg.seed) * 1_000_003 + turn)

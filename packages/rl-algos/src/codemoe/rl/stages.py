@@ -319,7 +319,9 @@ class RLStage:
         from codemoe.rl.repo_episodes import RepoEpisodes
 
         spec = {"name": cfg.environment} if isinstance(cfg.environment, str) else dict(cfg.environment)
-        spec.setdefault("step_budget", cfg.max_turns)  # every episode ends, graded, within max_turns actions
+        # every episode ends, graded, within max_turns actions; 0 (the environment's default, "the task's
+        # own budget") is what a resolved config.yaml holds when the pipeline left it out
+        spec["step_budget"] = spec.get("step_budget") or cfg.max_turns
         ctx.registry.build("environment", spec, where=f"{where}.environment", executor=executor)  # fail early
 
         def make() -> RepoEpisodes:
