@@ -29,7 +29,7 @@ STOP_SEQUENCES = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\na
 class SFTStageConfig(SFTConfig):
     """Options of the ``sft`` stage (the warm-up's hyper-parameters plus where data and model come from)."""
 
-    # model preset (registry/models) or spec for a fresh policy; validated with its router and experts at start-up
+    # model preset (codemoe-core ships them) or spec for a fresh policy; validated with its router and experts at start-up
     model: Any = field(default="tiny", metadata={"kind": "model", "presets": "models"})
     checkpoint_from: str = ""  # id of an earlier stage whose result holds "checkpoint"; "" builds `model`
     checkpoint: str = ""  # a checkpoint folder to start from (as the eval stage takes); "" builds `model`

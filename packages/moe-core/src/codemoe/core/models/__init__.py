@@ -1,4 +1,4 @@
-"""Models: ``transformers`` causal LMs with codemoe MoE blocks, built from presets in ``registry/models``.
+"""Models: ``transformers`` causal LMs with codemoe MoE blocks, built from model presets (shipped in ``codemoe/core/presets/models``).
 
 - :func:`build_model` — a model from a preset name or spec;
 - :func:`save_pretrained` / :func:`load_pretrained` — Hugging Face checkpoints (tokenizer included);

@@ -16,7 +16,7 @@ def default_registry() -> Any:
 
 
 def resolve_spec(spec: Mapping[str, Any] | str) -> dict[str, Any]:
-    """A model spec as a mapping: a string names a preset in ``registry/models/``."""
+    """A model spec as a mapping: a string names a model preset (``codemoe/core/presets/models/``, or the overlay's ``models/``)."""
     from codemoe.core.models.presets import load_preset
     from omegaconf import DictConfig, OmegaConf
 

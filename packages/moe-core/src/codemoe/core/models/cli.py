@@ -14,12 +14,12 @@ def add_model_command(subparsers) -> None:
     parser = subparsers.add_parser("model", help="inspect and initialise MoE models from presets")
     sub = parser.add_subparsers(dest="model_command", metavar="SUBCOMMAND", required=True)
     summary = sub.add_parser("summary", help="parameter counts and FLOPs/token of a preset (no memory allocated)")
-    summary.add_argument("preset", help="model preset name in registry/models")
+    summary.add_argument("preset", help="model preset name (shipped in codemoe/core/presets/models, or in the overlay registry/models)")
     summary.add_argument("--json", action="store_true", help="print JSON instead of a table")
     summary.set_defaults(handler=_cmd_summary)
     _add_plan_command(sub)
     init = sub.add_parser("init", help="write a freshly initialised checkpoint with a tokenizer")
-    init.add_argument("preset", help="model preset name in registry/models")
+    init.add_argument("preset", help="model preset name (shipped in codemoe/core/presets/models, or in the overlay registry/models)")
     init.add_argument("--out", required=True, help="output folder")
     init.add_argument("--texts", nargs="*", default=None, help="text files to train the tokenizer on")
     init.add_argument("--seed", type=int, default=0, help="initialisation seed")
@@ -32,7 +32,7 @@ def _add_plan_command(sub) -> None:
         help="memory and communication per rank of a training step on a dp x ep mesh (no memory allocated)",
         description="Bytes per rank of one training step (docs/memory-plan.md gives every formula).",
     )
-    plan.add_argument("preset", help="model preset name in registry/models, or a path to a model YAML")
+    plan.add_argument("preset", help="model preset name (shipped in codemoe/core/presets/models, or in the overlay registry/models), or a path to a model YAML")
     plan.add_argument("--dp", type=int, default=1, help="data-parallel ranks (FSDP shards over dp x ep)")
     plan.add_argument("--ep", type=int, default=1, help="expert-parallel ranks the experts are split over")
     plan.add_argument("--seq", type=int, default=2048, help="tokens per sequence L")

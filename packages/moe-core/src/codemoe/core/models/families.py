@@ -1,6 +1,6 @@
 """Model families besides ``qwen3_moe``: ``transformers`` causal LMs built from their own config class.
 
-Each family is a ``model`` component (``name: <family>`` in a preset of ``registry/models/``) whose
+Each family is a ``model`` component (``name: <family>`` in a model preset, ``codemoe/core/presets/models/``) whose
 factory builds the ``transformers`` model of that architecture from a codemoe config and, where the
 family routes as codemoe's block does, swaps every sparse MLP for a :class:`codemoe.core.moe.MoEBlock`
 with the same parameter names and layouts, so the saved checkpoint is one plain ``transformers``

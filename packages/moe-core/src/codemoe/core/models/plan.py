@@ -217,7 +217,7 @@ class MemoryPlan:
 
 
 def load_model_spec(preset: str) -> dict[str, Any]:
-    """A model spec from a preset name in ``registry/models/`` or a path to a model YAML file
+    """A model spec from a model preset name (shipped or in the overlay) or a path to a model YAML file
     (which may start from a preset with ``_base_: <preset>``)."""
     from codemoe.core.models.presets import load_preset
     from omegaconf import OmegaConf
@@ -226,7 +226,7 @@ def load_model_spec(preset: str) -> dict[str, Any]:
     if path.suffix not in (".yaml", ".yml"):
         return load_preset(preset)
     if not path.is_file():
-        raise ConfigError(f"model YAML {path} does not exist (give a preset name from registry/models or a file)")
+        raise ConfigError(f"model YAML {path} does not exist (give a model preset name, e.g. tiny, or a file)")
     data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a model YAML is a mapping with 'name: <model component>'")
