@@ -105,3 +105,34 @@ def test_config_class_must_be_a_dataclass():
     registry.register("fn", "bad", "os.path:dirname", "os.path:sep")
     with pytest.raises(RegistryError, match="not a dataclass"):
         registry.make_config("fn", "bad")
+
+
+# -- a component's options, as `codemoe components KIND NAME` prints them ----------------------------
+
+
+@dataclass
+class BaseOptions:
+    steps: int = 10  # optimizer steps
+
+
+@dataclass
+class DocumentedOptions(BaseOptions):
+    # where the model lives: auto | cpu | cuda
+    # (auto picks the GPU when there is one)
+    device: str = "auto"
+    stop: list[str] = field(default_factory=lambda: ["\n"])  # the text ends before these
+    router: Any = field(default_factory=lambda: {"name": "softmax_topk"}, metadata={"kind": "router"})
+    beta: float = field(default=0.1, metadata={"doc": "KL coefficient"})
+    undocumented: bool = False
+
+
+def test_options_give_type_default_and_the_fields_comment_or_doc():
+    registry = Registry()
+    registry.register("stage", "documented", lambda config: config, DocumentedOptions)
+    options = {o.name: o for o in registry.get("stage", "documented").options()}
+    assert list(options) == ["steps", "device", "stop", "router", "beta", "undocumented"]
+    assert (options["steps"].type, options["steps"].default, options["steps"].doc) == ("int", 10, "optimizer steps")
+    assert options["device"].doc == "where the model lives: auto | cpu | cuda (auto picks the GPU when there is one)"
+    assert (options["stop"].default, options["stop"].doc) == (["\n"], "the text ends before these")
+    assert (options["router"].kind, options["router"].default) == ("router", {"name": "softmax_topk"})
+    assert options["beta"].doc == "KL coefficient" and options["undocumented"].doc == ""
