@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.client
 import json
@@ -337,3 +338,128 @@ def test_the_remote_client_waits_out_a_busy_service():
         holder.join(10)
     assert result.status == "passed" and result.id == "second"
     assert svc.server.busy_answers == 2 and 1.0 <= waited < 5.0  # one Retry-After: 1 waited out
+
+
+# --- on uvicorn: what its h11 protocol does not bound by itself, the edge does -----------------
+
+
+class _BigAnswerExecutor(_StubExecutor):
+    """Answers with ``stdout_bytes`` of output, more than the sockets' buffers hold."""
+
+    def __init__(self, stdout_bytes: int) -> None:
+        super().__init__()
+        self.stdout_bytes = stdout_bytes
+
+    def run(self, request: ExecutionRequest) -> ExecutionResult:
+        return ExecutionResult(status="passed", exit_code=0, stdout="x" * self.stdout_bytes, id=request.id)
+
+
+def _open_connections(svc) -> int:
+    return len(svc.server.uvicorn.server_state.connections)
+
+
+def _until(predicate, timeout_s: float) -> float:
+    """Seconds until ``predicate()`` held (the test fails past ``timeout_s``)."""
+    started = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - started < timeout_s, "did not happen in time"
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_a_silent_connection_and_a_client_that_never_reads_its_answer_are_dropped_after_the_read_timeout():
+    # uvicorn alone arms no timer before a first request: a connection that sends nothing is held
+    # for ever; nor does it bound a client that stops reading its (large) answer
+    with SandboxService(_BigAnswerExecutor(32 << 20), token=TOKEN, read_timeout_s=1.0) as svc:
+        host, port = svc.server.server_address[:2]
+        silent = socket.create_connection((host, port), timeout=10)
+        stalled = socket.create_connection((host, port), timeout=10)
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        body = json.dumps(ExecutionRequest(command=["true"]).to_dict()).encode()
+        stalled.sendall(_post_head(str(len(body))) + body)  # and never reads the 32 MiB answer
+        _until(lambda: _open_connections(svc) == 2, 5.0)
+        assert silent.recv(1) == b""  # closed, without an answer: it asked nothing
+        assert _until(lambda: _open_connections(svc) == 0, 5.0) < 4.0  # the stalled one is cut off too
+        silent.close()
+        stalled.close()
+        assert RemoteExecutor(svc.url, token=TOKEN).health()["status"] == "ok"
+
+
+def _arrived_whole(svc, data: bytes) -> socket.socket:
+    """A connection to the service whose first read holds all of ``data``: written into a socket
+    pair before its server end is handed to the service's event loop. Returns the client end.
+    """
+    client, server_end = socket.socketpair()
+    client.sendall(data)
+    server = svc.server.uvicorn
+    loop = server.servers[0].get_loop()
+    protocol = server.config.http_protocol_class(config=server.config, server_state=server.server_state,
+                                                 app_state={}, _loop=loop)
+    asyncio.run_coroutine_threadsafe(loop.connect_accepted_socket(lambda: protocol, server_end), loop).result(5)
+    return client
+
+
+def test_a_head_over_the_limit_is_431_even_when_it_arrives_whole():
+    # h11's own limit holds only while a head is incomplete: a whole 100 kB head in one read passes it
+    stub = _StubExecutor()
+    with SandboxService(stub, token=TOKEN) as svc:
+        for pad, status, reason in ((100_000, 431, "over 65536 bytes"), (60_000, 400, "bad request")):
+            head = _post_head("2", extra="X-Pad: " + "p" * pad + "\r\n") + b"{}"
+            with _arrived_whole(svc, head) as sock:
+                sock.settimeout(5)
+                answer = b""
+                while chunk := sock.recv(1 << 16):
+                    answer += chunk
+            assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:100]
+            assert reason in json.loads(answer.partition(b"\r\n\r\n")[2])["error"]  # under it: read, body judged
+    assert stub.calls == 0
+
+
+def test_an_error_answered_before_the_body_arrives_is_read_not_reset():
+    # a 413 or 401 is answered from the headers; the client, still sending its body, must read the
+    # answer: the edge half-closes and reads the rest away (uvicorn alone closes with it unread)
+    with SandboxService(_StubExecutor(), token=TOKEN, max_request_bytes=64 * 1024) as svc:
+        for head, status in ((_post_head(str(100_000)), 413),
+                             (_post_head(str(60_000)).replace(TOKEN.encode(), b"wrong-token"), 401)):
+            for _ in range(5):
+                answer = _raw(svc, head, then=b"x" * int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
+                assert answer[0] == status and "error" in answer[2]
+        _until(lambda: _open_connections(svc) == 0, 3.0)
+
+
+def test_a_kept_alive_connection_serves_request_after_request():
+    with SandboxService(_StubExecutor(), token=TOKEN, read_timeout_s=1.0) as svc:
+        host, port = svc.server.server_address[:2]
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        body = json.dumps(ExecutionRequest(command=["true"], id="k").to_dict()).encode()
+        for _ in range(3):
+            conn.request("POST", "/run", body=body, headers={"Authorization": f"Bearer {TOKEN}"})
+            response = conn.getresponse()
+            assert (response.status, json.loads(response.read())["id"]) == (200, "k")
+            time.sleep(0.6)  # 1.8 s in all: each request has its own deadline, not the connection's
+        assert _open_connections(svc) == 1
+        conn.close()
+
+
+def test_calls_run_at_once_up_to_max_in_flight_and_connections_past_the_cap_get_503_retry_after():
+    gate = threading.Event()
+    stub = _StubExecutor(gate=gate)
+    with SandboxService(stub, token=TOKEN, max_in_flight=64, max_connections=70) as svc:
+        clients = [threading.Thread(target=RemoteExecutor(svc.url, token=TOKEN).run,
+                                    args=(ExecutionRequest(command=["true"]),)) for _ in range(64)]
+        for t in clients:
+            t.start()
+        # all 64 are in the executor at once: a thread each (not the 40 of FastAPI's default pool)
+        _until(lambda: stub.calls == 64, 10.0)
+        host, port = svc.server.server_address[:2]
+        idle = [socket.create_connection((host, port), timeout=10) for _ in range(6)]  # 70 open now
+        _until(lambda: _open_connections(svc) == 70, 5.0)
+        body = json.dumps(ExecutionRequest(command=["true"]).to_dict()).encode()
+        status, headers, payload = _raw(svc, _post_head(str(len(body))) + body)
+        gate.set()
+        for t in clients:
+            t.join(10)
+        for sock in idle:
+            sock.close()
+    assert status == 503 and headers["retry-after"] == "1" and "70 connections" in payload["error"]
+    assert svc.server.busy_answers == 1 and stub.calls == 64

@@ -1,5 +1,7 @@
 """``codemoe sandbox serve``: executions over HTTP, so they can run on CPU machines apart from the GPUs.
 
+A FastAPI application served by uvicorn, as the field serves (SGLang, vLLM), on uvicorn's h11
+protocol extended by :mod:`codemoe.sandbox._http_edge` for what uvicorn does not bound itself.
 Endpoints (JSON in, JSON out, the schema of :mod:`codemoe.sandbox.api`):
 
 - ``GET /health`` -> ``{"status": "ok", "workers": N}`` (no token needed)
@@ -11,52 +13,58 @@ Endpoints (JSON in, JSON out, the schema of :mod:`codemoe.sandbox.api`):
 
 - 400: malformed JSON (including nesting too deep to parse, and ``NaN``/``Infinity`` or numbers
   out of a float's range, which JSON does not have), a request the schema refuses (e.g. a limit out
-  of its range), a Content-Length that is not a whole number of bytes, a bad request line;
-- 401: missing or wrong token; 404, 405, 501 (unknown method);
+  of its range), a Content-Length that is not a whole number of bytes, a body that ends before its
+  Content-Length, a request line or header h11 refuses;
+- 401: missing or wrong token; 404, 405, 501 (a method HTTP does not have);
 - 408: the request (request line, headers and body) did not arrive within ``read_timeout_s``;
 - 411: no Content-Length (chunked bodies are not taken);
 - 413: a body over ``max_request_bytes`` (answered from the headers, before any of the body is
-  read), or more than :data:`MAX_BATCH` requests in one batch; 431: header lines too long or too many;
+  read), or more than :data:`MAX_BATCH` requests in one batch; 431: a head over :data:`MAX_HEAD_BYTES`;
 - 503 with ``Retry-After``: ``max_in_flight`` calls of ``/run`` and ``/batch`` are already being
-  served; the :class:`~codemoe.sandbox.remote.RemoteExecutor` waits and retries;
+  served, or ``max_connections`` connections are open; the
+  :class:`~codemoe.sandbox.remote.RemoteExecutor` waits and retries;
 - 500: the executor itself failed (never for a failing program, which is a result).
 
-Bounds that keep the service answering: each connection is served by a thread, at most
-``max_connections`` at once (more wait in a listen backlog of ``2 * max_connections``, at least
-128); a client has ``read_timeout_s`` to send a whole request and to read its answer; after an error
-the unread rest of a body is read away (at most ``max_request_bytes`` of it, for at most a second),
-so the client reads the answer instead of a connection reset; nothing past the limit is read, so a
-client still sending a body of more than about twice the limit may see the connection close instead.
+Which bound comes from where (uvicorn's knobs, h11, this module, the edge) is in
+``docs/reliability.md``, "The service's edge".
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import functools
 import hmac
-import io
 import json
 import math
 import os
-import re
 import secrets
 import signal
 import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import uvicorn
+from codemoe.sandbox._http_edge import EdgeLimits, EdgeProtocol
 from codemoe.sandbox.api import ExecutionRequest, Executor
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 __all__ = ["TOKEN_ENV", "SandboxService", "serve_forever"]
 
 TOKEN_ENV = "CODEMOE_SANDBOX_TOKEN"
 MAX_BATCH = 4096  # requests in one /batch call
+MAX_HEAD_BYTES = 64 << 10  # request line and headers together (http.server's line limit)
 RETRY_AFTER_S = 1  # what a 503 tells the client to wait before it tries again
-_LINGER_S = 1.0  # after an error answer, how long the unread rest of the request is read away
-_DIGITS = re.compile(r"[0-9]{1,19}")
+KEEP_ALIVE_S = 5  # uvicorn's timeout_keep_alive: an idle kept-alive connection is closed after it
+GRACEFUL_S = 5  # uvicorn's timeout_graceful_shutdown: how long stop() waits for calls in flight
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"})
 
 
 class _HttpError(Exception):
@@ -87,102 +95,102 @@ def _loads(body: bytes) -> Any:
         raise ValueError("nested too deeply") from None
 
 
-class _DeadlineReader(io.RawIOBase):
-    """The socket's input with one deadline for a whole request, however slowly it trickles in
-    (a timeout per ``recv`` alone lets a client hold a thread by sending a byte now and then).
-    """
+def _answer(status: int, payload: Any, headers: dict[str, str] | None = None) -> Response:
+    """A JSON answer; after an error the connection is closed."""
+    headers = dict(headers or {})
+    if status >= 400:
+        headers["Connection"] = "close"
+    return Response(json.dumps(payload).encode(), status_code=status, headers=headers, media_type="application/json")
 
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self.deadline = math.inf
-        self.received = 0  # bytes since :meth:`start`
-        self.expired = False
 
-    def readable(self) -> bool:
-        return True
+def _parse_run(payload: Any) -> ExecutionRequest:
+    return ExecutionRequest.from_dict(payload)
 
-    def start(self, seconds: float) -> None:
-        self.deadline = time.monotonic() + seconds
-        self.received = 0
-        self.expired = False
 
-    def readinto(self, buffer: Any) -> int:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            self.expired = True
-            raise TimeoutError("the request did not arrive in time")
-        self._sock.settimeout(remaining)
+def _parse_batch(payload: Any) -> list[ExecutionRequest]:
+    requests = payload.get("requests") if isinstance(payload, dict) else None
+    if not isinstance(requests, list):
+        raise ValueError("a batch is {\"requests\": [request, ...]}")
+    if len(requests) > MAX_BATCH:
+        raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BATCH} requests per batch")
+    return [ExecutionRequest.from_dict(r) for r in requests]
+
+
+class _Server:
+    """The service's socket, executor, bounds and counts (``SandboxService.server``)."""
+
+    def __init__(self, address: tuple[str, int], executor: Executor, token: str, max_request_bytes: int,
+                 verbose: bool, *, read_timeout_s: float, max_connections: int, max_in_flight: int) -> None:
+        for name, value in (("max_connections", max_connections), ("max_in_flight", max_in_flight),
+                            ("max_request_bytes", max_request_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+        if not (isinstance(read_timeout_s, (int, float)) and 0 < read_timeout_s <= 3600):
+            raise ValueError(f"read_timeout_s must be more than 0 and at most 3600 seconds, got {read_timeout_s!r}")
+        self.executor = executor
+        self.token = token
+        self.max_request_bytes = max_request_bytes
+        self.read_timeout_s = float(read_timeout_s)
+        self.max_connections = max_connections
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0  # calls being served; only the event loop's thread changes it
+        self.busy_answers = 0  # 503s answered so far
+        self.request_queue_size = max(2048, 2 * max_connections)  # the listen backlog (uvicorn's default 2048)
+        self.socket = socket.create_server(address, backlog=self.request_queue_size)
+        self.server_address = self.socket.getsockname()
+        self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="codemoe-sandbox-service")
+        limits = EdgeLimits(read_timeout_s=self.read_timeout_s, max_request_bytes=max_request_bytes,
+                            max_head_bytes=MAX_HEAD_BYTES, max_connections=max_connections)
+        self.uvicorn = uvicorn.Server(uvicorn.Config(
+            _application(self),
+            http=functools.partial(EdgeProtocol, limits=limits, busy_app=self._too_many_connections),
+            loop="asyncio", lifespan="off", ws="none", interface="asgi3",
+            backlog=self.request_queue_size, timeout_keep_alive=KEEP_ALIVE_S,
+            timeout_graceful_shutdown=GRACEFUL_S, h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+            server_header=False, access_log=verbose, log_level="info" if verbose else "error",
+            log_config=uvicorn.config.LOGGING_CONFIG if verbose else None,
+        ))
+
+    # --- /run and /batch ------------------------------------------------------------------------
+
+    async def call(self, request: Request, parse: Callable[[Any], Any]) -> Response:
+        """Check the token and the framing, read the body, take a slot, and run ``parse``d requests
+        on the executor in a thread of the pool (parsing too: a 32 MiB body must not stall the loop).
+        """
+        self._authorize(request.headers.get("authorization", ""))
+        self._body_size(request.headers)
         try:
-            n = self._sock.recv_into(buffer)
-        except TimeoutError:
-            self.expired = True
-            raise
-        self.received += n
-        return n
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def setup(self) -> None:
-        super().setup()
-        self._reader = _DeadlineReader(self.connection)
-        self.rfile = io.BufferedReader(self._reader, 1 << 16)
-        self._unread: int | None = 0  # bytes of this request's body not read yet; None: unknown
-        self._answered = False
-
-    def handle_one_request(self) -> None:
-        self._reader.start(self.server.read_timeout_s)
-        self._unread, self._answered = None, False
-        self.command, self.requestline, self.request_version = None, "", "HTTP/1.1"  # until parsed
-        super().handle_one_request()  # a timeout anywhere in it closes the connection
-        if self._reader.expired and self._reader.received and not self._answered:
-            self._unread = 0  # a slow client: no lingering for the rest
-            with contextlib.suppress(OSError):
-                self._send_json(HTTPStatus.REQUEST_TIMEOUT, {
-                    "error": f"the request did not arrive within {self.server.read_timeout_s:g} s"})
-
-    def parse_request(self) -> bool:
-        if not super().parse_request():
-            return False
-        self._unread = self._declared_length()
-        return True
-
-    def do_GET(self) -> None:
-        self._respond(self._get)
-
-    def do_POST(self) -> None:
-        self._respond(self._post)
-
-    def _get(self) -> Any:
-        if self.path != "/health":
-            raise _HttpError(HTTPStatus.NOT_FOUND, f"no such endpoint: GET {self.path}; try /health")
-        return {"status": "ok", "workers": getattr(self.server.executor, "size", None)}
-
-    def _post(self) -> Any:
-        if self.path not in ("/run", "/batch"):
-            raise _HttpError(HTTPStatus.NOT_FOUND, f"no such endpoint: POST {self.path}; try /run or /batch")
-        self._authorize()
-        body = self._read_body(self._body_size())
+            body = await request.body()
+        except ClientDisconnect:  # the edge answered (408, 400) or the client left: nothing to add
+            return Response(status_code=HTTPStatus.BAD_REQUEST)
         # A slot is taken only once the body is in, so slow uploads do not hold slots.
-        if not self.server.in_flight.acquire(blocking=False):
-            with self.server.counts_lock:
-                self.server.busy_answers += 1
+        if self.in_flight >= self.max_in_flight:
+            self.busy_answers += 1
             raise _HttpError(
                 HTTPStatus.SERVICE_UNAVAILABLE,
-                f"busy: {self.server.max_in_flight} calls are being served; retry in {RETRY_AFTER_S} s",
+                f"busy: {self.max_in_flight} calls are being served; retry in {RETRY_AFTER_S} s",
                 {"Retry-After": str(RETRY_AFTER_S)},
             )
+        self.in_flight += 1
         try:
-            if self.path == "/run":
-                return self.server.executor.run(self._parsed(ExecutionRequest.from_dict, body)).to_dict()
-            parsed = self._parsed(self._batch, body)
-            return {"results": [r.to_dict() for r in self.server.executor.run_batch(parsed)]}
+            status, payload = await asyncio.get_running_loop().run_in_executor(self._pool, self._execute, parse, body)
         finally:
-            self.server.in_flight.release()
+            self.in_flight -= 1
+        return _answer(status, payload)
 
-    def _parsed(self, parse: Any, body: bytes) -> Any:
+    def _execute(self, parse: Callable[[Any], Any], body: bytes) -> tuple[int, Any]:
+        try:
+            parsed = self._parsed(parse, body)
+            if isinstance(parsed, list):
+                return HTTPStatus.OK, {"results": [r.to_dict() for r in self.executor.run_batch(parsed)]}
+            return HTTPStatus.OK, self.executor.run(parsed).to_dict()
+        except _HttpError as exc:
+            return exc.status, {"error": str(exc)}
+        except Exception as exc:  # the executor failed: still an answer, never a dropped connection
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}: {exc}"}
+
+    @staticmethod
+    def _parsed(parse: Callable[[Any], Any], body: bytes) -> Any:
         """The body decoded and turned into requests; a 400 names whatever is wrong."""
         try:
             payload = _loads(body)
@@ -195,205 +203,78 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
             raise _HttpError(HTTPStatus.BAD_REQUEST, f"bad request: {exc}") from None
 
-    @staticmethod
-    def _batch(body: Any) -> list[ExecutionRequest]:
-        requests = body.get("requests") if isinstance(body, dict) else None
-        if not isinstance(requests, list):
-            raise ValueError("a batch is {\"requests\": [request, ...]}")
-        if len(requests) > MAX_BATCH:
-            raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BATCH} requests per batch")
-        return [ExecutionRequest.from_dict(r) for r in requests]
-
-    def _authorize(self) -> None:
-        header = self.headers.get("Authorization", "")
+    def _authorize(self, header: str) -> None:
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), self.server.token.encode()):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), self.token.encode()):
             raise _HttpError(HTTPStatus.UNAUTHORIZED, "missing or wrong token: send 'Authorization: Bearer <token>'")
 
-    def _declared_length(self) -> int | None:
-        """The body's length when its framing is a valid Content-Length, else None."""
-        values = self.headers.get_all("Content-Length") or []
-        if self.headers.get("Transfer-Encoding") is not None or len(set(values)) > 1:
-            return None
-        if not values:
-            return 0
-        value = values[0].strip().lstrip("0") or "0"
-        return int(value) if _DIGITS.fullmatch(value) else None
-
-    def _body_size(self) -> int:
-        """The body's length, checked against the limit before any of it is read."""
-        values = self.headers.get_all("Content-Length") or []
-        if self.headers.get("Transfer-Encoding") is not None:
+    def _body_size(self, headers: Any) -> int:
+        """The body's length, checked against the limit before any of it is read (h11 has already
+        refused a Content-Length that is not a whole number, or two that differ)."""
+        if "transfer-encoding" in headers:
             raise _HttpError(HTTPStatus.LENGTH_REQUIRED, "chunked bodies are not taken: send a Content-Length")
-        if not values:
+        if "content-length" not in headers:
             raise _HttpError(HTTPStatus.LENGTH_REQUIRED, "a Content-Length header is required")
-        if len(set(values)) != 1:
-            raise _HttpError(HTTPStatus.BAD_REQUEST, f"conflicting Content-Length headers {values[:4]}")
-        value = values[0].strip()
-        value = value.lstrip("0") or ("0" if value else "")
-        if not _DIGITS.fullmatch(value):
-            if re.fullmatch(r"[0-9]+", value):  # more digits than any body could have
-                raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body of {value[:32]}... bytes is "
-                                 f"over the limit of {self.server.max_request_bytes} bytes")
-            raise _HttpError(HTTPStatus.BAD_REQUEST,
-                             f"bad Content-Length {value[:32]!r}: it must be a whole number of bytes, 0 or more")
-        size = int(value)
-        if size > self.server.max_request_bytes:
-            raise _HttpError(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                f"request body of {size} bytes is over the limit of {self.server.max_request_bytes} bytes",
-            )
+        size = int(headers["content-length"])
+        if size > self.max_request_bytes:
+            raise _HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                             f"request body of {size} bytes is over the limit of {self.max_request_bytes} bytes")
         return size
 
-    def _read_body(self, size: int) -> bytes:
-        try:
-            body = self.rfile.read(size)
-        except TimeoutError:
-            self._unread = 0
-            raise _HttpError(HTTPStatus.REQUEST_TIMEOUT,
-                             f"the request did not arrive within {self.server.read_timeout_s:g} s") from None
-        if len(body) < size:
-            self._unread = 0
-            raise _HttpError(HTTPStatus.BAD_REQUEST, f"the body ended after {len(body)} of {size} bytes")
-        self._unread = 0
-        return body
+    async def _too_many_connections(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The ASGI answer on a connection past ``max_connections``: 503 with ``Retry-After``."""
+        self.busy_answers += 1
+        response = _answer(HTTPStatus.SERVICE_UNAVAILABLE, {
+            "error": f"busy: {self.max_connections} connections are open; retry in {RETRY_AFTER_S} s"},
+            {"Retry-After": str(RETRY_AFTER_S)})
+        await response(scope, receive, send)
 
-    def _respond(self, handler: Any) -> None:
-        headers: dict[str, str] = {}
-        try:
-            status, payload = HTTPStatus.OK, handler()
-        except _HttpError as exc:
-            status, payload, headers = exc.status, {"error": str(exc)}, exc.headers
-        except Exception as exc:  # the executor failed: still an answer, never a dropped connection
-            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}: {exc}"}
-        self._send_json(status, payload, headers)
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The errors http.server finds itself (bad request line, header lines too long or too
-        many, unknown method) are answered in JSON like the others.
-        """
-        if self.request_version == "HTTP/0.9":  # a request line too broken to tell: answer with headers
-            self.request_version = "HTTP/1.1"
-        text = message or HTTPStatus(code).phrase
-        if explain and explain != text:
-            text = f"{text}: {explain}"
-        self._send_json(code, {"error": text})
-
-    def send_response_only(self, code: int, message: str | None = None) -> None:
-        self._answered = True
-        self.connection.settimeout(self.server.read_timeout_s)  # a client that does not read is dropped too
-        super().send_response_only(code, message)
-
-    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        body = json.dumps(payload).encode()
-        closing = status >= 400 or self._unread != 0  # after an error, or a body nobody read
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        if closing:  # what is left of the request must not be taken for the next one
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-        if closing:
-            self._linger()
-
-    def _linger(self) -> None:
-        """Read away what the client still sends of this request (at most the body limit, for at
-        most a second), so closing with unread input does not reset the connection before the
-        client has read the answer.
-        """
-        if self._unread == 0:
-            return
-        budget = self.server.max_request_bytes if self._unread is None else min(self._unread, self.server.max_request_bytes)
-        with contextlib.suppress(OSError):
-            self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_WR)
-            self._reader.start(_LINGER_S)
-            while budget > 0:
-                chunk = self.rfile.read1(min(budget, 1 << 16))
-                if not chunk:
-                    break
-                budget -= len(chunk)
-        self._unread = 0
-
-    def do_PUT(self) -> None:
-        self._respond(self._not_allowed)
-
-    do_DELETE = do_PATCH = do_PUT
-
-    def _not_allowed(self) -> Any:
-        raise _HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{self.command} is not supported; use GET or POST")
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if self.server.verbose:
-            super().log_message(format, *args)
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.socket.close()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+def _application(server: _Server) -> FastAPI:
+    app = FastAPI(title="codemoe sandbox service", openapi_url=None, docs_url=None, redoc_url=None,
+                  redirect_slashes=False)
 
-    def __init__(self, address: tuple[str, int], executor: Executor, token: str, max_request_bytes: int,
-                 verbose: bool, *, read_timeout_s: float = 60.0, max_connections: int = 256,
-                 max_in_flight: int = 128) -> None:
-        for name, value in (("max_connections", max_connections), ("max_in_flight", max_in_flight)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive whole number, got {value!r}")
-        if not (isinstance(read_timeout_s, (int, float)) and 0 < read_timeout_s <= 3600):
-            raise ValueError(f"read_timeout_s must be more than 0 and at most 3600 seconds, got {read_timeout_s!r}")
-        self.request_queue_size = max(128, 2 * max_connections)  # the listen backlog, set before listen()
-        super().__init__(address, _Handler)
-        self.executor = executor
-        self.token = token
-        self.max_request_bytes = max_request_bytes
-        self.verbose = verbose
-        self.read_timeout_s = float(read_timeout_s)
-        self.max_in_flight = max_in_flight
-        self.in_flight = threading.BoundedSemaphore(max_in_flight)
-        self.busy_answers = 0  # 503s answered so far
-        self.counts_lock = threading.Lock()
-        self._connections = threading.BoundedSemaphore(max_connections)
-        self._stopping = False
+    @app.get("/health")
+    async def health() -> Response:
+        return _answer(HTTPStatus.OK, {"status": "ok", "workers": getattr(server.executor, "size", None)})
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread per connection, at most ``max_connections`` at once: past them the next
-        connection waits here (and the others in the listen backlog) until one ends.
-        """
-        while not self._connections.acquire(timeout=0.2):
-            if self._stopping:
-                self.shutdown_request(request)
-                return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._connections.release()
-            raise
+    @app.post("/run")
+    async def run(request: Request) -> Response:
+        return await server.call(request, _parse_run)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._connections.release()
+    @app.post("/batch")
+    async def batch(request: Request) -> Response:
+        return await server.call(request, _parse_batch)
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away is not an error of the service."""
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)) and not self.verbose:
-            return
-        super().handle_error(request, client_address)
+    @app.exception_handler(_HttpError)
+    async def refused(request: Request, exc: _HttpError) -> Response:
+        return _answer(exc.status, {"error": str(exc)}, exc.headers)
 
-    def shutdown(self) -> None:
-        self._stopping = True
-        super().shutdown()
+    @app.exception_handler(StarletteHTTPException)
+    async def no_route(request: Request, exc: StarletteHTTPException) -> Response:
+        method, path = request.method, request.url.path
+        if method not in _METHODS:
+            return _answer(HTTPStatus.NOT_IMPLEMENTED, {"error": f"{method[:32]} is not an HTTP method; use GET or POST"})
+        if exc.status_code == HTTPStatus.METHOD_NOT_ALLOWED:
+            return _answer(exc.status_code, {"error": f"{method} is not supported on {path}; "
+                                             "use GET /health, POST /run or POST /batch"})
+        return _answer(exc.status_code, {"error": f"no such endpoint: {method} {path[:200]}; "
+                                         "try GET /health, POST /run or POST /batch"})
+
+    return app
 
 
 class SandboxService:
     """An HTTP front for an executor; ``start()`` serves from a background thread.
 
     ``read_timeout_s``: how long a client has to send one whole request (and to read its answer);
-    ``max_connections``: connections served at once, one thread each; ``max_in_flight``: calls of
-    ``/run`` and ``/batch`` served at once, past which the answer is 503 with ``Retry-After``.
+    ``max_connections``: connections open at once, past which a request is answered 503 with
+    ``Retry-After``; ``max_in_flight``: calls of ``/run`` and ``/batch`` served at once (each on a
+    thread of a pool that size), past which the answer is 503 with ``Retry-After``.
     """
 
     def __init__(
@@ -406,7 +287,7 @@ class SandboxService:
         max_request_bytes: int = 32 << 20,
         verbose: bool = False,
         read_timeout_s: float = 60.0,
-        max_connections: int = 256,
+        max_connections: int = 1024,
         max_in_flight: int = 128,
     ) -> None:
         if not token:
@@ -423,17 +304,31 @@ class SandboxService:
         return f"http://{host}:{port}"
 
     def start(self) -> SandboxService:
-        """Serve in a daemon thread; returns self."""
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        """Serve from a daemon thread (its own event loop); returns self once uvicorn listens."""
+        server = self.server.uvicorn
+        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [self.server.socket]},
+                                        name="codemoe-sandbox-service", daemon=True)
         self._thread.start()
+        give_up = time.monotonic() + 30
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > give_up:
+                raise RuntimeError(f"the sandbox service on {self.url} did not start")
+            time.sleep(0.005)
         return self
 
-    def stop(self) -> None:
-        """Stop serving and close the socket (the executor is the caller's to close)."""
-        self.server.shutdown()
-        self.server.server_close()
+    def wait(self) -> None:
+        """Block until the service stops (signals still reach the calling thread)."""
         if self._thread is not None:
             self._thread.join()
+
+    def stop(self) -> None:
+        """Stop serving (calls in flight get up to :data:`GRACEFUL_S` to finish) and close the
+        socket; the executor is the caller's to close.
+        """
+        self.server.uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+        self.server.close()
 
     def __enter__(self) -> SandboxService:
         return self.start()
@@ -452,20 +347,21 @@ def serve_forever(*, host: str, port: int, token: str | None, workers: int, max_
     with LocalExecutor(workers=workers) as executor:
         service = SandboxService(executor, token=token, host=host, port=port,
                                  max_request_bytes=max_request_bytes, verbose=True)
-        print(f"codemoe sandbox serving on {service.url} with {executor.size} workers", file=sys.stderr)
+        print(f"codemoe sandbox serving on {service.url} with {executor.size} workers", file=sys.stderr, flush=True)
         if generated:
-            print(f"token (set {TOKEN_ENV} on clients): {token}", file=sys.stderr)
+            print(f"token (set {TOKEN_ENV} on clients): {token}", file=sys.stderr, flush=True)
         # Interrupts stop the service even when the launcher left SIGINT ignored (a background job
         # of a non-interactive shell does): Python only raises KeyboardInterrupt for a default SIGINT.
+        # uvicorn serves from a thread here, so these handlers, not uvicorn's, get the signals.
         previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            service.server.serve_forever()
+            service.start().wait()
         except KeyboardInterrupt:
             pass
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            service.server.server_close()
+            service.stop()
     return 0
 
 
