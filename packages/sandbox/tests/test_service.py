@@ -463,3 +463,24 @@ def test_calls_run_at_once_up_to_max_in_flight_and_connections_past_the_cap_get_
             sock.close()
     assert status == 503 and headers["retry-after"] == "1" and "70 connections" in payload["error"]
     assert svc.server.busy_answers == 1 and stub.calls == 64
+
+
+def test_serve_command_stops_on_sigterm_after_its_calls_without_a_traceback():
+    # a join interrupted by the signal handler's exception once let the socket close under
+    # uvicorn's own shutdown, a traceback on stderr (the exit code was still 0)
+    env = {**os.environ, TOKEN_ENV: "cli-token"}
+    command = [sys.executable, "-m", "codemoe.sandbox", "serve", "--port", "0", "--workers", "1"]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        banner = server.stderr.readline()
+        url = re.search(r"http://[\d.]+:\d+", banner).group(0)
+        assert RemoteExecutor(url, token="cli-token").health()["status"] == "ok"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            _, stderr = server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise
+    assert server.returncode == 0
+    assert "Traceback" not in stderr and '"GET /health HTTP/1.1" 200' in stderr, stderr[-2000:]

@@ -32,6 +32,7 @@ Which bound comes from where (uvicorn's knobs, h11, this module, the edge) is in
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import hmac
 import json
@@ -148,7 +149,7 @@ class _Server:
             backlog=self.request_queue_size, timeout_keep_alive=KEEP_ALIVE_S,
             timeout_graceful_shutdown=GRACEFUL_S, h11_max_incomplete_event_size=MAX_HEAD_BYTES,
             server_header=False, access_log=verbose, log_level="info" if verbose else "error",
-            log_config=uvicorn.config.LOGGING_CONFIG if verbose else None,
+            log_config=_log_config() if verbose else None,
         ))
 
     # --- /run and /batch ------------------------------------------------------------------------
@@ -234,6 +235,13 @@ class _Server:
         self.socket.close()
 
 
+def _log_config() -> dict[str, Any]:
+    """uvicorn's logging, every line on stderr (its access log goes to stdout by default)."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    return config
+
+
 def _application(server: _Server) -> FastAPI:
     app = FastAPI(title="codemoe sandbox service", openapi_url=None, docs_url=None, redoc_url=None,
                   redirect_slashes=False)
@@ -296,6 +304,7 @@ class SandboxService:
                               read_timeout_s=read_timeout_s, max_connections=max_connections,
                               max_in_flight=max_in_flight)
         self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
 
     @property
     def url(self) -> str:
@@ -306,8 +315,14 @@ class SandboxService:
     def start(self) -> SandboxService:
         """Serve from a daemon thread (its own event loop); returns self once uvicorn listens."""
         server = self.server.uvicorn
-        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [self.server.socket]},
-                                        name="codemoe-sandbox-service", daemon=True)
+
+        def serve() -> None:
+            try:
+                server.run(sockets=[self.server.socket])
+            finally:
+                self._stopped.set()
+
+        self._thread = threading.Thread(target=serve, name="codemoe-sandbox-service", daemon=True)
         self._thread.start()
         give_up = time.monotonic() + 30
         while not server.started:
@@ -317,9 +332,13 @@ class SandboxService:
         return self
 
     def wait(self) -> None:
-        """Block until the service stops (signals still reach the calling thread)."""
-        if self._thread is not None:
-            self._thread.join()
+        """Block until the service stops; a signal handler's exception interrupts it.
+
+        An event, not ``Thread.join``: a join interrupted by an exception marks the thread stopped
+        while it still runs (CPython 3.11's bpo-45274 handling), so ``stop()`` would close the
+        socket under uvicorn's own shutdown.
+        """
+        self._stopped.wait()
 
     def stop(self) -> None:
         """Stop serving (calls in flight get up to :data:`GRACEFUL_S` to finish) and close the
