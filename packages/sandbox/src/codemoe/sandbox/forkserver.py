@@ -26,6 +26,7 @@ are closed before any submitted code runs (:func:`codemoe.sandbox.runners.run_in
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import importlib
 import marshal
@@ -80,8 +81,9 @@ class ForkServer:
             try:
                 self._start_fresh()
                 return
-            except OSError as exc:
+            except OSError as exc:  # it still works, as a fork of this larger process: say so
                 self.fresh_error, self.fork = str(exc), True
+                print(f"codemoe sandbox: the fork server is a fork of the worker ({exc})", file=sys.stderr)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
@@ -101,9 +103,10 @@ class ForkServer:
         plan; raises ``OSError`` when it does not say it is ready.
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        actions = [(os.POSIX_SPAWN_DUP2, theirs.fileno(), _SOCKET_FD)]
-        if self.state.host_net is not None:
-            actions.append((os.POSIX_SPAWN_DUP2, self.state.host_net, _HOST_NET_FD))
+        # sources above the targets: a dup2 onto itself would keep close-on-exec, one onto the other's source lose it
+        sources = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HOST_NET_FD + 1)
+                   for fd in (theirs.fileno(), self.state.host_net) if fd is not None]
+        actions = [(os.POSIX_SPAWN_DUP2, fd, target) for fd, target in zip(sources, (_SOCKET_FD, _HOST_NET_FD))]
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # holds codemoe/
         try:
             pid = os.posix_spawn(sys.executable, [sys.executable, "-s", "-c", _MAIN, root], self.environ,
@@ -113,12 +116,20 @@ class ForkServer:
             raise
         finally:
             theirs.close()
+            for fd in sources:
+                os.close(fd)
         plan = self.plan
-        ours.send(marshal.dumps({"net_ns": plan.net_ns, "user_ns": plan.user_ns, "seccomp": plan.seccomp,
-                                 "drop_uid": plan.drop_uid, "uid": self.state.uid,
-                                 "host_net": self.state.host_net is not None, "worker": os.getpid()}))
-        if ours.recv(len(_READY)) != _READY:
+        config = {"net_ns": plan.net_ns, "user_ns": plan.user_ns, "seccomp": plan.seccomp, "drop_uid": plan.drop_uid,
+                  "uid": self.state.uid, "host_net": self.state.host_net is not None, "worker": os.getpid()}
+        try:
+            ours.send(marshal.dumps(config))
+            ready = ours.recv(len(_READY))
+        except OSError:
+            ready = b""
+        if ready != _READY:
             ours.close()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
             raise OSError("a fresh fork server exited before it was ready")
