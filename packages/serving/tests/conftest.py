@@ -97,15 +97,17 @@ def model_dir(tmp_path_factory, codemoe_model, tokenizer) -> Path:
     return save_pretrained(codemoe_model, tokenizer, tmp_path_factory.mktemp("ckpt") / "tiny-moe")
 
 
-@pytest.fixture(scope="module")
-def server(model_dir):
-    """``codemoe serve`` of the saved checkpoint on a free loopback port."""
+@pytest.fixture(scope="module", params=["stdlib", "fastapi"])
+def server(model_dir, request):
+    """``codemoe serve`` of the saved checkpoint on a free loopback port, on each HTTP transport."""
     from codemoe.serving.embedded import EmbeddedEngineConfig, build_embedded_engine
     from codemoe.serving.handlers import ServingApp
     from codemoe.serving.server import ApiServer
+    from codemoe.serving.server_fastapi import FastApiServer
 
+    transport = {"stdlib": ApiServer, "fastapi": FastApiServer}[request.param]
     engine = build_embedded_engine(EmbeddedEngineConfig(model_dir=str(model_dir)))
-    with ApiServer(ServingApp(engine, "tiny-moe", str(model_dir)), "127.0.0.1", 0) as running:
+    with transport(ServingApp(engine, "tiny-moe", str(model_dir)), "127.0.0.1", 0) as running:
         yield running
 
 

@@ -25,10 +25,11 @@ def test_engines_are_registered_without_importing_torch():
 
 
 @pytest.mark.slow
-def test_codemoe_serve_answers_over_http(model_dir):
+@pytest.mark.parametrize("http", ["stdlib", "fastapi"])
+def test_codemoe_serve_answers_over_http(model_dir, http):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "codemoe.core", "serve", str(model_dir), "--port", "0", "--served-model-name", "m"]
-    cmd += ["--prefix-cache-tokens", "4096"]
+    cmd += ["--prefix-cache-tokens", "4096", "--http", http]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline()

@@ -130,11 +130,11 @@ def _read_request(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
-def test_a_server_killed_mid_call_gives_the_samples_of_one_healthy_server(server, registry, two_processes):
-    (victim, direct), (_, second) = two_processes
+def test_a_server_killed_mid_call_gives_the_samples_of_one_healthy_server(registry, two_processes):
+    (victim, direct), (_, second) = two_processes  # module-scoped: this test kills one, so it runs once
     relay = _KillOnGenerate(direct, victim)
     first = relay.url
-    want = tokens(registry.build("engine", {"name": "sglang", "base_url": server.url}).generate(PROMPTS, SEEDED))
+    want = tokens(registry.build("engine", {"name": "sglang", "base_url": second}).generate(PROMPTS, SEEDED))
     engine = registry.build("engine", {"name": "sglang", "base_url": [first, second], "timeout_s": 60})
     started = time.monotonic()
     assert tokens(engine.generate(PROMPTS, SEEDED)) == want  # both up: half the prompts each
@@ -223,14 +223,12 @@ def serve_checkpoint(model_dir):
 
     yield start
     for api in running:
-        api.httpd.shutdown()
-        api.httpd.server_close()
+        api.stop()
 
 
 def _stop(api: ApiServer) -> int:
-    api.httpd.shutdown()
-    api.httpd.server_close()
-    return api.httpd.server_address[1]
+    api.stop()
+    return api.server_address[1]
 
 
 def test_a_server_that_missed_an_update_never_serves_old_weights(

@@ -218,7 +218,7 @@ def test_a_client_that_leaves_mid_stream_stops_its_generation(server):
     import time
 
     body = json.dumps({"model": "tiny-moe", "prompt": "x", "max_tokens": 200, "stream": True, "ignore_eos": True})
-    host, port = server.httpd.server_address[:2]
+    host, port = server.server_address
     with socket.create_connection((host, port), timeout=30) as sock:
         request = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
         sock.sendall(request.encode())

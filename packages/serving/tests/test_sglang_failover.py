@@ -59,14 +59,12 @@ def test_a_fleet_of_sglang_and_codemoe_serve_spreads_updates_and_fails_over(toke
             with warnings.catch_warnings():
                 warnings.simplefilter("error", RuntimeWarning)
                 _agree(engine.generate(PROMPTS, GREEDY), reference.generate(PROMPTS, GREEDY))  # half each
-            ours.httpd.shutdown()
-            ours.httpd.server_close()
+            ours.stop()
             with pytest.warns(RuntimeWarning, match=rf"{re.escape(ours.url)} failed .*go to {re.escape(real.url)}"):
                 _agree(engine.generate(PROMPTS, GREEDY), reference.generate(PROMPTS, GREEDY))
             assert [s["status"] for s in engine.health()["servers"]] == ["unreachable", "ok"]
     finally:
-        ours.httpd.shutdown()
-        ours.httpd.server_close()
+        ours.stop()
 
 
 def _agree(got, want) -> None:

@@ -31,6 +31,9 @@ def add_serve_command(subparsers: argparse._SubParsersAction) -> None:
         help="prompts sharing at least this many leading tokens keep and read them once (default 64; 0: off)",
     )
     p.add_argument("--device", default="auto", help="auto (the GPU when CUDA is available), cpu, cuda or cuda:N")
+    p.add_argument("--http", choices=("stdlib", "fastapi"), default="stdlib",
+                   help="HTTP transport: the standard library's threaded server (default, the faster one beside an "
+                   "in-process engine) or FastAPI + uvicorn (needs codemoe-serving[fastapi])")
     p.set_defaults(handler=_serve)
 
 
@@ -38,6 +41,9 @@ def _serve(args: argparse.Namespace) -> int:
     from codemoe.serving.embedded import EmbeddedEngineConfig, build_embedded_engine
     from codemoe.serving.handlers import ServingApp
     from codemoe.serving.server import ApiServer
+
+    if args.http == "fastapi":
+        from codemoe.serving.server_fastapi import FastApiServer as ApiServer
 
     path = Path(args.model_dir)
     config = EmbeddedEngineConfig(
@@ -61,7 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        server.httpd.server_close()
+        server.stop()
     return 0
 
 

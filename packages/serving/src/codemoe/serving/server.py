@@ -3,11 +3,18 @@
 A threaded standard-library server (one thread per connection, HTTP/1.1 keep-alive); request
 threads drive the shared engine, so concurrent requests decode in the same batch. Streaming
 responses are server-sent events over chunked transfer encoding, ended by ``data: [DONE]``.
+
+It is the default transport, and FastAPI + uvicorn (:mod:`codemoe.serving.server_fastapi`,
+``codemoe serve --http fastapi``) the other, because the engine decodes in this process: a
+request thread that gets its tokens writes them itself, while uvicorn hands every result back to
+its event loop thread, which waits for the GIL the decoding thread holds (up to the 5 ms switch
+interval per handoff). ``benchmarks/bench_serve.py`` measures both in one run (``docs/performance.md``).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +26,7 @@ from codemoe.serving.handlers import HttpError, ServingApp
 __all__ = ["ApiServer"]
 
 _MAX_BODY_BYTES = 64 << 20
+BACKLOG = 2048  # connections waiting to be accepted (the standard library's default, 5, resets a rollout's burst)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -93,19 +101,33 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = BACKLOG
+
+    def server_bind(self) -> None:
+        # accepted connections inherit it: a response's head and body go out at once instead of the
+        # body waiting for the client's delayed ACK (40 ms per keep-alive request otherwise)
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().server_bind()
+
+
 class ApiServer:
     """Serve an app on ``host:port`` (port 0 picks a free one) in a background thread or the foreground."""
 
     def __init__(self, app: ServingApp, host: str = "127.0.0.1", port: int = 8000) -> None:
         handler = type("Handler", (_Handler,), {"app": app})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _HTTPServer((host, port), handler)
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
+        host, port = self.server_address
         return f"http://{host}:{port}"
+
+    @property
+    def server_address(self) -> tuple[str, int]:
+        return tuple(self.httpd.server_address[:2])
 
     def start(self) -> ApiServer:
         """Serve in a daemon thread; return self."""
@@ -117,10 +139,12 @@ class ApiServer:
         self.httpd.serve_forever()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        """Stop serving (the background thread, when started) and close the socket; again: nothing."""
         if self._thread is not None:
+            self.httpd.shutdown()
             self._thread.join()
+            self._thread = None
+        self.httpd.server_close()
 
     def __enter__(self) -> ApiServer:
         return self.start()
