@@ -13,7 +13,14 @@ import sys
 
 import pytest
 from codemoe.core.plugins import build_plugin_manager, build_registry
-from codemoe.core.testing import EngineContract, ExecutorContract, LoggerContract, RewardContract, StageContract
+from codemoe.core.testing import (
+    EngineContract,
+    ExecutorContract,
+    LoggerContract,
+    RewardContract,
+    StageContract,
+    each_of,
+)
 from codemoe.evals.testing import SuiteContract
 from codemoe.sandbox.rewards.examples import example_inputs
 
@@ -50,10 +57,7 @@ class TestRemoteExecutor(ExecutorContract):
 
 
 class TestRewardComponents(RewardContract):
-    @pytest.fixture(scope="class", params=REGISTRY.names("reward"))
-    @classmethod
-    def component_name(cls, request):
-        return request.param
+    component_name = each_of(REGISTRY.names("reward"))
 
     def reward_inputs(self):
         return example_inputs()

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 from codemoe.core.plugins import build_plugin_manager, build_registry
-from codemoe.core.testing import ExpertsContract
+from codemoe.core.testing import ExpertsContract, each_of
 
 EXPERTS = build_registry(build_plugin_manager()).names("experts")
 
@@ -14,7 +13,4 @@ def test_the_builtin_experts_are_all_checked():
 
 
 class TestBuiltinExperts(ExpertsContract):
-    @pytest.fixture(scope="class", params=EXPERTS)
-    @classmethod
-    def component_name(cls, request):
-        return request.param
+    component_name = each_of(EXPERTS)

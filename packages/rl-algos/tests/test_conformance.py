@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 from codemoe.core.plugins import build_plugin_manager, build_registry
+from codemoe.core.testing import each_of
 from codemoe.rl.testing import AdvantageContract, KLContract, PolicyLossContract
 
 REGISTRY = build_registry(build_plugin_manager())
@@ -16,10 +16,7 @@ def test_every_builtin_strategy_is_checked():
 
 
 class TestGroupBaselineAdvantages(AdvantageContract):
-    @pytest.fixture(scope="class", params=sorted(set(REGISTRY.names("advantage")) - {"gae"}))
-    @classmethod
-    def component_name(cls, request):
-        return request.param
+    component_name = each_of(sorted(set(REGISTRY.names("advantage")) - {"gae"}))
 
 
 class TestGAE(AdvantageContract):
@@ -30,10 +27,7 @@ class TestGAE(AdvantageContract):
 
 
 class TestPolicyLosses(PolicyLossContract):
-    @pytest.fixture(scope="class", params=REGISTRY.names("policy_loss"))
-    @classmethod
-    def component_name(cls, request):
-        return request.param
+    component_name = each_of(REGISTRY.names("policy_loss"))
 
 
 class TestK1(KLContract):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 from codemoe.core.plugins import build_plugin_manager, build_registry
-from codemoe.core.testing import RouterContract
+from codemoe.core.testing import RouterContract, each_of
 
 # every router the installed plugins register, so a router added later is checked too
 ROUTERS = build_registry(build_plugin_manager()).names("router")
@@ -16,10 +15,7 @@ def test_the_builtin_routers_are_all_checked():
 
 
 class TestScoredRouters(RouterContract):
-    @pytest.fixture(scope="class", params=sorted(set(ROUTERS) - CONSTANT_WEIGHTS))
-    @classmethod
-    def component_name(cls, request):
-        return request.param
+    component_name = each_of(sorted(set(ROUTERS) - CONSTANT_WEIGHTS))
 
 
 class TestHashRouter(RouterContract):

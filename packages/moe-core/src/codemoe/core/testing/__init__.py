@@ -21,6 +21,7 @@ from codemoe.core.testing.contracts import (
     RewardContract,
     RouterContract,
     StageContract,
+    each_of,
     fp32_close,
 )
 
@@ -33,5 +34,6 @@ __all__ = [
     "RewardContract",
     "RouterContract",
     "StageContract",
+    "each_of",
     "fp32_close",
 ]

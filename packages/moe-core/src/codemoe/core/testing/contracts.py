@@ -48,8 +48,22 @@ __all__ = [
     "RewardContract",
     "RouterContract",
     "StageContract",
+    "each_of",
     "fp32_close",
 ]
+
+
+def each_of(names: Sequence[str]) -> Any:
+    """A ``component_name`` fixture that runs a contract once per name::
+
+        class TestEveryRouter(RouterContract):
+            component_name = each_of(registry.names("router"))
+    """
+
+    def component_name(cls: type, request: Any) -> str:
+        return request.param
+
+    return pytest.fixture(scope="class", params=list(names), ids=list(names))(classmethod(component_name))
 
 
 def fp32_close(actual: Any, expected: Any, *, what: str, atol: float = 1e-5, rtol: float = 1e-4) -> None:
@@ -71,9 +85,8 @@ class ComponentContract:
     """What every component of every kind must do. Subclasses set :attr:`kind`; tests set :attr:`name`.
 
     Override :meth:`factory_kwargs` to pass what the framework passes the factory besides the config
-    (a router's sizes, an engine's model). To run one contract over several components, override the
-    class-scoped ``component_name`` fixture with ``params`` (``@pytest.fixture(scope="class",
-    params=[...])`` over ``@classmethod``).
+    (a router's sizes, an engine's model). To run one contract over several components, set
+    ``component_name = each_of([...names])``.
     """
 
     kind: ClassVar[str] = ""
