@@ -133,7 +133,7 @@ def _tree(executor: LocalExecutor) -> dict[str, tuple[int, int]]:
     """CPU (clock ticks) and page faults so far of the executor's workers and of everything under
     them, live or reaped, each process counted once: {"workers": ..., "executions": ...,
     "under": ...}, where "executions" are the workers' reaped children and "under" the live
-    processes below the workers (fork servers, checkers, the pytest zygotes) with theirs.
+    processes below the workers (checkers, the pytest zygotes) with theirs.
     """
     stats = {}
     for entry in os.listdir("/proc"):
@@ -159,8 +159,8 @@ def _tree(executor: LocalExecutor) -> dict[str, tuple[int, int]]:
 
 
 def _workers_cpu(executor: LocalExecutor) -> float:
-    """CPU time of the executor's workers and of every process under them: the live ones (fork
-    servers, checkers, the pytest zygotes) and the reaped ones (executions, which are the workers'
+    """CPU time of the executor's workers and of every process under them: the live ones
+    (checkers, the pytest zygotes) and the reaped ones (executions, which are the workers'
     children) alike, each counted once (a reaped process's time is in its parent's).
     """
     return sum(cpu for cpu, _ in _tree(executor).values()) / os.sysconf("SC_CLK_TCK")

@@ -26,12 +26,14 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import signal
 import site
 import sys
 import sysconfig
-from collections.abc import Callable
+import tempfile
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from codemoe.sandbox import cgroups, linux, seccomp
 
@@ -153,12 +155,8 @@ class WorkerState:
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare_worker(plan: IsolationPlan, before_seal: Callable[[WorkerState], None] | None = None) -> WorkerState:
-    """Move this worker into its namespaces; called once, before it serves executions.
-
-    ``before_seal`` is called last but one, in the namespaces, before the capability bounding set
-    is emptied: a program it starts (the fork server) gets this process's capabilities.
-    """
+def prepare_worker(plan: IsolationPlan) -> WorkerState:
+    """Move this worker into its namespaces; called once, before it serves executions."""
     state = WorkerState(uid=BASE_UID + os.getpid() if plan.drop_uid else None)
     if plan.net_ns and not plan.user_ns:
         opened = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
@@ -186,15 +184,11 @@ def prepare_worker(plan: IsolationPlan, before_seal: Callable[[WorkerState], Non
         if plan.private_pts:  # once per worker: an execution's ptys close with its processes
             _mount_devpts()
     else:
-        import tempfile  # here: the fork server imports this module, and each import makes it larger
-
         state.fallback_root = tempfile.mkdtemp(prefix="codemoe-sandbox-")
         os.chmod(state.fallback_root, 0o711)
     # The worker never executes a program, so its capability bounding set (what an exec may grant)
     # can be empty while it keeps the capabilities it holds: every execution inherits it empty. Last:
     # a new user namespace starts with a full one.
-    if before_seal is not None:
-        before_seal(state)
     linux.drop_bounding_set()
     return state
 
@@ -202,8 +196,6 @@ def prepare_worker(plan: IsolationPlan, before_seal: Callable[[WorkerState], Non
 def release_worker(state: WorkerState) -> None:
     """Undo what :func:`prepare_worker` left on the host (the fallback work-dir root, its cgroup)."""
     if state.fallback_root:
-        import shutil
-
         shutil.rmtree(state.fallback_root, ignore_errors=True)
     if state.cgroup is not None:
         state.cgroup.close()
@@ -212,9 +204,9 @@ def release_worker(state: WorkerState) -> None:
 
 def _map_user(outer_uid: int, outer_gid: int) -> None:
     """Be root inside the new user namespace, ``outer_uid`` outside."""
-    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {outer_uid} 1"), ("gid_map", f"0 {outer_gid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:
-            f.write(text)
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"0 {outer_uid} 1")
+    Path("/proc/self/gid_map").write_text(f"0 {outer_gid} 1")
 
 
 def _read_only_filesystem(plan: IsolationPlan) -> None:
@@ -261,8 +253,6 @@ def _hide_and_keep(hidden: list[str], keep: dict[str, int], points: list[tuple[s
     A kept file is bound onto an empty file made for it. Hidden and made folders are enterable but
     not listable, except those in ``listable``.
     """
-    from pathlib import Path
-
     steps = sorted([(p, False) for p in keep] + [(p, True) for p in hidden],
                    key=lambda step: (Path(step[0]).parts, step[1]))
     done: list[tuple[str, bool]] = []
@@ -375,8 +365,6 @@ def interpreter_paths() -> list[str]:
 
 def checkout_root() -> str | None:
     """The codemoe checkout this package runs from (the folder holding ``registry/``), if any."""
-    from pathlib import Path
-
     for folder in Path(__file__).resolve().parents:
         if (folder / "registry").is_dir() and (folder / "packages").is_dir():
             return str(folder)
@@ -438,8 +426,6 @@ def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int, *,
         work = WORK_DIR
         os.mkdir(work)
     else:
-        import tempfile
-
         work = tempfile.mkdtemp(dir=state.fallback_root)
     os.chmod(work, 0o700)
     if uid is not None:
@@ -473,8 +459,6 @@ def finish_execution(plan: IsolationPlan, work: str) -> None:
         if os.path.isdir("/dev/shm"):
             linux.umount("/dev/shm")
     else:
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -952,8 +936,6 @@ def _hiding_protection(plan: IsolationPlan, error_mount: str, error_hide_all: st
 
 def _limits_protections(plan: IsolationPlan, root: bool) -> list[Protection]:
     """The protections that need no namespace: resource limits, environment, privileges."""
-    import shutil
-
     nproc = plan.drop_uid or not root
     pids = plan.cgroup is not None and bool(plan.cgroup.pids)
     return [

@@ -22,7 +22,6 @@ __all__ = [
     "CLONE_NEWPID",
     "CLONE_NEWUSER",
     "CLONE_NEWUTS",
-    "CLONE_PARENT",
     "MS_BIND",
     "MS_NODEV",
     "MS_NOEXEC",
@@ -46,7 +45,6 @@ __all__ = [
     "unshare",
 ]
 
-CLONE_PARENT = 0x00008000  # the child's parent is the caller's parent (a fork server's executions are the worker's)
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000

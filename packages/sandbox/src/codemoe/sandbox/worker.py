@@ -1,21 +1,20 @@
-"""The warm worker: executions cloned by a lean fork server, pytest runs by a second, warmed one.
+"""The warm worker: fork servers with the interpreter, common modules and pytest loaded.
 
-``python -m codemoe.sandbox.worker [PATHS_JSON]`` probes the protections once, forks a second
-worker that imports pytest and warms it up with one empty session (``pytest`` runs go there),
-enters its namespaces and starts its fork server there (:mod:`codemoe.sandbox.forkserver`: a
-fresh interpreter with only what executions need, which clones each execution as a child of this
-process), says it is ready, then serves one execution at a time: it reads a request from its
-standard input, prepares it (the work dir's tmpfs, the child's whole setup), has the fork server
-clone an isolated child for it (:mod:`codemoe.sandbox.isolation`, :mod:`codemoe.sandbox.runners`),
-supervises it (deadline, output caps, result channel), and writes the :class:`ExecutionResult`
-to its standard output. Messages on both pipes are framed by :mod:`codemoe.sandbox.wire`. The
-worker itself never runs untrusted code, and is never forked per execution.
+``python -m codemoe.sandbox.worker [PATHS_JSON]`` probes the protections once, forks a second fork server that
+imports pytest and warms it up with one empty session (``pytest`` runs go there, so everything
+else forks from a leaner process), says it is ready, then serves one execution at a time: it
+reads a request from its standard input, clones an isolated child for it
+(:mod:`codemoe.sandbox.isolation`, :mod:`codemoe.sandbox.runners`), supervises it (deadline,
+output caps, result channel), and writes the :class:`ExecutionResult` to its standard output.
+Messages on both pipes are framed by :mod:`codemoe.sandbox.wire`. The worker itself never runs
+untrusted code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import json
 import os
 import select
@@ -30,7 +29,6 @@ from typing import Any
 from codemoe.sandbox import linux, wire
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult
 from codemoe.sandbox.checker import Checker
-from codemoe.sandbox.forkserver import ForkServer, nproc_base
 from codemoe.sandbox.isolation import (
     WORK_DIR,
     IsolationPlan,
@@ -58,6 +56,13 @@ __all__ = ["execute", "main"]
 _CHANNEL_CAP = 64 << 20  # bytes of result-channel messages kept (an asserts transcript among them)
 _DRAIN_S = 0.5  # after the child is gone, how long to wait for the last output
 
+# Modules programs commonly import, loaded once here instead of in every execution.
+PRELOAD = (
+    "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "fractions", "functools",
+    "hashlib", "heapq", "itertools", "json", "math", "operator", "random", "re", "statistics", "string",
+    "typing",
+)
+
 
 @dataclass
 class _Stream:
@@ -82,9 +87,8 @@ class _Stream:
 
 
 def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
-            checker: Checker | None = None, fork_server: ForkServer | None = None) -> ExecutionResult:
-    """Run ``request`` in a new isolated child of this (single-threaded) worker, cloned by
-    ``fork_server`` (else by this process).
+            checker: Checker | None = None) -> ExecutionResult:
+    """Run ``request`` in a new isolated child of this (single-threaded) worker.
 
     Everything the supervision and the child need is made before the clone: while the child
     lives, each page either process writes is copied, so both do as little as possible then.
@@ -108,10 +112,7 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
         out_w, err_w, chan_w = write_ends
         start = time.monotonic()
         flags = plan.clone_flags(limits.network)
-        if fork_server is not None:
-            pid = fork_server.spawn(flags, request, setup, (out_w, err_w, chan_w))
-        else:
-            pid = linux.clone(flags) if flags else os.fork()
+        pid = linux.clone(flags) if flags else os.fork()
         if pid == 0:
             try:
                 run_in_child(
@@ -119,7 +120,7 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
                     setup,
                     enter=lambda: enter(plan, state, work, network=limits.network),
                     fds=(out_w, err_w, chan_w),
-                    nproc_base=nproc_base(plan),
+                    nproc_base=_nproc_base(plan),
                 )
             finally:  # the child never returns into this process's code
                 os._exit(EXIT_SETUP_FAILED)
@@ -211,6 +212,23 @@ class _Verdict:
         if isinstance(trace, str) and trace:
             err.feed(trace.encode())
         return False
+
+
+def _nproc_base(plan: IsolationPlan) -> Callable[[], int]:
+    """RLIMIT_NPROC counts every process of the real user: add the ones it already has."""
+    def count() -> int:
+        if plan.drop_uid:
+            return 0
+        uid, n = os.getuid(), 0
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    n += os.stat(f"/proc/{entry}").st_uid == uid
+                except OSError:
+                    continue
+        return n
+
+    return count
 
 
 def _supervise(pid: int, poller: select.epoll, streams: dict[int, _Stream], deadline: float,
@@ -358,8 +376,7 @@ def _warm_up() -> None:
 
 
 def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: WorkerState,
-           pytest_zygote: _Zygote | None, checker: Checker | None = None,
-           fork_server: ForkServer | None = None) -> int:
+           pytest_zygote: _Zygote | None, checker: Checker | None = None) -> int:
     """Answer requests until ``control_in`` closes; pytest requests go to ``pytest_zygote``."""
     while True:
         message = wire.receive(control_in)
@@ -374,42 +391,27 @@ def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: Worker
             continue
         try:
             request = ExecutionRequest.from_dict(message)
-            result = execute(request, plan, state, checker, fork_server)
+            result = execute(request, plan, state, checker)
         except Exception as exc:  # a bad request or a failed clone: answer with an error result
             result = ExecutionResult(status="error", id=str(message.get("id", "")),
                                      reason=f"sandbox: {type(exc).__name__}: {exc}")
         wire.send(control_out, result.to_dict())
 
 
-def _settle(plan: IsolationPlan, *, fresh_fork_server: bool) -> tuple[WorkerState, ForkServer]:
-    """Enter the worker's namespaces and start its fork server there (a fresh interpreter, or a
-    fork of this process once it is settled); take on the environment of executions (every work
-    dir is the same path in a mount namespace, so children need not set it) and freeze what is
-    loaded, so collections in forks do not touch (and so copy) its pages. Then leave the
-    executions' cgroup: the fork server was born in it and is the one process there besides the
-    execution's own (``pids.max`` is one higher for it), so this process moves to the leaf of its
-    checker (the worker's own allocations, results among them, do not count against an
-    execution's memory).
+def _settle(plan: IsolationPlan) -> WorkerState:
+    """Enter the worker's namespaces, take on the environment of executions (every work dir is
+    the same path in a mount namespace, so children need not set it) and freeze what is loaded,
+    so collections in forks do not touch (and so copy) its pages.
     """
-    environ = sandbox_env(ExecutionRequest(files={}), WORK_DIR, "/tmp") if plan.mount_ns else {}
-    started: list[ForkServer] = []
-
-    def start_fresh(state: WorkerState) -> None:  # in the namespaces, while this process holds its capabilities
-        state.environ = environ
-        started.append(ForkServer(plan, state, environ or dict(os.environ), fork=False))
-
-    state = prepare_worker(plan, before_seal=start_fresh if fresh_fork_server else None)
-    state.environ = environ
+    state = prepare_worker(plan)
     if plan.mount_ns:
+        state.environ = sandbox_env(ExecutionRequest(files={}), WORK_DIR, "/tmp")
         os.environ.clear()
-        os.environ.update(environ)
+        os.environ.update(state.environ)
         time.tzset()
     gc.collect()
     gc.freeze()
-    server = started[0] if started else ForkServer(plan, state, dict(os.environ), fork=True)
-    if state.cgroup is not None:
-        state.cgroup.checker.join()
-    return state, server
+    return state
 
 
 @dataclass
@@ -441,10 +443,9 @@ def _start_pytest_zygote(plan: IsolationPlan) -> _Zygote:
         os.close(from_child)
         linux.parent_death_signal(signal.SIGKILL)
         _warm_up()
-        state, fork_server = _settle(plan, fresh_fork_server=False)  # a fork: it carries pytest
+        state = _settle(plan)
         wire.send(to_parent, {"ready": True})
-        code = _serve(from_parent, to_parent, plan, state, None, fork_server=fork_server)
-        fork_server.stop()
+        code = _serve(from_parent, to_parent, plan, state, None)
         release_worker(state)
         os._exit(code)
     os.close(from_parent)
@@ -471,13 +472,14 @@ def main(argv: list[str] | None = None) -> int:
     stdio_objects()
     plan = probe(hide=paths.get("hide", ()), expose=paths.get("expose", ()), site_packages=paths.get("site_packages"))
     pytest_zygote = _start_pytest_zygote(plan)
-    state, fork_server = _settle(plan, fresh_fork_server=True)
+    for name in PRELOAD:
+        importlib.import_module(name)
+    state = _settle(plan)
     checker = Checker(drop_uid=plan.drop_uid, use_seccomp=plan.seccomp, cgroup=state.cgroup)
     wire.send(control_out, {"ready": True, "protections": [p.to_dict() for p in plan.protections]})
     try:
-        return _serve(control_in, control_out, plan, state, pytest_zygote, checker, fork_server)
+        return _serve(control_in, control_out, plan, state, pytest_zygote, checker)
     finally:
-        fork_server.stop()
         checker.stop()
         pytest_zygote.stop()
         release_worker(state)
