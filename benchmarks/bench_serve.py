@@ -72,11 +72,6 @@ def serve(server_cls, model_dir: Path):
     return server_cls(ServingApp(engine, "tiny", str(model_dir)), "127.0.0.1", 0).start()
 
 
-def _stop(server) -> None:
-    if hasattr(server, "stop"):
-        server.stop()
-
-
 def _connect(host: str, port: int, timeout: float) -> http.client.HTTPConnection:
     """A keep-alive connection with Nagle off (else small requests wait out the peer's delayed ACK)."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
@@ -169,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     best[side]["health"] = max(best[side].get("health", 0.0), health(server.url, args.health_requests))
         finally:
             for server in servers.values():
-                _stop(server)
+                server.stop()
 
     units = {"completions": "generated tokens/s", "streaming": "generated tokens/s (SSE)", "health": "requests/s"}
     rows = []

@@ -31,7 +31,7 @@ try:
     import anyio.to_thread
     import uvicorn
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from fastapi.responses import Response, StreamingResponse
     from starlette.concurrency import run_in_threadpool
 except ImportError as exc:  # an optional transport
     raise ImportError(f"codemoe serve --http fastapi needs its extra: pip install 'codemoe-serving[fastapi]' ({exc})") from exc
@@ -133,7 +133,7 @@ def build_asgi_app(app: ServingApp) -> FastAPI:
         except HttpError as exc:
             return _json(exc.status, exc.body())
         except Exception as exc:  # an engine failure must reach the client as a 500, not a hung socket
-            return JSONResponse(HttpError(500, f"{type(exc).__name__}: {exc}").body(), status_code=500)
+            return _json(500, HttpError(500, f"{type(exc).__name__}: {exc}").body())
         if isinstance(payload, Iterator):
             return StreamingResponse(_events(payload), status_code=status, media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})

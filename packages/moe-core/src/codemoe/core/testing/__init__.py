@@ -12,28 +12,7 @@ then subclass a contract::
 types live in another package ship there: ``codemoe.rl.testing``, ``codemoe.evals.testing``.
 """
 
-from codemoe.core.testing.contracts import (
-    ComponentContract,
-    EngineContract,
-    ExecutorContract,
-    ExpertsContract,
-    LoggerContract,
-    RewardContract,
-    RouterContract,
-    StageContract,
-    each_of,
-    fp32_close,
-)
+from codemoe.core.testing import contracts
+from codemoe.core.testing.contracts import *  # noqa: F403  (the contracts module's __all__ is the kit's)
 
-__all__ = [
-    "ComponentContract",
-    "EngineContract",
-    "ExecutorContract",
-    "ExpertsContract",
-    "LoggerContract",
-    "RewardContract",
-    "RouterContract",
-    "StageContract",
-    "each_of",
-    "fp32_close",
-]
+__all__ = contracts.__all__

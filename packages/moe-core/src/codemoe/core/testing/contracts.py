@@ -433,8 +433,8 @@ class EngineContract(ComponentContract):
     kind = "engine"
     model_spec: ClassVar[Mapping[str, Any]] = _MICRO_MODEL
 
-    @pytest.fixture
-    def policy(self, registry: Any) -> Any:
+    def micro_policy(self, registry: Any = None) -> Any:
+        """The model the default engine serves: ``model_spec`` built under seed 0, in eval mode."""
         import torch
         from codemoe.core.models.build import build_model
 
@@ -442,15 +442,15 @@ class EngineContract(ComponentContract):
         return build_model(dict(self.model_spec), registry=registry).eval()
 
     @pytest.fixture
+    def policy(self, registry: Any) -> Any:
+        return self.micro_policy(registry)
+
+    @pytest.fixture
     def engine(self, registry: Any, spec: dict[str, Any], policy: Any) -> Any:
         return registry.build(self.kind, spec, where="conformance.engine", model=policy, tokenizer=None)
 
     def factory_kwargs(self) -> dict[str, Any]:
-        import torch
-        from codemoe.core.models.build import build_model
-
-        torch.manual_seed(0)
-        return {"model": build_model(dict(self.model_spec)).eval(), "tokenizer": None}
+        return {"model": self.micro_policy(), "tokenizer": None}
 
     def check_built(self, component: Any) -> None:
         from codemoe.core.contracts import Engine
