@@ -33,6 +33,8 @@ class GradedSample:
     reason: str  # why it did not pass ("" when it did)
     output: str  # the tail of stderr and stdout
     duration_s: float
+    # an agent episode's facts (codemoe.evals.agent_metrics.episode_facts); None for a completion
+    episode: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
