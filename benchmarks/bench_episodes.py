@@ -153,6 +153,7 @@ def setup(args: argparse.Namespace) -> tuple[Any, list[Any], Any, Any]:
 def run_side(name: str, case: str, registry: Any, tasks: list[Any], tokenizer: Any, model: Any, executor: Any,
              runner: Callable[..., Any], args: argparse.Namespace) -> dict[str, float]:
     """One side's run of ``case``: wall seconds, episodes, and per episode its steps and executions."""
+    from codemoe.core.chat import ChatFormat
     from codemoe.core.contracts import SamplingParams
     from codemoe.rl.repo_episodes import RepoEpisodes
     from codemoe.sandbox.rewards.presets import load_preset as load_reward_preset
@@ -164,7 +165,8 @@ def run_side(name: str, case: str, registry: Any, tasks: list[Any], tokenizer: A
     recipe = registry.build("reward", load_reward_preset("agent-stepwise"))
     counting = CountingExecutor(executor)
     spec = {"name": "repo", "step_budget": args.turns}
-    make = Counted(lambda: RepoEpisodes(registry.build("environment", spec, executor=counting), recipe))
+    chat = ChatFormat(tokenizer)
+    make = Counted(lambda: RepoEpisodes(registry.build("environment", spec, executor=counting), recipe, chat))
     params = SamplingParams(n=args.group, max_new_tokens=args.new_tokens, seed=args.seed)
     options = {"one at a time": {"concurrent": False}, "no admission": {"admission_window_s": 0.0}}.get(name, {})
     start = time.perf_counter()

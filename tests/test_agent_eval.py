@@ -7,7 +7,9 @@ import re
 
 import pytest
 from codemoe.core import compose, run_pipeline
+from codemoe.core.chat import ChatFormat
 from codemoe.core.models.presets import load_preset
+from codemoe.core.tokenizer import train_tokenizer
 from codemoe.evals.agent_eval import run_agent_episodes
 
 
@@ -21,7 +23,8 @@ def _run(registry, tasks, generate, samples: int, max_turns: int):
         make = lambda: registry.build(  # noqa: E731
             "environment", {"name": "repo", "step_budget": max_turns}, executor=executor
         )
-        return run_agent_episodes(generate, make, tasks, samples=samples, max_turns=max_turns)
+        chat = ChatFormat(train_tokenizer(["<tool_call>"], 260))  # the rendering; these policies answer in text
+        return run_agent_episodes(generate, make, tasks, samples=samples, max_turns=max_turns, chat=chat)
     finally:
         executor.close()
 

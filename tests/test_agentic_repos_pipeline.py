@@ -44,7 +44,7 @@ def test_shortened_agentic_repos_pipeline_runs_every_stage(run_root: Path, monke
              for r in records]
     assert all(t[0] in ("run_tests", "ask_clarification") and t[-2:] == ["run_tests", "submit"] and "edit" in t
                for t in tools)
-    assert state["sft"]["examples"] == sum(len(t) for t in tools)  # every assistant turn of the recorded episodes
+    assert state["sft"]["examples"] == len(records)  # one example per recorded episode, every action learned
     assert state["eval_rl"]["tasks"] == 2 and state["eval_rl"]["split"] == "heldout"
     heldout = {p.name for p in (run_root / "cache" / "synthetic-repos").glob("*/heldout/*")}
     assert heldout and not heldout & {r["task_id"] for r in records}

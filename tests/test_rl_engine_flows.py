@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from codemoe.core.chat import ChatFormat
 from codemoe.core.contracts import SamplingParams
 from codemoe.core.moe import capture_routing, moe_blocks
 from codemoe.core.tokenizer import train_tokenizer
@@ -146,7 +147,8 @@ def test_repository_episodes_run_tool_calls_in_the_sandbox_and_score_the_outcome
         rollouts = run_episodes(
             engine,
             lambda: RepoEpisodes(
-                registry.build("environment", {"name": "repo", "step_budget": 2}, executor=executor), recipe
+                registry.build("environment", {"name": "repo", "step_budget": 2}, executor=executor), recipe,
+                ChatFormat(train_tokenizer(["<tool_call>"], 260)),  # chat turns, written in the engine's bytes
             ),
             [task],
             SamplingParams(n=2, max_new_tokens=256),

@@ -123,6 +123,24 @@ def test_trajectories_give_one_example_per_assistant_turn_of_solved_episodes():
 
 @pytest.mark.slow
 @pytest.mark.distributed
+def test_the_loss_covers_only_the_tokens_an_examples_loss_mask_keeps():
+    from codemoe.rl.logprobs import token_stats
+
+    torch.manual_seed(0)
+    model = build_model(SPEC)
+    kept = Example([3, 4], [5, 6, 7, 8], [1, 0, 1, 0])  # an episode: action, observation, action, observation
+    other = Example([3, 4], [5, 6, 7, 9], [1, 0, 1, 0])  # differs only in a token the mask leaves out
+    losses = []
+    for example in (kept, other):
+        config = SFTConfig(phases=[PhaseConfig("all", 1, 0.0)], batch_size=1, balance_coef=0.0)
+        losses.append(SFTTrainer(config, model, [example], pad_id=0, set_trainable=set_trainable).fit()["loss_first"])
+    with torch.no_grad():
+        logp = token_stats(model, [[3, 4]], torch.tensor([[5, 6, 7, 8]]), pad_id=0).logp[0]
+    # the same forward over the same tokens: equal up to float32 summation order (~1e-7 relative)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    assert losses[0] == pytest.approx(-(logp[0] + logp[2]).item() / 2, rel=1e-5)
+
+
 def test_two_fsdp2_ranks_take_the_steps_of_one_rank(tmp_path):
     """Each rank trains on half of every global batch; losses, gradient norms and token accuracy
     over the router phase and the joint phase match one process."""

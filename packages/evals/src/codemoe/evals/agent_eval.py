@@ -3,7 +3,9 @@
 For each task of a repository suite (``agentic-core``, SWE-bench-style folders) the policy runs
 ``samples`` episodes: it sees the system prompt (the tools and their JSON schemas) and the task,
 and each turn its completion is one tool call that the environment (kind ``environment``, e.g. the
-sandbox's ``repo``) runs; the observation joins the conversation. An episode ends when the agent
+sandbox's ``repo``) runs; the observation joins the conversation as a tool turn. The conversation
+is rendered by the tokenizer's chat template (:class:`codemoe.core.chat.ChatFormat`), exactly as
+SFT on reference trajectories and the RL trainer's episodes render it. An episode ends when the agent
 submits or after ``max_turns`` actions (the environment's step budget), and the environment grades
 it on the visible and hidden tests. A sample passes when its episode resolved the task, so pass@k,
 its intervals, the per-family table and the review page are those of function-level evaluation.
@@ -15,21 +17,24 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from codemoe.core.chat import ChatFormat
 from codemoe.core.contracts import Environment, repository_task
 from codemoe.evals.grading import GradedSample
 
 __all__ = ["agent_prompt", "run_agent_episodes"]
 
 
-def agent_prompt(environment: Environment, task: Any) -> str:
+def agent_prompt(environment: Environment, task: Any, chat: ChatFormat) -> str:
     """Reset ``environment`` on ``task`` (a repository suite's task); the policy's first prompt."""
-    return environment.reset(repository_task(task, needed_by="agent evaluation"))
+    environment.reset(repository_task(task, needed_by="agent evaluation"))
+    assert environment.episode is not None
+    return chat.prompt(environment.episode.messages)
 
 
 class _Run:
-    def __init__(self, task: Any, index: int, environment: Any) -> None:
-        self.task, self.index, self.environment = task, index, environment
-        self.history = agent_prompt(environment, task)
+    def __init__(self, task: Any, index: int, environment: Any, chat: ChatFormat) -> None:
+        self.task, self.index, self.environment, self.chat = task, index, environment, chat
+        self.history = agent_prompt(environment, task, chat)
         self.transcript: list[str] = []
         self.last_observation = ""
         self.started = time.perf_counter()
@@ -43,7 +48,9 @@ class _Run:
         result = self.environment.step(action)
         self.last_observation = result.observation
         self.transcript += [f"[action]\n{action}", f"[observation]\n{result.observation}"]
-        self.history += f"{action}\n{result.observation}\n"
+        if not result.done:  # the action is known as text here (special tokens stripped): the whole close
+            turn = self.chat.observation(result.observation)
+            self.history += f"{action}{turn.text}{turn.tail}"
 
     def graded(self) -> GradedSample:
         episode = self.environment.episode
@@ -69,6 +76,7 @@ def run_agent_episodes(
     *,
     samples: int,
     max_turns: int,
+    chat: ChatFormat,
     advance: Callable[[int], Any] | None = None,
 ) -> list[GradedSample]:
     """``samples`` graded episodes per task.
@@ -76,7 +84,7 @@ def run_agent_episodes(
     ``generate(prompts, n, turn)`` returns ``n`` completions per prompt: the first turn asks for all
     samples of a task from its one prompt, later turns one completion per episode's history.
     """
-    runs = [_Run(task, j, make_environment()) for task in tasks for j in range(samples)]
+    runs = [_Run(task, j, make_environment(), chat) for task in tasks for j in range(samples)]
     for turn in range(max_turns):
         active = [r for r in runs if not r.done]
         if not active:

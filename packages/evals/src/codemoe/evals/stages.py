@@ -16,6 +16,8 @@ from typing import Any
 
 from codemoe.core.contracts import SamplingParams, repository_task
 from codemoe.core.errors import ConfigError
+from codemoe.evals.agent_metrics import agent_summary, compare_agent
+from codemoe.evals.agent_metrics import headline as agent_headline
 from codemoe.evals.compare import compare_summaries, format_improvement
 from codemoe.evals.evaluate import EvalOptions, Sampler, grade_and_summarize, sample_completions, write_evaluation
 from codemoe.evals.grading import outcomes
@@ -184,12 +186,14 @@ class EvalStage:
         review = sample_for_review(graded, cfg.review_fraction, seed=ctx.seed)
         page = write_review(folder, review, {t.id: t for t in tasks}, title=f"{stage.id}: review", total=len(graded))
         headline = {f"pass@{k}": summary["overall"][f"pass@{k}"] for k in cfg.ks}
+        agent = summary["agent"]["metrics"] if "agent" in summary else {}
+        curves = {**headline, **{name: est for name, est in agent.items() if est["value"] is not None}}
         ctx.metrics.write(
             stage.id,
             step,
-            **{name: est["value"] for name, est in headline.items()},
-            **{f"{name}_low": est["low"] for name, est in headline.items()},
-            **{f"{name}_high": est["high"] for name, est in headline.items()},
+            **{name: est["value"] for name, est in curves.items()},
+            **{f"{name}_low": est["low"] for name, est in curves.items()},
+            **{f"{name}_high": est["high"] for name, est in curves.items()},
             **({"expert_load": summary["expert_load"]} if summary["expert_load"] else {}),
         )
         result: dict[str, Any] = {
@@ -207,6 +211,8 @@ class EvalStage:
             **{name: round(est["value"], 4) for name, est in headline.items()},
             **{f"{name}_ci": [round(est["low"], 4), round(est["high"], 4)] for name, est in headline.items()},
         }
+        if "agent" in summary:
+            result["agent"] = agent_headline(summary["agent"])
         if cfg.baseline:
             result["comparison"] = self._compare(ctx, cfg, summary)
         log.info("stage %s: %s", stage.id, {k: result[k] for k in headline})
@@ -238,11 +244,14 @@ class EvalStage:
         load = ExpertLoad()
         if cfg.environment is not None:
             try:
-                graded = self._agent_episodes(ctx, stage, tasks, engine, executor, load)
+                graded = self._agent_episodes(ctx, stage, tasks, engine, executor, load, tokenizer)
             finally:
                 executor.close()
             counts = outcomes(tasks, graded)
             summary = summarize(counts, list(cfg.ks), confidence=cfg.confidence, resamples=cfg.bootstrap_resamples, seed=ctx.seed)
+            agent = agent_summary(graded, confidence=cfg.confidence, resamples=cfg.bootstrap_resamples, seed=ctx.seed)
+            if agent is not None:  # format errors, turns, self-correction, stops: codemoe.evals.agent_metrics
+                summary["agent"] = agent
             summary["checkpoint"] = checkpoint
             summary["expert_load"] = load.shares()
             return graded, summary
@@ -259,9 +268,10 @@ class EvalStage:
         return graded, summary
 
     def _agent_episodes(
-        self, ctx: Any, stage: Any, tasks: list[Any], engine: Any, executor: Any, load: ExpertLoad
+        self, ctx: Any, stage: Any, tasks: list[Any], engine: Any, executor: Any, load: ExpertLoad, tokenizer: Any
     ) -> list[Any]:
         """``samples`` graded episodes per task (see :mod:`codemoe.evals.agent_eval`)."""
+        from codemoe.core.chat import ChatFormat
         from codemoe.evals.agent_eval import run_agent_episodes
 
         cfg, where = self.config, f"stages.{stage.id}"
@@ -281,18 +291,23 @@ class EvalStage:
             return ctx.registry.build("environment", spec, where=f"{where}.environment", executor=executor)
 
         with ctx.progress(f"{stage.id}: episodes", len(tasks) * cfg.samples) as done:
-            return run_agent_episodes(generate, make, tasks, samples=cfg.samples, max_turns=cfg.max_turns, advance=done)
+            return run_agent_episodes(generate, make, tasks, samples=cfg.samples, max_turns=cfg.max_turns,
+                                      chat=ChatFormat(tokenizer), advance=done)
 
     @staticmethod
     def _compare(ctx: Any, cfg: EvalStageConfig, summary: dict[str, Any]) -> dict[str, Any]:
         base = ctx.results[cfg.baseline]
         if base.get("kind") != "eval":
             raise ConfigError(f"baseline stage '{cfg.baseline}' is not an eval stage")
-        imp = compare_summaries(
-            load_summary(Path(base["summary"])), summary, confidence=cfg.confidence, resamples=cfg.bootstrap_resamples
-        )
+        before = load_summary(Path(base["summary"]))
+        imp = compare_summaries(before, summary, confidence=cfg.confidence, resamples=cfg.bootstrap_resamples)
         log.info("%s", format_improvement(cfg.baseline, "this stage", imp))
-        return imp.as_dict()
+        comparison = imp.as_dict()
+        if "agent" in before and "agent" in summary:  # each agent metric before and after, paired over tasks
+            comparison["agent"] = compare_agent(
+                before["agent"], summary["agent"], confidence=cfg.confidence, resamples=cfg.bootstrap_resamples
+            )
+        return comparison
 
 
 @dataclass

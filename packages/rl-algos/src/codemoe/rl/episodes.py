@@ -75,6 +75,9 @@ class Turn:
     observation: str | list[int]  # shown to the policy next turn (text, or token ids)
     reward: float = 0.0  # step (process) reward of the action just taken
     done: bool = False  # the episode is over (no observation is appended)
+    # appended after the observation and never cut by max_observation_tokens (a chat template's end
+    # of the tool turn and the opening of the next assistant turn: see codemoe.core.chat)
+    tail: str | list[int] = ""
 
 
 class Environment(Protocol):
@@ -247,10 +250,14 @@ class _Runner:
                 self.admission.leave(1)
                 return []
             observation = _ids(self.engine, answer.observation, "an observation")
+            tail = _ids(self.engine, answer.tail, "an observation's tail") if answer.tail else []
+            if len(tail) > self.max_observation_tokens:
+                raise ValueError(f"an observation's tail is {len(tail)} tokens, more than "
+                                 f"max_observation_tokens={self.max_observation_tokens}")
         except Exception as exc:
             self.admission.leave(1)
             return _fail(episode, f"turn {turn}: the environment raised {_describe(exc)}")
-        episode.observe(observation[: self.max_observation_tokens])
+        episode.observe(observation[: self.max_observation_tokens - len(tail)] + tail)
         follow = SamplingParams(**{
             **vars(self.params), "n": 1, "seed": episode_seed(self.params.seed, episode.task_index, episode.sample, turn),
         })

@@ -8,6 +8,14 @@ names which parameter groups train (:func:`codemoe.core.moe.set_trainable`: ``ro
 The loss is the token mean of the cross-entropy over the completion tokens only (the prompt is
 context, not a target), plus ``balance_coef`` times the MoE balance loss.
 
+Agent trajectories (the sandbox's JSONL episodes) are rendered with the tokenizer's chat template
+(:class:`codemoe.core.chat.ChatFormat`), as the RL trainer and agent evaluation render an episode.
+With ``trajectory_examples: episode`` (the default) an episode is one example: the prompt is the
+system and task turns, the completion everything after, and the loss covers every action's tokens
+and its end-of-turn token, never an observation's (the mask RL trains on); one forward learns every
+turn of the episode. ``turn`` makes one example per action with the conversation before it as the
+prompt (each action's context re-encoded: several times the compute for the same targets).
+
 Each step reports ``loss``, ``token_acc``, ``grad_norm``, ``balance_loss``, the phase's ``lr``,
 ``tokens`` (completion tokens of the global batch), ``tokens_per_s`` and ``step_seconds``, and the
 routing metrics the RL trainer reports (``moe/...`` and ``expert_load/<layer>/<expert>``). Reading
@@ -45,7 +53,15 @@ from codemoe.rl.distributed import (
 from codemoe.rl.logprobs import token_stats
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs, expert_load
 
-__all__ = ["Example", "PhaseConfig", "SFTConfig", "SFTTrainer", "encode_examples", "trajectory_pairs"]
+__all__ = [
+    "Example",
+    "PhaseConfig",
+    "SFTConfig",
+    "SFTTrainer",
+    "encode_examples",
+    "episode_examples",
+    "trajectory_pairs",
+]
 
 log = logging.getLogger("codemoe.rl")
 
@@ -93,6 +109,8 @@ class Example:
 
     prompt_ids: list[int]
     completion_ids: list[int]
+    # 1 on the completion tokens the loss covers; None: all of them (an episode's observations are 0)
+    loss_mask: list[int] | None = None
 
 
 def encode_examples(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_tokens: int) -> list[Example]:
@@ -121,6 +139,45 @@ def trajectory_pairs(
                 prompt = tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
                 pairs.append((prompt, message["content"]))
     return pairs
+
+
+def episode_examples(
+    tokenizer: Any, records: Iterable[dict[str, Any]], max_tokens: int, resolved_only: bool = True
+) -> list[Example]:
+    """One example per agent episode (see the module docstring): the system and task turns as the
+    prompt, the rest of the conversation as the completion, the loss on the actions only. The
+    tokens are those the RL trainer's history holds for the same conversation: each action's text
+    and the end-of-sequence token, then the observation turn :class:`~codemoe.core.chat.ChatFormat`
+    renders. ``max_tokens`` caps the completion (a long episode's last turns are cut)."""
+    from codemoe.core.chat import ChatFormat
+
+    chat = ChatFormat(tokenizer)
+    eos = tokenizer.eos_token_id
+    examples = []
+    for record in records:
+        if resolved_only and not record.get("resolved", False):
+            continue
+        messages = record["messages"]
+        first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
+        if first is None:
+            continue
+        prompt = list(tokenizer.encode(chat.prompt(messages[:first])))
+        ids: list[int] = []
+        mask: list[int] = []
+        last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+        for i in range(first, last + 1):
+            message = messages[i]
+            if message["role"] == "assistant":
+                action = list(tokenizer.encode(message["content"])) + ([eos] if eos is not None else [])
+                ids += action
+                mask += [1] * len(action)
+            else:
+                turn = chat.observation(message["content"], action_token_ids=ids)
+                text = list(tokenizer.encode(turn.text)) + list(tokenizer.encode(turn.tail))
+                ids += text
+                mask += [0] * len(text)
+        examples.append(Example(prompt, ids[:max_tokens], mask[:max_tokens]))
+    return examples
 
 
 class SFTTrainer:
@@ -217,6 +274,13 @@ class SFTTrainer:
         lengths = torch.tensor([len(e.completion_ids) for e in batch])
         completions = completions.to(self.device)  # one copy of the batch, built on the host
         mask = (torch.arange(width, device=self.device) < lengths.to(self.device).unsqueeze(-1)).float()  # [B, T]
+        if any(e.loss_mask is not None for e in batch):
+            chosen = torch.zeros(len(batch), width)
+            for i, example in enumerate(batch):
+                chosen[i, : len(example.completion_ids)] = torch.tensor(
+                    example.loss_mask if example.loss_mask is not None else [1] * len(example.completion_ids),
+                    dtype=torch.float)
+            mask = mask * chosen.to(self.device)
         with compute_precision(self.config.precision, env, self.model):
             stats = token_stats(self.model, [e.prompt_ids for e in batch], completions, pad_id=self.pad_id)
             balance = balance_loss(self.model, stats.outputs)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from codemoe.core.errors import ConfigError
-from codemoe.rl.sft import SFTConfig, SFTTrainer, encode_examples, trajectory_pairs
+from codemoe.rl.sft import SFTConfig, SFTTrainer, encode_examples, episode_examples, trajectory_pairs
 from codemoe.rl.trainer import RLConfig, RLTrainer
 
 __all__ = ["RLStage", "RLStageConfig", "SFTStage", "SFTStageConfig", "TrajectoriesStage", "TrajectoriesStageConfig"]
@@ -40,10 +40,15 @@ class SFTStageConfig(SFTConfig):
     trajectories: str = ""  # JSONL of agent episodes to imitate instead of the suite's solutions ("": off)
     trajectories_from: str = ""  # id of an earlier 'trajectories' stage whose episodes to imitate ("": off)
     resolved_only: bool = True  # imitate only the episodes that solved their task
+    # agent trajectories: 'episode' (one example per episode, the loss on every action) or 'turn'
+    # (one example per action, the conversation before it as the prompt)
+    trajectory_examples: str = "episode"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _one_start(self.checkpoint, self.checkpoint_from)
+        if self.trajectory_examples not in ("episode", "turn"):
+            raise ConfigError(f"trajectory_examples must be 'episode' or 'turn', got {self.trajectory_examples!r}")
 
 
 @dataclass
@@ -232,10 +237,11 @@ class SFTStage:
             tokenizer = train_tokenizer(texts, cfg.vocab_size)
             model = build_model(cfg.model, vocab_size=len(tokenizer), registry=ctx.registry)
         if records is None:
-            pairs = [(t.prompt, t.reference_solution) for t in tasks]
+            examples = encode_examples(tokenizer, [(t.prompt, t.reference_solution) for t in tasks], cfg.max_tokens)
+        elif cfg.trajectory_examples == "episode":
+            examples = episode_examples(tokenizer, records, cfg.max_tokens, cfg.resolved_only)
         else:
-            pairs = trajectory_pairs(tokenizer, records, cfg.resolved_only)
-        examples = encode_examples(tokenizer, pairs, cfg.max_tokens)
+            examples = encode_examples(tokenizer, trajectory_pairs(tokenizer, records, cfg.resolved_only), cfg.max_tokens)
         total = sum(phase.steps for phase in cfg.phases)
         env = init_distributed()  # under torchrun: FSDP2, each rank trains on its share of every batch
         _on_device(model, cfg.device, f"stages.{stage.id}.device")
@@ -308,16 +314,18 @@ class RLStage:
             env=env,
             on_step=_reporter(ctx, stage, advance) if env.is_main else None,  # one rank writes the log
             on_rollouts=lambda step, batch: ctx.hooks.after_rollout_batch(ctx=ctx, stage=stage, step=step, batch=batch),
-            environment=self._environment(ctx, where, executor, recipe),
+            environment=self._environment(ctx, where, executor, recipe, tokenizer),
         )
 
-    def _environment(self, ctx: Any, where: str, executor: Any, recipe: Any) -> Any:
+    def _environment(self, ctx: Any, where: str, executor: Any, recipe: Any, tokenizer: Any) -> Any:
         """Makes one episode's environment when the stage runs multi-step episodes, else None."""
         cfg = self.config
         if cfg.environment is None:
             return None
+        from codemoe.core.chat import ChatFormat
         from codemoe.rl.repo_episodes import RepoEpisodes
 
+        chat = ChatFormat(tokenizer)  # the rendering SFT on trajectories used
         spec = {"name": cfg.environment} if isinstance(cfg.environment, str) else dict(cfg.environment)
         # every episode ends, graded, within max_turns actions; 0 (the environment's default, "the task's
         # own budget") is what a resolved config.yaml holds when the pipeline left it out
@@ -325,7 +333,7 @@ class RLStage:
         ctx.registry.build("environment", spec, where=f"{where}.environment", executor=executor)  # fail early
 
         def make() -> RepoEpisodes:
-            return RepoEpisodes(ctx.registry.build("environment", spec, executor=executor), recipe)
+            return RepoEpisodes(ctx.registry.build("environment", spec, executor=executor), recipe, chat)
 
         return make
 

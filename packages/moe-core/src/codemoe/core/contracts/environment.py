@@ -7,7 +7,9 @@ Three kinds of component meet here:
   (kind ``suite``) that hands out repository tasks wraps it and keeps each loaded task as its
   ``task``, so nothing is loaded twice.
 - ``environment``: runs one episode at a time (:class:`Environment`). ``reset`` renders the agent's
-  whole first prompt, so the trainer and the evaluator show the agent exactly the same thing.
+  whole first prompt as text (for scripted agents); a policy sees the episode's ``messages``
+  rendered by its tokenizer's chat template (:class:`codemoe.core.chat.ChatFormat`), so SFT, the
+  trainer and the evaluator show it exactly the same thing.
 - ``scripted_agent``: agents that need no model (the ``oracle`` that replays a task's reference
   solution through the tools, ...), built with ``task=``; each is an :class:`Agent`.
 
@@ -58,6 +60,9 @@ class EpisodeState(Protocol):
     done: bool
     resolved: bool  # graded: every required visible test and every hidden test passes
     stop_reason: str  # submitted, step_budget, anti_spin, ...
+    # the transcript as chat messages: system (how to act, the tools), user (the task), then
+    # assistant actions and tool observations; what codemoe.core.chat renders for the policy
+    messages: list[dict[str, str]]
 
     def to_reward_input(self) -> object: ...
 
