@@ -23,8 +23,13 @@ def run(status: str) -> StepRecord:
 
 
 def edit(new: str, ok: bool = True) -> StepRecord:
-    return StepRecord(tool="edit", args={"path": "src/m.py", "old": "x - 1", "new": new}, ok=ok,
-                      error_kind="" if ok else "no_match", data={"path": "src/m.py"} if ok else {})
+    return StepRecord(
+        tool="edit",
+        args={"path": "src/m.py", "old": "x - 1", "new": new},
+        ok=ok,
+        error_kind="" if ok else "no_match",
+        data={"path": "src/m.py"} if ok else {},
+    )
 
 
 def malformed() -> StepRecord:
@@ -54,10 +59,18 @@ def episode(log: list[StepRecord], *, resolved: bool, stop_reason: str = "submit
         ([run("failed"), run("failed"), submit()], None),  # no edit after the failure: no occasion
         ([edit("x"), run("passed"), submit()], None),  # no failing run
         ([run("failed"), edit("x", ok=False), run("passed")], None),  # a refused edit changed nothing
-        ([StepRecord("run_tests", {"targets": ["/etc"]}, ok=False, error_kind="denied"), edit("x"), run("passed")],
-         None),  # a refused test run is no failing run
-        ([run("error"), StepRecord("write_file", {"path": "src/m.py", "content": "x"}, data={"path": "src/m.py"}),
-          run("passed")], True),  # write_file is an edit; a test run that errors is a failing one
+        (
+            [StepRecord("run_tests", {"targets": ["/etc"]}, ok=False, error_kind="denied"), edit("x"), run("passed")],
+            None,
+        ),  # a refused test run is no failing run
+        (
+            [
+                run("error"),
+                StepRecord("write_file", {"path": "src/m.py", "content": "x"}, data={"path": "src/m.py"}),
+                run("passed"),
+            ],
+            True,
+        ),  # write_file is an edit; a test run that errors is a failing one
     ],
 )
 def test_self_correction_on_hand_built_logs(log: list[StepRecord], expected: bool | None) -> None:
@@ -67,8 +80,13 @@ def test_self_correction_on_hand_built_logs(log: list[StepRecord], expected: boo
 def test_episode_facts_read_the_sandbox_episode() -> None:
     ep = episode([malformed(), run("failed"), malformed(), edit("x"), run("passed"), submit()], resolved=True)
     assert ep.format_errors == 2
-    assert episode_facts(ep) == {"resolved": True, "turns": 6, "format_errors": 2, "stop_reason": "submitted",
-                                 "self_correction": True}
+    assert episode_facts(ep) == {
+        "resolved": True,
+        "turns": 6,
+        "format_errors": 2,
+        "stop_reason": "submitted",
+        "self_correction": True,
+    }
     unfinished = episode([run("failed")], resolved=False)
     unfinished.done = False  # an episode that never ended is not resolved, whatever its flag says
     unfinished.resolved = True
@@ -87,10 +105,20 @@ def two_tasks() -> list[GradedSample]:
     correct; unresolved, out of steps."""
     return [
         sample("a", "x", episode([run("failed"), edit("x"), run("passed"), submit()], resolved=True)),
-        sample("a", "x", episode([malformed(), malformed(), malformed(), run("failed"), edit("x"), run("failed")],
-                                 resolved=False, stop_reason="anti_spin")),
-        sample("b", "y", episode([malformed(), edit("x"), run("passed"), run("passed"), run("passed"), submit()],
-                                 resolved=True)),
+        sample(
+            "a",
+            "x",
+            episode(
+                [malformed(), malformed(), malformed(), run("failed"), edit("x"), run("failed")],
+                resolved=False,
+                stop_reason="anti_spin",
+            ),
+        ),
+        sample(
+            "b",
+            "y",
+            episode([malformed(), edit("x"), run("passed"), run("passed"), run("passed"), submit()], resolved=True),
+        ),
         sample("b", "y", episode([run("passed")], resolved=False, stop_reason="step_budget")),
     ]
 
@@ -118,8 +146,15 @@ def test_every_metric_on_two_hand_built_tasks() -> None:
     assert fam["x"]["tasks"] == 1 and fam["x"]["turns_to_resolve"]["value"] == 4.0
     assert fam["y"]["self_correction_rate"] == {"value": None, "low": None, "high": None, "confidence": 0.95, "n": 0}
     assert summary["per_task"]["a"] == {
-        "family": "x", "episodes": 2, "resolved": 1, "format_errors": 3, "format_error_episodes": 1,
-        "resolved_turns": 4, "self_correction_eligible": 2, "self_corrected": 1, "anti_spin": 1,
+        "family": "x",
+        "episodes": 2,
+        "resolved": 1,
+        "format_errors": 3,
+        "format_error_episodes": 1,
+        "resolved_turns": 4,
+        "self_correction_eligible": 2,
+        "self_corrected": 1,
+        "anti_spin": 1,
     }
 
 

@@ -49,6 +49,9 @@ __all__ = [
     "agent_summary",
     "compare_agent",
     "episode_facts",
+    "format_change",
+    "format_estimate",
+    "headline",
     "ratio_estimate",
     "self_correction",
     "task_counts",
@@ -63,7 +66,8 @@ class Metric:
 
     numerator: str
     denominator: str
-    doc: str
+    label: str  # how reports name it
+    rate: bool  # a share (shown in %) rather than a count per unit
 
 
 # what is counted per task, from each episode's facts
@@ -79,15 +83,15 @@ COUNTS = (
 )
 
 METRICS: dict[str, Metric] = {
-    "resolve_rate": Metric("resolved", "episodes", "share of episodes resolved on the hidden tests"),
-    "format_errors": Metric("format_errors", "episodes", "tool-call format errors per episode"),
-    "format_error_episodes": Metric("format_error_episodes", "episodes", "share of episodes with a format error"),
-    "turns_to_resolve": Metric("resolved_turns", "resolved", "actions per resolved episode"),
-    "self_correction_rate": Metric(
-        "self_corrected", "self_correction_eligible", "share of eligible episodes that corrected themselves"
-    ),
-    "anti_spin_rate": Metric("anti_spin", "episodes", "share of episodes stopped by anti-spin"),
+    "resolve_rate": Metric("resolved", "episodes", "resolve rate (hidden tests)", rate=True),
+    "format_errors": Metric("format_errors", "episodes", "format errors per episode", rate=False),
+    "format_error_episodes": Metric("format_error_episodes", "episodes", "episodes with a format error", rate=True),
+    "turns_to_resolve": Metric("resolved_turns", "resolved", "turns to resolve", rate=False),
+    "self_correction_rate": Metric("self_corrected", "self_correction_eligible", "self-correction rate", rate=True),
+    "anti_spin_rate": Metric("anti_spin", "episodes", "anti-spin stops", rate=True),
 }
+# what a metric's n counts, for reports
+UNITS = {"episodes": "episodes", "resolved": "resolved", "self_correction_eligible": "eligible"}
 
 
 # -------------------------------------------------------------------------------------------------
@@ -238,8 +242,13 @@ def ratio_estimate(
 
 def _block(rows: Sequence[Mapping[str, Any]], confidence: float, resamples: int, seed: int) -> dict[str, Any]:
     return {
-        name: ratio_estimate([r[m.numerator] for r in rows], [r[m.denominator] for r in rows],
-                             confidence=confidence, resamples=resamples, seed=seed)
+        name: ratio_estimate(
+            [r[m.numerator] for r in rows],
+            [r[m.denominator] for r in rows],
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+        )
         for name, m in METRICS.items()
     }
 
@@ -261,8 +270,10 @@ def agent_summary(
         "tasks": len(per_task),
         "confidence": confidence,
         "metrics": _block(list(per_task.values()), confidence, resamples, seed),
-        "families": {f: {"tasks": len(rows), **_block(rows, confidence, resamples, seed)}
-                     for f, rows in sorted(by_family.items())},
+        "families": {
+            f: {"tasks": len(rows), **_block(rows, confidence, resamples, seed)}
+            for f, rows in sorted(by_family.items())
+        },
         "stop_reasons": dict(sorted(reasons.items())),
         "per_task": per_task,
     }
@@ -302,3 +313,46 @@ def compare_agent(
             "relative": _estimate(_ratio(rc, rb) - 1.0, float(_ratio(after, before)) - 1.0, confidence, len(ids_b)),
         }
     return out
+
+
+# -------------------------------------------------------------------------------------------------
+# presentation
+# -------------------------------------------------------------------------------------------------
+
+
+def headline(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The overall metrics, flat, for a stage's result: ``name`` -> value and ``name_ci`` -> [low,
+    high] (4 decimals; None where undefined), and the stop reasons counted."""
+    out: dict[str, Any] = {}
+    for name, est in summary["metrics"].items():
+        out[name] = None if est["value"] is None else round(est["value"], 4)
+        out[f"{name}_ci"] = None if est["value"] is None else [round(est["low"], 4), round(est["high"], 4)]
+    out["stop_reasons"] = dict(summary["stop_reasons"])
+    return out
+
+
+def _number(metric: Metric, x: float, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return f"{100 * x:{sign}.1f}" if metric.rate else f"{x:{sign}.2f}"
+
+
+def format_estimate(name: str, est: Mapping[str, Any], *, count: bool = True) -> str:
+    """``12.5% [5.0, 20.0] (40 episodes)`` for a share, ``1.20 [0.90, 1.50] (40 episodes)`` for a
+    count per unit; ``-`` when undefined. ``count`` adds what the metric was averaged over."""
+    metric = METRICS[name]
+    n = f" ({est['n']} {UNITS[metric.denominator]})" if count else ""
+    if est["value"] is None:
+        return f"-{n}"
+    unit = "%" if metric.rate else ""
+    lo, hi = _number(metric, est["low"]), _number(metric, est["high"])
+    return f"{_number(metric, est['value'])}{unit} [{lo}, {hi}]{n}"
+
+
+def format_change(name: str, est: Mapping[str, Any]) -> str:
+    """An absolute change: ``+5.0 points [1.2, 8.8]`` for a share, ``-0.50 [-0.80, -0.20]`` for a count."""
+    metric = METRICS[name]
+    if est["value"] is None:
+        return "-"
+    unit = " points" if metric.rate else ""
+    lo, hi = _number(metric, est["low"], signed=True), _number(metric, est["high"], signed=True)
+    return f"{_number(metric, est['value'], signed=True)}{unit} [{lo}, {hi}]"

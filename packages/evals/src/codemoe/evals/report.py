@@ -1,5 +1,6 @@
-"""``report.md`` for a run: evaluations with CIs, the improvement, per-family scores, training
-curves and expert load, human-review links, and the plots (written next to it in ``plots/``)."""
+"""``report.md`` for a run: evaluations with CIs, the improvement, per-family scores, agent metrics
+(and their change) of agent evaluations, training curves and expert load, human-review links, and
+the plots (written next to it in ``plots/``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from codemoe.evals.agent_metrics import METRICS, compare_agent, format_change, format_estimate
 from codemoe.evals.compare import compare_summaries, eval_stages, format_improvement
 from codemoe.evals.curves import expert_load, read_metrics, series
 from codemoe.evals.plots import write_plots
@@ -68,6 +70,50 @@ def _family_table(summaries: Mapping[str, dict[str, Any]]) -> list[str]:
             block = s["families"].get(family)
             row.append(f"{_ci(block['pass@1'])} ({block['tasks']} tasks)" if block and "pass@1" in block else "-")
         lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _agent_table(agents: Mapping[str, dict[str, Any]]) -> list[str]:
+    """One column per agent evaluation: each metric with its CI and what it averages over."""
+    head = ["metric", *agents]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, metric in METRICS.items():
+        lines.append(
+            "| "
+            + " | ".join([metric.label, *(format_estimate(name, a["metrics"][name]) for a in agents.values())])
+            + " |"
+        )
+    reasons = [", ".join(f"{r} {n}" for r, n in a["stop_reasons"].items()) for a in agents.values()]
+    lines.append("| " + " | ".join(["stop reasons (episodes)", *reasons]) + " |")
+    return lines
+
+
+def _agent_change(a: str, b: str, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Each agent metric of stage ``a`` and of stage ``b``, and the change (paired over tasks)."""
+    cmp = compare_agent(before, after, confidence=before["confidence"])
+    pct = f"{cmp['confidence']:.0%}"
+    lines = [
+        f"{cmp['tasks']} tasks, {'paired' if cmp['paired'] else 'unpaired'} bootstrap over tasks, {pct} CI.",
+        "",
+        f"| metric | {a} (before) | {b} (after) | change | relative |",
+        "|---|---|---|---|---|",
+    ]
+    for name, metric in METRICS.items():
+        m = cmp["metrics"][name]
+        rel = m["relative"]
+        relative = (
+            "-"
+            if rel["value"] is None
+            else f"{100 * rel['value']:+.1f}% [{100 * rel['low']:+.1f}, {100 * rel['high']:+.1f}]"
+        )
+        cells = [
+            metric.label,
+            format_estimate(name, m["before"]),
+            format_estimate(name, m["after"]),
+            format_change(name, m["absolute"]),
+            relative,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -145,6 +191,17 @@ def build_report(
             imp = compare_summaries(summaries[a], summaries[b], k=k)
             out += ["## Improvement", "", "```", format_improvement(a, b, imp, k), "```", ""]
         out += ["## pass@1 per family", "", *_family_table(summaries), ""]
+        agents = {sid: s["agent"] for sid, s in summaries.items() if s.get("agent")}
+        if agents:
+            conf = next(iter(agents.values()))["confidence"]
+            out += [f"## Agent metrics (held-out episodes, {conf:.0%} CI)", "", *_agent_table(agents), ""]
+        if a != b and a in agents and b in agents:
+            out += [
+                f"## Agent metrics before and after: {a} -> {b}",
+                "",
+                *_agent_change(a, b, agents[a], agents[b]),
+                "",
+            ]
     training = _training_table(records)
     if training:
         out += ["## Training", "", *training, ""]
