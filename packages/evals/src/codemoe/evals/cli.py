@@ -1,4 +1,5 @@
-"""``codemoe eval``: compare runs, rebuild a report, import human-review verdicts, run ablations."""
+"""``codemoe eval``: evaluate a checkpoint on any suite, compare runs, rebuild a report, import
+human-review verdicts, run ablations."""
 
 from __future__ import annotations
 
@@ -7,7 +8,159 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_eval_command"]
+from codemoe.core.errors import CodemoeError, ConfigError, did_you_mean
+
+__all__ = ["add_eval_command", "eval_pipeline", "suite_spec"]
+
+
+def _checkpoint_folder(path: str) -> Path:
+    """The checkpoint folder, or an error saying what the path is instead."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise CodemoeError(f"checkpoint folder {folder} does not exist")
+    if (folder / "config.json").is_file():
+        return folder.resolve()
+    inner = folder / "checkpoint"
+    hint = (
+        f"; did you mean {inner} (the checkpoint that stage wrote)?"
+        if (inner / "config.json").is_file()
+        else ": give the 'checkpoint' folder an sft or rl stage wrote (runs/<run>/<stage>/checkpoint)"
+    )
+    raise CodemoeError(f"{folder} is not a model checkpoint folder (no config.json in it){hint}")
+
+
+def _option(item: str, what: str) -> tuple[str, Any]:
+    """``key=value`` split, the value read as YAML (``1`` an int, ``[a, b]`` a list)."""
+    import yaml
+
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"{what} '{item}' is not of the form key=value (e.g. seed=1)")
+    try:
+        return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} '{item}': the value is not valid YAML ({str(exc).splitlines()[0]})") from None
+
+
+def suite_spec(registry: Any, name: str, options: list[str], registry_dir: Path | None = None) -> dict[str, Any]:
+    """The suite spec ``codemoe eval run --suite NAME key=value ...`` evaluates on: the suite preset
+    ``NAME`` (as a pipeline's ``suite: NAME`` reads it) or the registered suite ``NAME``, with the
+    options set; every key is checked against the suite's options."""
+    from codemoe.core.config import load_preset, preset_folders, preset_names, search_path
+
+    folders = preset_folders(search_path(registry_dir, registry.preset_dirs), "suite")
+    presets = preset_names(folders)
+    if name in presets:
+        spec = load_preset(folders, name, f"--suite {name}")
+    elif ("suite", name) in registry:
+        spec = {"name": name}
+    else:
+        known = sorted({*presets, *registry.names("suite")})
+        raise ConfigError(f"unknown suite '{name}'{did_you_mean(name, known)}. Suites: {', '.join(known)}.")
+    accepted = [o.name for o in registry.get("suite", spec["name"]).options()]
+    for item in options:
+        key, value = _option(item, "suite option")
+        if key not in accepted:
+            raise ConfigError(
+                f"suite option '{key}' (in '{item}'): suite '{name}' has no such option{did_you_mean(key, accepted)}. "
+                f"Its options: {', '.join(accepted) or 'none'}."
+            )
+        spec[key] = value
+    registry.make_config("suite", spec, where=f"--suite {name}")  # a wrong type names the key
+    return spec
+
+
+def _is_repository_suite(registry: Any, spec: dict[str, Any], split: str) -> bool:
+    """Whether the suite's tasks are repositories (evaluated as an agent) or functions (completions)."""
+    from codemoe.core.contracts import repository_task
+
+    try:
+        tasks = registry.build("suite", spec, where=f"--suite {spec['name']}").tasks(split)
+    except ValueError as exc:  # a suite's own check of its options or split
+        raise ConfigError(f"--suite {spec['name']}: {exc}") from None
+    if not tasks:
+        raise ConfigError(f"suite '{spec['name']}' has no {split} tasks with these options")
+    return repository_task(tasks[0]) is not None
+
+
+def eval_pipeline(args: argparse.Namespace, checkpoint: Path, suite: dict[str, Any], agent: bool) -> Any:
+    """The one-stage pipeline ``codemoe eval run`` runs: the ``eval`` stage (episodes in the ``repo``
+    environment for a repository suite) and a ``report`` stage."""
+    from dataclasses import asdict
+
+    from codemoe.core.config import RunConfig
+    from omegaconf import OmegaConf
+
+    stage: dict[str, Any] = {
+        "name": "eval",
+        "checkpoint": str(checkpoint),
+        "suite": suite,
+        "split": args.split,
+        "samples": args.samples,
+        "max_tasks": args.max_tasks,
+    }
+    if args.max_new_tokens is not None:
+        stage["max_new_tokens"] = args.max_new_tokens
+    if agent:  # a tool call is cut by no stop sequence: it ends at the end of its action
+        stage.update(environment="repo", max_turns=args.max_turns, stop=[])
+    cfg = OmegaConf.create(
+        {
+            "run": asdict(RunConfig(name=f"eval-{suite['name']}", dir=args.runs_dir, seed=args.seed)),
+            "stages": {"eval": stage, "report": {"name": "report", "print_report": False}},
+        }
+    )
+    for item in args.set:
+        key, value = _option(item, "--set")
+        OmegaConf.update(cfg, f"stages.eval.{key}", value, merge=True, force_add=True)
+    return cfg
+
+
+def _print_evaluation(result: dict[str, Any], summary: dict[str, Any]) -> None:
+    from codemoe.evals.agent_metrics import METRICS, format_estimate
+
+    agent = summary.get("agent")
+    print(
+        f"{result['suite']} ({result['split']}): {summary['tasks']} tasks, {summary['samples_per_task']} "
+        f"{'episodes' if agent else 'samples'} per task, {summary['confidence']:.0%} CIs"
+    )
+    for k in summary["ks"]:
+        est = summary["overall"][f"pass@{k}"]
+        print(f"  pass@{k}: {100 * est['value']:.1f}% [{100 * est['low']:.1f}, {100 * est['high']:.1f}]")
+    if agent:
+        for name, metric in METRICS.items():
+            print(f"  {metric.label}: {format_estimate(name, agent['metrics'][name])}")
+        print("  stop reasons: " + ", ".join(f"{r} {n}" for r, n in agent["stop_reasons"].items()))
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from codemoe.core import Hooks, build_registry, run_pipeline
+    from codemoe.evals.summary import load_summary
+
+    checkpoint = _checkpoint_folder(args.checkpoint)
+    registry = build_registry(args.pm)
+    registry_dir = Path(args.registry) if args.registry else None
+    name, *options = args.suite
+    suite = suite_spec(registry, name, options, registry_dir)
+    agent = _is_repository_suite(registry, suite, args.split)
+    cfg = eval_pipeline(args, checkpoint, suite, agent)
+    ctx = run_pipeline(cfg, registry, Hooks(args.pm), show_progress=not args.no_progress)
+    result = ctx.results["eval"]
+    summary = load_summary(Path(result["summary"]))
+    _print_evaluation(result, summary)
+    print(f"run directory: {ctx.run_dir} (report.md, eval/eval.json, eval/samples.jsonl)")
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        document = {
+            "run_dir": str(ctx.run_dir),
+            "mode": "agent" if agent else "completions",
+            "suite": suite,
+            "split": args.split,
+            **summary,
+        }
+        out.write_text(json.dumps(document, indent=2))
+        print(f"written: {out}")
+    return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -87,8 +240,52 @@ def _cmd_lm_eval(args: argparse.Namespace) -> int:
 
 def add_eval_command(subparsers: Any) -> None:
     """Register ``codemoe eval`` and its subcommands."""
-    parser = subparsers.add_parser("eval", help="compare evaluations, reports, human review, ablations")
+    parser = subparsers.add_parser(
+        "eval", help="evaluate a checkpoint, compare evaluations, reports, human review, ablations"
+    )
     sub = parser.add_subparsers(dest="eval_command", metavar="SUBCOMMAND", required=True)
+
+    p = sub.add_parser(
+        "run",
+        help="evaluate a checkpoint on any suite and split (agent episodes on a repository suite), outside a pipeline",
+        description="Runs the eval stage on CHECKPOINT in a run directory of its own: episodes in the repo "
+        "environment for a repository suite (synthetic-repos, agentic-core), completions for a function-level one "
+        "(synthetic, humaneval). Example: codemoe eval run runs/agentic-repos-X/rl/checkpoint --suite "
+        "synthetic-repos seed=1 heldout_tasks=50 --json heldout-seed1.json",
+    )
+    p.add_argument(
+        "checkpoint",
+        metavar="CHECKPOINT",
+        help="a checkpoint folder (the 'checkpoint' folder an sft or rl stage wrote)",
+    )
+    p.add_argument(
+        "--suite",
+        required=True,
+        nargs="+",
+        metavar=("NAME", "key=value"),
+        help="a suite preset or registered suite (codemoe components suite), then its options: seed=1 heldout_tasks=50",
+    )
+    p.add_argument(
+        "--split", default="heldout", choices=["train", "heldout"], help="split to evaluate (default heldout)"
+    )
+    p.add_argument(
+        "--samples", type=int, default=8, help="samples (episodes) per task; pass@1 is their mean (default 8)"
+    )
+    p.add_argument("--max-turns", type=int, default=8, help="actions per episode of a repository suite (default 8)")
+    p.add_argument("--max-tasks", type=int, default=0, help="evaluate the first N tasks of the split (default 0: all)")
+    p.add_argument("--max-new-tokens", type=int, help="tokens per completion or action (default: the eval stage's)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other eval stage option (codemoe components stage eval), e.g. --set temperature=0.6",
+    )
+    p.add_argument("--seed", type=int, default=0, help="run seed: sampling and bootstrap (default 0)")
+    p.add_argument("--runs-dir", default="runs", help="parent folder of the run directory (default runs)")
+    p.add_argument("--json", metavar="PATH", help="write the summary (pass@k, per family, agent metrics, CIs) here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(handler=_cmd_run)
 
     p = sub.add_parser("compare", help="pass@k of run B vs run A with absolute and relative improvement and CIs")
     p.add_argument("run_a", help="baseline: a run directory, an eval stage folder or an eval.json")
