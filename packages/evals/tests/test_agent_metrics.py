@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 from codemoe.evals.agent_metrics import (
     agent_summary,
     compare_agent,
     episode_facts,
+    format_change,
+    format_estimate,
+    headline,
     ratio_estimate,
     self_correction,
 )
 from codemoe.evals.grading import GradedSample
 from codemoe.evals.passk import TaskOutcome
+from codemoe.evals.report import build_report
 from codemoe.evals.summary import summarize
 from codemoe.sandbox.agent.episode import Episode, StepRecord
 
@@ -220,3 +226,49 @@ def test_graded_samples_keep_their_facts_through_json() -> None:
     (first, *_) = two_tasks()
     assert GradedSample.from_dict(first.as_dict()) == first
     assert GradedSample.from_dict(first.as_dict()).episode["self_correction"] is True
+
+
+def test_shares_counts_and_undefined_metrics_read_as_reports_show_them() -> None:
+    est = {"value": 0.125, "low": 0.05, "high": 0.2, "confidence": 0.95, "n": 40}
+    assert format_estimate("resolve_rate", est) == "12.5% [5.0, 20.0] (40 episodes)"
+    assert (
+        format_estimate("format_errors", {**est, "value": 1.2, "low": 0.9, "high": 1.5})
+        == "1.20 [0.90, 1.50] (40 episodes)"
+    )
+    undefined = {"value": None, "low": None, "high": None, "confidence": 0.95, "n": 0}
+    assert format_estimate("turns_to_resolve", undefined) == "- (0 resolved)"
+    assert format_estimate("self_correction_rate", {**est, "n": 3}, count=False) == "12.5% [5.0, 20.0]"
+    assert format_change("resolve_rate", {"value": 0.05, "low": 0.012, "high": 0.088}) == "+5.0 points [+1.2, +8.8]"
+    assert format_change("format_errors", {"value": -0.5, "low": -0.8, "high": -0.2}) == "-0.50 [-0.80, -0.20]"
+    summary = agent_summary(two_tasks())
+    flat = headline(summary)
+    assert flat["turns_to_resolve"] == 5.0 and flat["turns_to_resolve_ci"] == [4.0, 6.0]
+    assert flat["stop_reasons"] == summary["stop_reasons"]
+
+
+def _eval_result(folder: Path, stage: str, format_errors: int, resolved: bool) -> dict:
+    agent = _uniform(format_errors=format_errors, resolved=resolved)
+    outcomes = [TaskOutcome(t, row["family"], row["episodes"], row["resolved"]) for t, row in agent["per_task"].items()]
+    summary = {**summarize(outcomes, [1]), "agent": agent}
+    path = folder / stage / "eval.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(summary))
+    return {"kind": "eval", "suite": "synthetic-repos", "split": "heldout", "summary": str(path), "step": 0}
+
+
+def test_the_report_shows_agent_metrics_and_their_change(tmp_path: Path) -> None:
+    results = {
+        "eval_sft": _eval_result(tmp_path, "eval_sft", 4, False),
+        "eval_rl": _eval_result(tmp_path, "eval_rl", 1, True),
+    }
+    report = build_report(tmp_path, results).read_text()
+    assert "## Agent metrics (held-out episodes, 95% CI)" in report
+    assert "| format errors per episode | 4.00 [4.00, 4.00] (10 episodes) | 1.00 [1.00, 1.00] (10 episodes) |" in report
+    assert "| stop reasons (episodes) | submitted 10 | submitted 10 |" in report
+    assert "## Agent metrics before and after: eval_sft -> eval_rl" in report
+    assert "10 tasks, paired bootstrap over tasks, 95% CI." in report
+    assert (
+        "| format errors per episode | 4.00 [4.00, 4.00] (10 episodes) | 1.00 [1.00, 1.00] (10 episodes) | "
+        "-3.00 [-3.00, -3.00] | -75.0% [-75.0, -75.0] |"
+    ) in report
+    assert "| turns to resolve | - (0 resolved) | 2.00 [2.00, 2.00] (10 resolved) | - | - |" in report
