@@ -102,7 +102,7 @@ def eval_pipeline(args: argparse.Namespace, checkpoint: Path, suite: dict[str, A
     if args.max_new_tokens is not None:
         stage["max_new_tokens"] = args.max_new_tokens
     if agent:  # a tool call is cut by no stop sequence: it ends at the end of its action
-        stage.update(environment="repo", max_turns=args.max_turns, stop=[])
+        stage.update(environment={"name": "repo"}, max_turns=args.max_turns, stop=[])
     cfg = OmegaConf.create(
         {
             "run": asdict(RunConfig(name=f"eval-{suite['name']}", dir=args.runs_dir, seed=args.seed)),
