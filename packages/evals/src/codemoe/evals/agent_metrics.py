@@ -23,7 +23,9 @@ share one estimator: the ratio of sums, with a percentile bootstrap that resampl
 episodes of one task are not independent draws; resampling whole tasks keeps them together). With
 the same number of episodes per task the resolve rate is exactly the mean of per-task pass@1 and
 its interval the one :func:`codemoe.evals.stats.bootstrap_mean` gives with the same seed. A metric
-whose denominator is zero (no episode resolved, none eligible) is undefined: ``None``.
+whose denominator is zero (no episode resolved, none eligible) is undefined: ``None``. Every
+estimate is ``{value, low, high, confidence, n}``; ``n`` is the summed denominator (episodes,
+resolved episodes, eligible episodes), or for a change between two evaluations the tasks compared.
 
 The facts come from the environment's episode (:func:`episode_facts` reads the sandbox
 ``Episode``'s ``log``, ``format_errors``, ``steps``, ``stop_reason`` and ``resolved``) and travel
@@ -206,7 +208,7 @@ def _estimate(draws: np.ndarray, value: float, confidence: float, n: int) -> dic
     return {"value": float(value), "low": float(low), "high": float(high), "confidence": confidence, "n": n}
 
 
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray | float:
+def _ratio(num: Any, den: Any) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
 
