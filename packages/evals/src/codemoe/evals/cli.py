@@ -90,6 +90,7 @@ def eval_pipeline(args: argparse.Namespace, checkpoint: Path, suite: dict[str, A
 
     from codemoe.core.config import RunConfig
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     stage: dict[str, Any] = {
         "name": "eval",
@@ -111,7 +112,10 @@ def eval_pipeline(args: argparse.Namespace, checkpoint: Path, suite: dict[str, A
     )
     for item in args.set:
         key, value = _option(item, "--set")
-        OmegaConf.update(cfg, f"stages.eval.{key}", value, merge=True, force_add=True)
+        try:
+            OmegaConf.update(cfg, f"stages.eval.{key}", value, merge=True, force_add=True)
+        except OmegaConfBaseException as exc:  # a key below a plain value (e.g. below environment: null)
+            raise ConfigError(f"--set '{item}': {str(exc).splitlines()[0]}") from None
     return cfg
 
 
