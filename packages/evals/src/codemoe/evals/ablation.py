@@ -5,39 +5,74 @@ parameters, or evaluate without the RL stage. An ablation spec (YAML) names the 
 variants (each a list of ``key=value`` overrides and the eval stage whose result counts), and the
 baseline variant::
 
-    name: rl-vs-sft
-    pipeline: quickstart
+    name: agentic-samples
+    pipeline: agentic-repos
     overrides: [run.seed=0]          # applied to every variant
-    baseline: without_rl
+    share: [trajectories, sft, eval_sft]
+    baseline: samples_4
     variants:
-      with_rl: {eval_stage: eval_rl}
-      without_rl: {eval_stage: eval_sft}
+      samples_4: {eval_stage: eval_rl, overrides: [stages.rl.algo.group_size=4]}
+      samples_8: {eval_stage: eval_rl, overrides: [stages.rl.algo.group_size=8]}
 
-Each variant runs as its own run directory (variants with the same overrides, like the two above,
-share one run and differ only in the eval stage read); ``ablation-<name>.json`` next to them holds every variant's
-pass@k and its improvement over the baseline, with CIs. Parameter counts that stages return
-(``total_parameters``, ``active_parameters``) are collected so "equal active parameters" is checked,
-not assumed.
+Every variant's config is composed and validated before anything runs, so a misspelt key, a
+misspelt option of a component or an unknown eval stage stops the ablation at once, naming it.
+
+One run per distinct config: variants whose resolved configs are equal (``with_rl`` and
+``without_rl`` of ``rl-vs-sft``, which differ only in the eval stage read, or the default arm of
+two ablations run together) share one run directory.
+
+``share`` lists stages that are the same for every variant and run once: the first run that needs
+them runs them, and each later run whose config of those stages (and of ``run:``, seed included)
+is the same starts with them recorded as finished in its ``state.json`` (each result marked
+``shared_from`` with the run that made it), so its next stage reads their results, the SFT
+checkpoint for instance, as it would read its own. A variant that changes a shared stage is refused
+with the key it changes; so is a shared stage that reads a stage that is not shared (its
+``checkpoint_from`` or ``trajectories_from``, say).
+
+A list of ablations is a YAML file with ``specs:`` (names of ready specs or paths), run together
+by :func:`run_ablations`: the runs and shared stages above are shared across all of them. Each
+ablation writes ``ablation-<name>.json`` (every variant's pass@k and its improvement over the
+baseline, absolute and relative, with CIs) and ``ablation-<name>.md`` (the same as a markdown
+table); a list writes ``ablation-<list name>.json`` and ``.md`` with every row. Parameter counts
+(``total_parameters``, ``active_parameters``) are collected so "equal active parameters" is
+checked, not assumed: before the runs on the composed model, after them on the checkpoints.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codemoe.core.config import compose
+from codemoe.core.config import compose, resolve_defaults, validate_pipeline
 from codemoe.core.errors import ConfigError
-from codemoe.core.runs import run_pipeline
+from codemoe.core.runs import create_run_dir, run_pipeline
 from codemoe.evals.compare import compare_summaries, eval_stages
 from codemoe.evals.summary import load_summary
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["ABLATIONS_DIR", "AblationSpec", "Variant", "format_ablation", "load_ablation", "run_ablation"]
+__all__ = [
+    "ABLATIONS_DIR",
+    "AblationPlan",
+    "AblationSpec",
+    "PlannedRun",
+    "Variant",
+    "ablation_markdown",
+    "format_ablation",
+    "format_ablations",
+    "format_plan",
+    "load_ablation",
+    "load_ablations",
+    "plan_ablations",
+    "run_ablation",
+    "run_ablations",
+]
 
 _PARAM_KEYS = ("total_parameters", "active_parameters")
-ABLATIONS_DIR = Path(__file__).parent / "ablations"  # ready specs: rl-vs-sft, moe-vs-dense
+ABLATIONS_DIR = Path(__file__).parent / "ablations"  # ready specs (rl-vs-sft, moe-vs-dense, agentic-*) and lists (agentic)
 
 
 @dataclass
@@ -59,30 +94,354 @@ class AblationSpec:
     overrides: list[str] = field(default_factory=list)  # applied to every variant first
     k: int = 1  # pass@k compared
     max_active_ratio: float = 0.0  # > 0: fail when variants' active parameters differ by more than this factor
+    share: list[str] = field(default_factory=list)  # stage ids run once for every variant (see the module doc)
+
+
+# -- reading specs
+
+
+def _spec_path(path: Path | str) -> Path:
+    path = Path(path)
+    if path.is_file():
+        return path
+    named = ABLATIONS_DIR / f"{path.name}.yaml"
+    if not named.is_file():
+        known = sorted(p.stem for p in ABLATIONS_DIR.glob("*.yaml"))
+        raise ConfigError(f"no ablation spec {path}; give a YAML path or one of: {', '.join(known)}")
+    return named
+
+
+def _read(path: Path) -> dict[str, Any]:
+    data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: an ablation spec is a mapping")
+    return data
 
 
 def load_ablation(path: Path | str) -> AblationSpec:
     """Read and check an ablation spec: a YAML path, or the name of one in :data:`ABLATIONS_DIR`."""
-    path = Path(path)
-    if not path.is_file():
-        named = ABLATIONS_DIR / f"{path.name}.yaml"
-        if not named.is_file():
-            known = sorted(p.stem for p in ABLATIONS_DIR.glob("*.yaml"))
-            raise ConfigError(f"no ablation spec {path}; give a YAML path or one of: {', '.join(known)}")
-        path = named
-    data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: an ablation spec is a mapping")
-    unknown = set(data) - {f for f in AblationSpec.__dataclass_fields__}
+    path = _spec_path(path)
+    data = _read(path)
+    if "specs" in data:
+        raise ConfigError(f"{path}: a list of ablations (specs: ...); read it with load_ablations")
+    unknown = set(data) - set(AblationSpec.__dataclass_fields__)
     if unknown:
         raise ConfigError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(AblationSpec.__dataclass_fields__)}")
-    variants = {str(n): Variant(**(v or {})) for n, v in (data.get("variants") or {}).items()}
+    variants = {}
+    for name, options in (data.get("variants") or {}).items():
+        unknown = set(options or {}) - set(Variant.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(f"{path}: variants.{name}: unknown keys {sorted(unknown)}; known: overrides, eval_stage")
+        variants[str(name)] = Variant(**(options or {}))
     if len(variants) < 2:
         raise ConfigError(f"{path}: an ablation needs at least two variants")
-    spec = AblationSpec(**{**data, "name": str(data.get("name", Path(path).stem)), "variants": variants})
+    spec = AblationSpec(**{**data, "name": str(data.get("name", path.stem)), "variants": variants})
     if spec.baseline not in variants:
         raise ConfigError(f"{path}: baseline '{spec.baseline}' is not a variant; variants: {', '.join(variants)}")
     return spec
+
+
+def load_ablations(path: Path | str) -> tuple[str, list[AblationSpec]]:
+    """(name, specs) of an ablation spec or of a list of them (``name:``, ``specs: [NAME or PATH, ...]``,
+    paths relative to the list's folder)."""
+    path = _spec_path(path)
+    data = _read(path)
+    if "specs" not in data:
+        return load_ablation(path).name, [load_ablation(path)]
+    unknown = set(data) - {"name", "specs"}
+    if unknown:
+        raise ConfigError(f"{path}: unknown keys {sorted(unknown)} in a list of ablations; known: name, specs")
+    items = data["specs"] or []
+    if not items:
+        raise ConfigError(f"{path}: 'specs' is empty; name the ablations to run")
+    specs = [load_ablation(path.parent / item if (path.parent / str(item)).is_file() else item) for item in items]
+    names = [spec.name for spec in specs]
+    if len(set(names)) < len(names):
+        raise ConfigError(f"{path}: two ablations of the list have the same name ({', '.join(names)})")
+    return str(data.get("name", path.stem)), specs
+
+
+# -- planning: compose every arm, find the runs and the shared stages
+
+
+@dataclass
+class PlannedRun:
+    """One pipeline run of an ablation: the arms it serves and the stages it takes from an earlier run."""
+
+    config: DictConfig  # resolved, with run.name (and run.dir) set
+    arms: list[tuple[str, str]] = field(default_factory=list)  # (ablation, variant)
+    shared: tuple[str, ...] = ()  # stage ids recorded as finished from run `source`
+    source: int | None = None  # index of the earlier planned run whose results they are
+
+
+@dataclass
+class AblationPlan:
+    """Every run the ablations need, in order, and which run and eval stage each arm reads."""
+
+    specs: list[AblationSpec]
+    runs: list[PlannedRun]
+    arms: dict[tuple[str, str], tuple[int, str]]  # (ablation, variant) -> (run index, eval stage or "")
+
+
+@dataclass
+class _Arm:
+    cfg: DictConfig  # resolved
+    plain: dict[str, Any]  # the same as a container, for comparisons
+    stages: list[str]  # stage ids in order
+
+
+def plan_ablations(
+    specs: Sequence[AblationSpec],
+    registry: Any,
+    *,
+    registry_dir: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    out_dir: Path | None = None,
+) -> AblationPlan:
+    """Compose and validate every arm and decide the runs (nothing runs).
+
+    ``overrides`` apply to every arm after each spec's own and before the variant's, so a variant's
+    key wins (a shortened run keeps its arms apart).
+    """
+    runs: list[PlannedRun] = []
+    keys: list[str] = []
+    arms: dict[tuple[str, str], tuple[int, str]] = {}
+    for spec in specs:
+        composed = {name: _compose_arm(spec, name, registry, registry_dir, overrides, out_dir) for name in spec.variants}
+        _check_shared(spec, composed)
+        _check_planned_active(spec, composed, registry)
+        for name, arm in composed.items():
+            key = _fingerprint(arm.plain)
+            if key not in keys:
+                keys.append(key)
+                OmegaConf.update(arm.cfg, "run.name", f"{spec.name}-{name}")
+                runs.append(_new_run(runs, arm, spec.share))
+            arms[(spec.name, name)] = (keys.index(key), spec.variants[name].eval_stage)
+            runs[keys.index(key)].arms.append((spec.name, name))
+    return AblationPlan(list(specs), runs, arms)
+
+
+def _compose_arm(
+    spec: AblationSpec, name: str, registry: Any, registry_dir: Any, extra: Sequence[str], out_dir: Path | None
+) -> _Arm:
+    variant = spec.variants[name]
+    where = f"ablation '{spec.name}', variant '{name}'"
+    try:
+        cfg = compose(
+            spec.pipeline,
+            [*spec.overrides, *extra, *variant.overrides],
+            registry_dir=Path(registry_dir) if registry_dir else None,
+            preset_dirs=getattr(registry, "preset_dirs", None),
+        )
+        if out_dir is not None:
+            cfg.run.dir = str(out_dir)
+        stages = [stage_id for stage_id, _, _ in validate_pipeline(cfg, registry)]
+        cfg = resolve_defaults(cfg, registry)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if variant.eval_stage and variant.eval_stage not in stages:
+        raise ConfigError(f"{where}: eval_stage '{variant.eval_stage}' is not a stage of {spec.pipeline}; stages: {', '.join(stages)}")
+    return _Arm(cfg, OmegaConf.to_container(cfg, resolve=True), stages)
+
+
+def _fingerprint(plain: dict[str, Any]) -> str:
+    """What makes two runs the same: the resolved config, but for the run's name."""
+    run = {k: v for k, v in plain.get("run", {}).items() if k != "name"}
+    return json.dumps({**plain, "run": run}, sort_keys=True, default=str)
+
+
+def _shared_view(plain: dict[str, Any], share: Sequence[str]) -> dict[str, Any]:
+    run = {k: v for k, v in plain.get("run", {}).items() if k != "name"}
+    return {"run": run, "stages": {s: plain["stages"][s] for s in share}}
+
+
+def _new_run(runs: list[PlannedRun], arm: _Arm, share: Sequence[str]) -> PlannedRun:
+    """A run of ``arm``; with its shared stages taken from the first earlier run that has the same ones."""
+    if share:
+        view = _shared_view(arm.plain, share)
+        for index, run in enumerate(runs):
+            other = OmegaConf.to_container(run.config, resolve=True)
+            if set(share) <= set(other["stages"]) and _shared_view(other, share) == view:
+                return PlannedRun(arm.cfg, shared=tuple(s for s in arm.stages if s in share), source=index)
+    return PlannedRun(arm.cfg)
+
+
+def _check_shared(spec: AblationSpec, arms: dict[str, _Arm]) -> None:
+    """Shared stages exist, read only shared stages, and are the same in every variant."""
+    if not spec.share:
+        return
+    first_name, first = next(iter(arms.items()))
+    unknown = [s for s in spec.share if s not in first.stages]
+    if unknown:
+        raise ConfigError(
+            f"ablation '{spec.name}': share names {unknown}, not stages of {spec.pipeline}; its stages: {', '.join(first.stages)}"
+        )
+    for stage_id in spec.share:
+        for key, value in first.plain["stages"][stage_id].items():
+            if key != "name" and isinstance(value, str) and value in first.stages and value not in spec.share:
+                raise ConfigError(
+                    f"ablation '{spec.name}': share: stage '{stage_id}' reads stage '{value}' "
+                    f"(stages.{stage_id}.{key}={value}), which is not shared; share '{value}' too, or not '{stage_id}'"
+                )
+    view = _shared_view(first.plain, spec.share)
+    for name, arm in arms.items():
+        changed = _first_difference(view, _shared_view(arm.plain, spec.share))
+        if changed is not None:
+            path, before, after = changed
+            raise ConfigError(
+                f"ablation '{spec.name}', variant '{name}': it changes {path} ({before!r} in variant "
+                f"'{first_name}', {after!r} here), which share: {spec.share} runs once for every variant; "
+                "a variant may change only stages that are not shared: remove the stage from share, or the override"
+            )
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first key path (``stages.sft.model.num_experts``) where two containers differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            found = _first_difference(a.get(key), b.get(key), f"{path}.{key}" if path else str(key))
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for index, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = _first_difference(x, y, f"{path}.{index}")
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (path, a, b)
+
+
+def _check_planned_active(spec: AblationSpec, arms: dict[str, _Arm], registry: Any) -> None:
+    """max_active_ratio on the composed models (the first stage that builds one), before hours of runs."""
+    if spec.max_active_ratio <= 0:
+        return
+    from codemoe.core.models import count_parameters
+
+    active = {}
+    for name, arm in arms.items():
+        built = [s for s in arm.plain["stages"].values() if isinstance(s.get("model"), dict)]
+        if built:
+            model = built[0]
+            active[name] = count_parameters(model["model"], registry=registry, vocab_size=model.get("vocab_size")).active
+    _check_ratio(spec, active)
+
+
+def _check_ratio(spec: AblationSpec, active: dict[str, int]) -> None:
+    if spec.max_active_ratio > 0 and len(active) >= 2:
+        ratio = max(active.values()) / max(1, min(active.values()))
+        if ratio > spec.max_active_ratio:
+            raise ConfigError(
+                f"ablation '{spec.name}': active parameters differ by {ratio:.2f}x ({active}), more than "
+                f"max_active_ratio={spec.max_active_ratio}; size the variants to equal active parameters"
+            )
+
+
+def format_plan(plan: AblationPlan) -> str:
+    """The runs a plan makes: what each runs, what it takes from an earlier run, which arms read it."""
+    lines = [f"{len(plan.runs)} runs for {len(plan.arms)} arms of {len(plan.specs)} ablation(s)"]
+    for index, run in enumerate(plan.runs):
+        stages = [s for s in run.config.stages if s not in run.shared]
+        taken = f"; takes {', '.join(run.shared)} from run {run.source + 1}" if run.source is not None else ""
+        arms = ", ".join(f"{a}/{v}" for a, v in run.arms)
+        lines.append(f"  run {index + 1} {run.config.run.name}: runs {', '.join(stages)}{taken}; read by {arms}")
+    return "\n".join(lines)
+
+
+# -- running
+
+
+def run_ablations(
+    specs: Sequence[AblationSpec],
+    registry: Any,
+    hooks: Any,
+    *,
+    name: str | None = None,
+    registry_dir: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    show_progress: bool = True,
+    out_dir: Path | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Plan, run every planned run once, and compare each ablation's variants with its baseline.
+
+    Returns ``{"name", "ablations": [one result per spec], "runs": [run dirs]}``; writes each
+    ablation's JSON and markdown, and with ``name`` the list's, into ``out_dir`` (default: the
+    folder the runs are in).
+    """
+    plan = plan_ablations(specs, registry, registry_dir=registry_dir, overrides=overrides, out_dir=out_dir)
+    contexts: list[Any] = []
+    described = format_plan(plan).splitlines()[1:]
+    for index, run in enumerate(plan.runs):
+        if announce is not None:
+            announce(described[index].strip())
+        contexts.append(_run(run, contexts, registry, hooks, show_progress))
+    folder = Path(out_dir) if out_dir is not None else contexts[0].run_dir.parent
+    results = [_compare(spec, plan, contexts) for spec in plan.specs]
+    for result in results:
+        _write(folder, result["name"], result, [result])
+    suite = {"name": name or results[0]["name"], "ablations": results, "runs": [str(c.run_dir) for c in contexts]}
+    if name is not None:
+        _write(folder, name, suite, results)
+    return suite
+
+
+def run_ablation(
+    spec: AblationSpec,
+    registry: Any,
+    hooks: Any,
+    *,
+    registry_dir: str | Path | None = None,
+    show_progress: bool = True,
+    out_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Run one ablation (see :func:`run_ablations`) and return its result."""
+    suite = run_ablations([spec], registry, hooks, registry_dir=registry_dir, show_progress=show_progress, out_dir=out_dir)
+    return suite["ablations"][0]
+
+
+def _run(run: PlannedRun, done: list[Any], registry: Any, hooks: Any, show_progress: bool) -> Any:
+    """Run the pipeline; shared stages first recorded as finished with the source run's results."""
+    if run.source is None:
+        return run_pipeline(run.config, registry, hooks, show_progress=show_progress)
+    source = done[run.source]
+    run_dir = create_run_dir(run.config)
+    finished = {s: {**source.results[s], "shared_from": source.results[s].get("shared_from", str(source.run_dir))}
+                for s in run.shared}
+    (run_dir / "state.json").write_text(json.dumps({"finished": finished}, indent=2, default=str))
+    return run_pipeline(run.config, registry, hooks, run_dir=run_dir, show_progress=show_progress)
+
+
+def _compare(spec: AblationSpec, plan: AblationPlan, contexts: list[Any]) -> dict[str, Any]:
+    arms = {name: _arm_result(spec, name, *plan.arms[(spec.name, name)], contexts) for name in spec.variants}
+    base = arms[spec.baseline]
+    table: dict[str, Any] = {}
+    for name, arm in arms.items():
+        row = {key: arm[key] for key in ("run_dir", "eval_stage", *_PARAM_KEYS) if key in arm}
+        row[f"pass@{spec.k}"] = arm["summary"]["overall"][f"pass@{spec.k}"]
+        row["tasks"], row["samples"] = arm["summary"]["tasks"], arm["summary"]["samples"]
+        if name != spec.baseline:
+            row["vs_baseline"] = compare_summaries(base["summary"], arm["summary"], k=spec.k).as_dict()
+        table[name] = row
+    _check_ratio(spec, {n: r["active_parameters"] for n, r in table.items() if "active_parameters" in r})
+    return {"name": spec.name, "pipeline": spec.pipeline, "baseline": spec.baseline, "k": spec.k,
+            "share": list(spec.share), "variants": table}
+
+
+def _arm_result(spec: AblationSpec, name: str, run_index: int, eval_stage: str, contexts: list[Any]) -> dict[str, Any]:
+    ctx = contexts[run_index]
+    evals = eval_stages(ctx.run_dir, ctx.results)
+    if not evals:
+        raise ConfigError(f"ablation '{spec.name}', variant '{name}': the pipeline has no eval stage")
+    stage = eval_stage or list(evals)[-1]
+    if stage not in evals:
+        raise ConfigError(f"ablation variant '{name}': no eval stage '{stage}'; eval stages: {', '.join(evals)}")
+    return {
+        "run_dir": str(ctx.run_dir),
+        "eval_stage": stage,
+        "summary": load_summary(Path(evals[stage]["summary"])),
+        **_parameters(ctx.results),
+    }
 
 
 def _parameters(results: dict[str, Any]) -> dict[str, int]:
@@ -108,78 +467,73 @@ def _parameters(results: dict[str, Any]) -> dict[str, int]:
     return {}
 
 
-def run_ablation(
-    spec: AblationSpec,
-    registry: Any,
-    hooks: Any,
-    *,
-    registry_dir: str | Path | None = None,
-    show_progress: bool = True,
-    out_dir: Path | None = None,
-) -> dict[str, Any]:
-    """Run every variant, then compare each with the baseline; writes ``ablation.json``."""
-    arms: dict[str, dict[str, Any]] = {}
-    runs: dict[tuple[str, ...], Any] = {}  # variants with the same overrides share one run
-    for name, variant in spec.variants.items():
-        overrides = (*spec.overrides, *variant.overrides)
-        if overrides not in runs:
-            named = [*overrides, f"run.name={spec.name}-{name}"]
-            cfg = compose(spec.pipeline, named, registry_dir=Path(registry_dir) if registry_dir else None)
-            if out_dir is not None:
-                cfg.run.dir = str(out_dir)
-            runs[overrides] = run_pipeline(cfg, registry, hooks, show_progress=show_progress)
-        ctx = runs[overrides]
-        evals = eval_stages(ctx.run_dir, ctx.results)
-        if not evals:
-            raise ConfigError(f"ablation '{spec.name}', variant '{name}': the pipeline has no eval stage")
-        stage = variant.eval_stage or list(evals)[-1]
-        if stage not in evals:
-            raise ConfigError(f"ablation variant '{name}': no eval stage '{stage}'; eval stages: {', '.join(evals)}")
-        arms[name] = {
-            "run_dir": str(ctx.run_dir),
-            "eval_stage": stage,
-            "summary": load_summary(Path(evals[stage]["summary"])),
-            **_parameters(ctx.results),
-        }
-    base = arms[spec.baseline]
-    table: dict[str, Any] = {}
-    for name, arm in arms.items():
-        row = {k: arm[k] for k in ("run_dir", "eval_stage", *_PARAM_KEYS) if k in arm}
-        row[f"pass@{spec.k}"] = arm["summary"]["overall"][f"pass@{spec.k}"]
-        if name != spec.baseline:
-            row["vs_baseline"] = compare_summaries(base["summary"], arm["summary"], k=spec.k).as_dict()
-        table[name] = row
-    _check_active(spec, table)
-    result = {"name": spec.name, "pipeline": spec.pipeline, "baseline": spec.baseline, "k": spec.k, "variants": table}
-    folder = Path(out_dir) if out_dir is not None else Path(base["run_dir"]).parent
-    (folder / f"ablation-{spec.name}.json").write_text(json.dumps(result, indent=2))
-    return result
+def _write(folder: Path, name: str, document: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"ablation-{name}.json").write_text(json.dumps(document, indent=2))
+    (folder / f"ablation-{name}.md").write_text(ablation_markdown(results) + "\n")
 
 
-def _check_active(spec: AblationSpec, table: dict[str, Any]) -> None:
-    active = {n: r["active_parameters"] for n, r in table.items() if "active_parameters" in r}
-    if spec.max_active_ratio > 0 and len(active) >= 2:
-        ratio = max(active.values()) / max(1, min(active.values()))
-        if ratio > spec.max_active_ratio:
-            raise ConfigError(
-                f"ablation '{spec.name}': active parameters differ by {ratio:.2f}x ({active}), more than "
-                f"max_active_ratio={spec.max_active_ratio}; size the variants to equal active parameters"
-            )
+# -- tables
+
+
+def _ci(est: dict[str, float], signed: bool = False, suffix: str = "") -> str:
+    """``41.5% [35.0, 48.0]``; ``n/a`` where the estimate is undefined (relative to a baseline of 0)."""
+
+    def pct(x: float) -> str:
+        return ("{:+.1f}" if signed else "{:.1f}").format(100 * x) if math.isfinite(x) else "n/a"
+
+    if not math.isfinite(est["value"]):
+        return "n/a"
+    return f"{pct(est['value'])}{suffix} [{pct(est['low'])}, {pct(est['high'])}]"
+
+
+def format_ablations(results: Sequence[dict[str, Any]]) -> str:
+    """Every arm of the ablations as one text table: pass@k with its CI, the absolute (points) and
+    relative difference to the ablation's baseline with CIs, episodes graded and parameters."""
+    width = max(len(name) for r in results for name in r["variants"])
+    lines = []
+    for result in results:
+        k = result["k"]
+        lines.append(f"ablation {result['name']} (pipeline {result['pipeline']}, baseline {result['baseline']})")
+        for name, row in result["variants"].items():
+            params = " ".join(f"{p.split('_')[0]} {row[p]:,}" for p in _PARAM_KEYS if p in row)
+            line = f"  {name:<{width}} pass@{k} {_ci(row[f'pass@{k}'], suffix='%')}"
+            if "vs_baseline" in row:
+                diff = row["vs_baseline"]
+                line += f"  abs {_ci(diff['absolute'], True)}  rel {_ci(diff['relative'], True, '%')}"
+            else:
+                line += "  (baseline)"
+            lines.append(f"{line}  {row['tasks']} tasks {row['samples']} samples  {params}".rstrip())
+    return "\n".join(lines)
 
 
 def format_ablation(result: dict[str, Any]) -> str:
-    """The ablation as a small text table."""
-    k = result["k"]
-    lines = [f"ablation {result['name']} (pipeline {result['pipeline']}, baseline {result['baseline']})"]
-    for name, row in result["variants"].items():
-        est = row[f"pass@{k}"]
-        params = " ".join(f"{p}={row[p]:,}" for p in _PARAM_KEYS if p in row)
-        line = f"  {name:<16} pass@{k} {100 * est['value']:5.1f}% [{100 * est['low']:.1f}, {100 * est['high']:.1f}] {params}"
-        if "vs_baseline" in row:
-            a, r = row["vs_baseline"]["absolute"], row["vs_baseline"]["relative"]
-            line += (
-                f"  abs {100 * a['value']:+.1f} [{100 * a['low']:+.1f}, {100 * a['high']:+.1f}]"
-                f"  rel {100 * r['value']:+.1f}% [{100 * r['low']:+.1f}, {100 * r['high']:+.1f}]"
-            )
-        lines.append(line)
+    """One ablation as a text table (see :func:`format_ablations`)."""
+    return format_ablations([result])
+
+
+def ablation_markdown(results: Sequence[dict[str, Any]]) -> str:
+    """Every arm of the ablations as one markdown table, for docs/performance.md."""
+    k = {r["k"] for r in results}
+    metric = f"pass@{k.pop()}" if len(k) == 1 else "pass@k"
+    lines = [
+        f"| ablation | arm | eval stage | {metric} % [95% CI] | vs baseline, points [95% CI] | "
+        "vs baseline, relative % [95% CI] | tasks | samples | active params | total params |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        for name, row in result["variants"].items():
+            diff = row.get("vs_baseline")
+            cells = [
+                result["name"],
+                name,
+                row["eval_stage"],
+                _ci(row[f"pass@{result['k']}"]),
+                _ci(diff["absolute"], True) if diff else "baseline",
+                _ci(diff["relative"], True) if diff else "",
+                str(row["tasks"]),
+                str(row["samples"]),
+                *(f"{row[p]:,}" if p in row else "" for p in reversed(_PARAM_KEYS)),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -221,13 +221,38 @@ def _cmd_review_import(args: argparse.Namespace) -> int:
 
 def _cmd_ablation(args: argparse.Namespace) -> int:
     from codemoe.core import Hooks, build_registry
-    from codemoe.evals.ablation import format_ablation, load_ablation, run_ablation
-
-    spec = load_ablation(args.spec)
-    result = run_ablation(
-        spec, build_registry(args.pm), Hooks(args.pm), registry_dir=args.registry, show_progress=not args.no_progress
+    from codemoe.evals.ablation import (
+        ablation_markdown,
+        format_ablations,
+        format_plan,
+        load_ablations,
+        plan_ablations,
+        run_ablations,
     )
-    print(format_ablation(result))
+
+    name, specs = load_ablations(args.spec)
+    registry = build_registry(args.pm)
+    out = Path(args.out) if args.out else None
+    if args.plan:
+        print(
+            format_plan(
+                plan_ablations(specs, registry, registry_dir=args.registry, overrides=args.overrides, out_dir=out)
+            )
+        )
+        return 0
+    suite = run_ablations(
+        specs,
+        registry,
+        Hooks(args.pm),
+        name=name if len(specs) > 1 else None,
+        registry_dir=args.registry,
+        overrides=args.overrides,
+        show_progress=not args.no_progress,
+        out_dir=out,
+        announce=print,
+    )
+    results = suite["ablations"]
+    print(ablation_markdown(results) if args.markdown else format_ablations(results))
     return 0
 
 
@@ -323,7 +348,17 @@ def add_eval_command(subparsers: Any) -> None:
     p.add_argument("--metadata", help="JSON passed to the task data loaders, e.g. '{\"seed\": 1}'")
     p.set_defaults(handler=_cmd_lm_eval)
 
-    p = sub.add_parser("ablation", help="run pipeline variants (MoE vs dense, with vs without RL) and compare")
-    p.add_argument("spec", help="ablation YAML path, or a ready one: rl-vs-sft, moe-vs-dense")
+    p = sub.add_parser("ablation", help="run pipeline variants (MoE vs dense, with vs without RL, ...) and compare")
+    p.add_argument(
+        "spec",
+        help="ablation YAML path, a list of them (specs: ...), or a ready one: rl-vs-sft, moe-vs-dense, "
+        "agentic (all four agentic-*: rl-vs-sft, stepwise-vs-outcome, moe-vs-dense, samples)",
+    )
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="overrides of every arm (a variant's own win)")
+    p.add_argument("--plan", action="store_true", help="print the runs and shared stages, run nothing")
+    p.add_argument("--out", help="folder of the runs and the ablation JSON and markdown (default: run.dir)")
+    p.add_argument(
+        "--markdown", action="store_true", help="print the table as markdown (it is written to a file anyway)"
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=_cmd_ablation)
