@@ -160,3 +160,34 @@ def test_environment_registration_points_at_real_objects():
     environment = resolve(factory)(resolve(config)(), executor=object())
     assert isinstance(environment, RepoEnvironment)
     assert dataclasses.asdict(environment.config)["max_failing_test_runs"] == 3
+
+
+def test_compact_prompts_keep_what_the_agent_acts_on_at_a_fraction_of_the_text(executor):
+    task = next(t for t in load_tasks(SUITE) if t.type == "test-driven-bug-fix")
+    full = RepoEnvironment(executor=executor)
+    compact = RepoEnvironment(RepoEnvironmentConfig(tool_docs="signatures", test_output="short"), executor=executor)
+    try:
+        shown = {}
+        for name, environment in (("full", full), ("compact", compact)):
+            environment.reset(task)
+            system = environment.episode.messages[0]["content"]
+            shown[name] = (system, environment.step(parse_tool_call(
+                '<tool_call>\n{"tool": "run_tests", "args": {}}\n</tool_call>')).observation)
+    finally:
+        full.close_workspace()
+        compact.close_workspace()
+    (full_system, full_run), (short_system, short_run) = shown["full"], shown["compact"]
+    assert len(short_system) < 0.5 * len(full_system) and len(short_run) < len(full_run)
+    for name in full.tools.specs:  # every tool and every argument is still documented
+        assert f"\n{name}(" in short_system
+        for arg in full.tools.specs[name].schema()["parameters"]["properties"]:
+            assert f"{arg}?:" in short_system or f"{arg}:" in short_system
+    # the failing test, the failing source line, the error and its location in the repository stay
+    failing = [line for line in full_run.splitlines() if line.startswith(("FAILED", ">", "E  "))][:3]
+    assert failing and all(line.rstrip() in short_run for line in failing)
+    assert "=====" not in short_run and "[100%]" not in short_run
+    assert not [line for line in short_run.splitlines() if line.startswith("/")]  # no interpreter paths
+    with pytest.raises(ValueError, match="test_output"):
+        RepoEnvironmentConfig(test_output="terse")
+    with pytest.raises(ValueError, match="tool_docs"):
+        RepoEnvironmentConfig(tool_docs="none")

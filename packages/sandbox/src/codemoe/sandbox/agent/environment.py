@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codemoe.sandbox.agent.actions import ActionFormatError, ToolCall, parse_tool_call, render_tool_call
-from codemoe.sandbox.agent.episode import Episode, StepRecord, system_prompt
+from codemoe.sandbox.agent.episode import TOOL_DOCS, Episode, StepRecord, system_prompt
 from codemoe.sandbox.agent.tasks import Task
-from codemoe.sandbox.agent.tools import ToolOutput, ToolSet
+from codemoe.sandbox.agent.tools import TEST_OUTPUTS, ToolOutput, ToolSet
 from codemoe.sandbox.agent.workspace import ToolError, Workspace
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, Executor, Limits
 from codemoe.sandbox.canary import PYTEST_CONFIG_FILES
@@ -51,6 +51,19 @@ class RepoEnvironmentConfig:
     memory_mb: int = 1024  # memory limit of every test run and shell command
     shell_timeout_s: float = 10.0  # wall-clock limit of one shell command
     trajectory_path: str = ""  # append every finished episode to this JSONL file ("" = do not write)
+    # how the system turn documents the tools: 'schemas' (each tool's JSON schema) or 'signatures'
+    # (one line per tool, its arguments and their types: a quarter of the tokens)
+    tool_docs: str = "schemas"
+    # what run_tests shows of a failing run besides each test's outcome: 'full' (pytest's output) or
+    # 'short' (each failure's source line, first error lines and location: a third of the tokens)
+    test_output: str = "full"
+
+    def __post_init__(self) -> None:
+        if self.tool_docs not in TOOL_DOCS:
+            raise ValueError(f"repo environment: tool_docs must be one of {', '.join(TOOL_DOCS)}, got {self.tool_docs!r}")
+        if self.test_output not in TEST_OUTPUTS:
+            raise ValueError(f"repo environment: test_output must be one of {', '.join(TEST_OUTPUTS)}, "
+                             f"got {self.test_output!r}")
 
 
 @dataclass
@@ -84,6 +97,10 @@ class RepoEnvironment:
         self.task: Task | None = None
 
     # -- the ToolContext the tools use ---------------------------------------------------------
+
+    @property
+    def test_output(self) -> str:
+        return self.config.test_output
 
     @property
     def clarification(self) -> str | None:
@@ -130,7 +147,7 @@ class RepoEnvironment:
             f"Task {task.id}\n\n{task.statement}\n\nRepository files:\n{files}\n\n"
             f"You have {budget} actions. Run the tests with run_tests; finish with submit."
         )
-        instructions = system_prompt(self.tools)
+        instructions = system_prompt(self.tools, self.config.tool_docs)
         self.episode = Episode(
             task_id=task.id,
             task_type=task.type,

@@ -19,7 +19,7 @@ from codemoe.sandbox.agent.patches import make_patch
 from codemoe.sandbox.agent.tasks import Task
 from codemoe.sandbox.api import ExecutionResult
 
-__all__ = ["FORMAT_ERROR_KINDS", "Episode", "StepRecord", "system_prompt"]
+__all__ = ["FORMAT_ERROR_KINDS", "TOOL_DOCS", "Episode", "StepRecord", "system_prompt"]
 
 FORMAT_ERROR_KINDS = ("malformed", "unknown_tool", "bad_args")
 
@@ -138,9 +138,31 @@ def expand_collection_errors(tests: dict[str, str], other: dict[str, str]) -> di
     return out
 
 
-def system_prompt(tools: Any) -> str:
-    """The system turn: how to act, and every tool's JSON schema."""
+TOOL_DOCS = ("schemas", "signatures")
+
+
+def _signature(schema: dict[str, Any]) -> str:
+    """``name(arg: type, optional?: type): description`` for one tool schema."""
+    params = schema["parameters"]
+    required = set(params.get("required", []))
+    args = ", ".join(f"{name}{'' if name in required else '?'}: {spec.get('type', 'any')}"
+                     for name, spec in params.get("properties", {}).items())
+    return f"{schema['name']}({args}): {schema['description']}"
+
+
+def system_prompt(tools: Any, docs: str = "schemas") -> str:
+    """The system turn: how to act, and every tool: its JSON schema (``schemas``) or one line with its
+    arguments and their types (``signatures``: a quarter of the tokens, for a small policy's context)."""
+    if docs not in TOOL_DOCS:
+        raise ValueError(f"tool_docs must be one of {', '.join(TOOL_DOCS)}, got {docs!r}")
     example = '{"tool": "read_file", "args": {"path": "src/app.py", "start": 1, "end": 40}}'
+    if docs == "signatures":
+        lines = "\n".join(_signature(schema) for schema in tools.schemas())
+        return (
+            f"You are a coding agent in a repository. Each turn: one tool call, a JSON object inside {CALL_OPEN} tags:\n"
+            f"{CALL_OPEN}\n{example}\n{CALL_CLOSE}\nPaths are relative to the repository root "
+            f"(? marks an optional argument). Tools:\n{lines}"
+        )
     schemas = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in tools.schemas())
     return (
         "You are a coding agent working in a repository. Act with exactly one tool call per turn, written as "

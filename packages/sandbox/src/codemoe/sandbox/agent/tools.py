@@ -40,6 +40,7 @@ class ToolContext(Protocol):
 
     workspace: Workspace
     clarification: str | None
+    test_output: str  # 'full' or 'short': how run_tests reports a failing run
 
     def run_tests(self, targets: list[str]) -> ExecutionResult:
         """Run the visible tests (optionally only ``targets``) on the workspace."""
@@ -251,8 +252,32 @@ def _edit(ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
 # -------------------------------------------------------------------------------------------------
 
 
-def format_test_result(result: ExecutionResult) -> str:
-    """The observation of a test run: status, counts, per-test outcomes, then the output's tail."""
+TEST_OUTPUTS = ("full", "short")
+_SHORT_LOCATION = re.compile(r"^[^/\s]\S*\.py:\d+: ")  # "tests/test_x.py:5: AssertionError" (not the interpreter's files)
+_MAX_E_LINES = 3  # error lines kept after each failing source line in a short report
+
+
+def short_failures(output: str) -> str:
+    """pytest's failure report cut to what locates and explains each failure: the failing source line
+    (``>``), the first error lines after it (``E``) and the ``file:line:`` location; banners, progress
+    dots, summaries and context lines go."""
+    kept: list[str] = []
+    errors = 0
+    for line in output.splitlines():
+        if line.startswith(">"):
+            kept.append(line.rstrip())
+            errors = 0
+        elif line.startswith("E ") and errors < _MAX_E_LINES and line[1:].strip():
+            kept.append(line.rstrip())
+            errors += 1
+        elif _SHORT_LOCATION.match(line):
+            kept.append(line.rstrip())
+    return "\n".join(kept)
+
+
+def format_test_result(result: ExecutionResult, output: str = "full") -> str:
+    """The observation of a test run: status, counts, per-test outcomes, then the output's tail
+    (``full``) or the failures' source lines, errors and locations only (``short``)."""
     counts: dict[str, int] = {}
     for outcome in result.tests.values():
         counts[outcome] = counts.get(outcome, 0) + 1
@@ -262,9 +287,11 @@ def format_test_result(result: ExecutionResult) -> str:
         lines.append(f"reason: {result.reason}")
     lines += [f"{outcome.upper():7} {test_id}" for test_id, outcome in sorted(result.tests.items())]
     if result.status != "passed":
-        output = (result.stdout + ("\n" + result.stderr if result.stderr else "")).strip()
-        if output:
-            lines += ["", _clip(output)]
+        text = (result.stdout + ("\n" + result.stderr if result.stderr else "")).strip()
+        if output == "short":
+            text = short_failures(text) or text  # nothing pytest-shaped (a crash, a setup error): the output
+        if text:
+            lines += ["", _clip(text)]
     return "\n".join(lines)
 
 
@@ -275,7 +302,8 @@ def _run_tests(ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
     for target in targets:
         ctx.workspace.resolve(target.split("::", 1)[0])
     result = ctx.run_tests(targets)
-    return ToolOutput(format_test_result(result), {"status": result.status, "tests": dict(result.tests)})
+    text = format_test_result(result, ctx.test_output)
+    return ToolOutput(text, {"status": result.status, "tests": dict(result.tests)})
 
 
 def check_shell_args(args: list[str]) -> None:
