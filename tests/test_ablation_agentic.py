@@ -82,6 +82,9 @@ def test_agentic_moe_and_dense_have_equal_active_parameters(registry, registry_d
     # the dense width is top_k x the expert width, so the feed-forwards match exactly; only the
     # router (hidden_size x num_experts per layer) is active in the MoE alone: well under 1%
     assert counts["moe"].active / counts["dense"].active == pytest.approx(1.0, abs=0.01)
+    spec.variants["dense"].overrides.append("stages.sft.model.moe_intermediate_size=512")  # twice the width
+    with pytest.raises(ConfigError, match=r"active parameters differ by 1\.\d+x .* more than max_active_ratio=1\.05"):
+        plan_ablations([spec], registry, registry_dir=registry_dir)  # refused before anything runs
 
 
 @pytest.mark.parametrize(
@@ -183,3 +186,18 @@ def test_the_command_plans_the_agentic_list(run_root: Path, capsys: pytest.Captu
     assert "runs for 9 arms of 4 ablation(s)" in out.splitlines()[0]
     assert ("agentic-stepwise-vs-outcome-outcome: runs environment, rl, eval_rl, report; "
             "takes trajectories, sft, eval_sft from run 1;") in out
+
+
+def test_a_list_names_ready_specs_or_paths_next_to_it(tmp_path: Path):
+    (tmp_path / "mine.yaml").write_text(
+        "name: mine\npipeline: agentic-repos\nbaseline: a\nvariants: {a: {}, b: {overrides: [stages.rl.steps=3]}}\n"
+    )
+    (tmp_path / "list.yaml").write_text("name: both\nspecs: [agentic-samples, mine.yaml]\n")
+    name, specs = load_ablations(tmp_path / "list.yaml")
+    assert name == "both" and [s.name for s in specs] == ["agentic-samples", "mine"]
+    (tmp_path / "list.yaml").write_text("specs: [agentic-samples, agentic-samples]\n")
+    with pytest.raises(ConfigError, match="same name"):
+        load_ablations(tmp_path / "list.yaml")
+    (tmp_path / "list.yaml").write_text("specs: [agentic-samples]\nbaseline: a\n")
+    with pytest.raises(ConfigError, match=r"unknown keys \['baseline'\] in a list of ablations"):
+        load_ablations(tmp_path / "list.yaml")
