@@ -179,6 +179,17 @@ def test_samples_arms_share_one_sft_run(spine, run_root: Path, registry_dir: Pat
     assert [line.split(" | ")[1] for line in table[2:]] == ["samples_4", "samples_8", "samples_16"]
     assert json.loads((out / "ablation-agentic-samples.json").read_text())["share"] == ["trajectories", "sft", "eval_sft"]
 
+    # stopped after samples_16's rl stage: --resume finishes that run and reads the others
+    state_file = Path(rows["samples_16"]["run_dir"]) / "state.json"
+    state = json.loads(state_file.read_text())
+    del state["finished"]["eval_rl"], state["finished"]["report"]
+    state_file.write_text(json.dumps(state))
+    log.started.clear()
+    again = run_ablations(specs, registry, hooks, registry_dir=registry_dir, overrides=SHORT, show_progress=False,
+                          out_dir=out, resume=True)
+    assert [(run, stage) for run, stage, _ in log.started] == [(state_file.parent.name, "eval_rl"), (state_file.parent.name, "report")]
+    assert again["runs"] == suite["runs"] and len(list(out.glob("agentic-samples-*"))) == 3
+
 
 def test_the_command_plans_the_agentic_list(run_root: Path, capsys: pytest.CaptureFixture[str]):
     assert main(["eval", "ablation", "agentic", "--plan"]) == 0

@@ -29,6 +29,10 @@ checkpoint for instance, as it would read its own. A variant that changes a shar
 with the key it changes; so is a shared stage that reads a stage that is not shared (its
 ``checkpoint_from`` or ``trajectories_from``, say).
 
+An ablation of the agentic pipeline runs for an hour: ``resume`` (``--resume``) takes up the runs
+an earlier call left in the same folder, each where it stopped (``codemoe run --resume``), if its
+saved config is the planned one; without it every call starts fresh runs.
+
 A list of ablations is a YAML file with ``specs:`` (names of ready specs or paths), run together
 by :func:`run_ablations`: the runs and shared stages above are shared across all of them. Each
 ablation writes ``ablation-<name>.json`` (every variant's pass@k and its improvement over the
@@ -362,12 +366,15 @@ def run_ablations(
     show_progress: bool = True,
     out_dir: Path | None = None,
     announce: Callable[[str], None] | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Plan, run every planned run once, and compare each ablation's variants with its baseline.
 
     Returns ``{"name", "ablations": [one result per spec], "runs": [run dirs]}``; writes each
     ablation's JSON and markdown, and with ``name`` the list's, into ``out_dir`` (default: the
-    folder the runs are in).
+    folder the runs are in). With ``resume`` a planned run that an earlier call left in that
+    folder (same name, same resolved config) is taken up where it stopped, as ``codemoe run
+    --resume`` does, instead of started anew: finished runs are read, not run again.
     """
     plan = plan_ablations(specs, registry, registry_dir=registry_dir, overrides=overrides, out_dir=out_dir)
     contexts: list[Any] = []
@@ -375,7 +382,7 @@ def run_ablations(
     for index, run in enumerate(plan.runs):
         if announce is not None:
             announce(described[index].strip())
-        contexts.append(_run(run, contexts, registry, hooks, show_progress))
+        contexts.append(_run(run, contexts, registry, hooks, show_progress, resume))
     folder = Path(out_dir) if out_dir is not None else contexts[0].run_dir.parent
     results = [_compare(spec, plan, contexts) for spec in plan.specs]
     for result in results:
@@ -400,16 +407,27 @@ def run_ablation(
     return suite["ablations"][0]
 
 
-def _run(run: PlannedRun, done: list[Any], registry: Any, hooks: Any, show_progress: bool) -> Any:
+def _run(run: PlannedRun, done: list[Any], registry: Any, hooks: Any, show_progress: bool, resume: bool) -> Any:
     """Run the pipeline; shared stages first recorded as finished with the source run's results."""
-    if run.source is None:
-        return run_pipeline(run.config, registry, hooks, show_progress=show_progress)
-    source = done[run.source]
-    run_dir = create_run_dir(run.config)
-    finished = {s: {**source.results[s], "shared_from": source.results[s].get("shared_from", str(source.run_dir))}
-                for s in run.shared}
-    (run_dir / "state.json").write_text(json.dumps({"finished": finished}, indent=2, default=str))
+    run_dir = _earlier_run(run) if resume else None
+    if run_dir is None and run.source is not None:
+        source = done[run.source]
+        run_dir = create_run_dir(run.config)
+        finished = {s: {**source.results[s], "shared_from": source.results[s].get("shared_from", str(source.run_dir))}
+                    for s in run.shared}
+        (run_dir / "state.json").write_text(json.dumps({"finished": finished}, indent=2, default=str))
     return run_pipeline(run.config, registry, hooks, run_dir=run_dir, show_progress=show_progress)
+
+
+def _earlier_run(run: PlannedRun) -> Path | None:
+    """The newest run directory of this run's name in run.dir whose saved config is this run's."""
+    key = _fingerprint(OmegaConf.to_container(run.config, resolve=True))
+    folder = Path(run.config.run.dir).resolve()
+    for run_dir in sorted(folder.glob(f"{run.config.run.name}-*"), reverse=True):
+        saved = run_dir / "config.yaml"  # written before the first stage starts
+        if saved.is_file() and _fingerprint(OmegaConf.to_container(OmegaConf.load(saved), resolve=True)) == key:
+            return run_dir
+    return None
 
 
 def _compare(spec: AblationSpec, plan: AblationPlan, contexts: list[Any]) -> dict[str, Any]:

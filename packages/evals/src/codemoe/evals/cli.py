@@ -250,6 +250,7 @@ def _cmd_ablation(args: argparse.Namespace) -> int:
         show_progress=not args.no_progress,
         out_dir=out,
         announce=print,
+        resume=args.resume,
     )
     results = suite["ablations"]
     print(ablation_markdown(results) if args.markdown else format_ablations(results))
@@ -359,6 +360,9 @@ def add_eval_command(subparsers: Any) -> None:
     p.add_argument("--out", help="folder of the runs and the ablation JSON and markdown (default: run.dir)")
     p.add_argument(
         "--markdown", action="store_true", help="print the table as markdown (it is written to a file anyway)"
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="take up the runs an earlier, stopped call left in --out (same configs)"
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(handler=_cmd_ablation)
