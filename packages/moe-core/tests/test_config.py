@@ -1,5 +1,6 @@
 import functools
 from pathlib import Path
+from typing import Any
 
 import pytest
 from codemoe.core import ConfigError
@@ -172,3 +173,22 @@ def test_an_overlay_preset_overrides_the_shipped_one_and_may_extend_it(tmp_path:
     monkeypatch.chdir(tmp_path)  # the overlay is found above the working directory
     model = compose_with_shipped(tmp_path / "p.yaml").stages.sft.model
     assert (model.name, model.num_layers, model.hidden_size) == ("qwen3_moe", 1, 128)
+
+
+def test_a_named_component_spec_replaces_the_default_spec_and_options_alone_extend_it():
+    from dataclasses import dataclass, field
+
+    from codemoe.core.config import _merge_into
+
+    @dataclass
+    class Stage:
+        reward: Any = field(default_factory=lambda: {"name": "weighted_sum", "components": {"task_complete": {"weight": 1.0}}},
+                            metadata={"kind": "reward"})
+        engine: Any = field(default_factory=lambda: {"name": "embedded"}, metadata={"kind": "engine"})
+        steps: int = 1
+
+    named = _merge_into(Stage, {"reward": {"name": "weighted_sum", "components": {"all_pass": {"weight": 10.0}}},
+                                "engine": {"prefix_cache_tokens": 64}, "steps": 3}, "stages.rl")
+    assert named.reward == {"name": "weighted_sum", "components": {"all_pass": {"weight": 10.0}}}  # no task_complete
+    assert named.engine == {"name": "embedded", "prefix_cache_tokens": 64} and named.steps == 3
+    assert _merge_into(Stage, {"reward": "agent-stepwise"}, "stages.rl").reward == "agent-stepwise"

@@ -409,7 +409,15 @@ def _merge_into(cls: type, values: Mapping[str, Any], where: str) -> Any:
                 f"{cls.__name__} accepts: {', '.join(fields)}."
             )
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(cls), values)
+        merged = OmegaConf.structured(cls)
+        # a component spec that names its component (a name, or a mapping with 'name') replaces the
+        # field's default spec: merged into it, a default recipe's terms (or options of another
+        # component) would join the one the config names; a mapping without 'name' adds options to
+        # the default component
+        named = {k for k in _component_fields(cls) & set(values) if _names_component(values[k])}
+        for key in named:
+            merged[key] = values[key]
+        merged = OmegaConf.merge(merged, {k: v for k, v in values.items() if k not in named})
         return OmegaConf.to_object(merged)
     except ConfigError as exc:  # the config class's own check (``__post_init__``), naming its field
         message = str(exc)
@@ -423,6 +431,14 @@ def _merge_into(cls: type, values: Mapping[str, Any], where: str) -> Any:
         expected = _expected(cls, str(exc.full_key).split(".")[0]) if exc.full_key else ""
         message = (exc.msg or str(exc)).splitlines()[0]
         raise ConfigError(f"'{key}': bad value {bad!r}{expected}: {message}") from exc
+
+
+def _component_fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.metadata.get("kind")}
+
+
+def _names_component(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, Mapping) and "name" in value)
 
 
 def _expected(cls: type, name: str) -> str:
