@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from codemoe.core.chat import ChatFormat
@@ -22,6 +23,11 @@ from codemoe.core.contracts import Environment, repository_task
 from codemoe.evals.grading import GradedSample
 
 __all__ = ["agent_prompt", "run_agent_episodes"]
+
+# Environment steps of one turn run on this many threads: each episode has its own environment, and
+# their test runs reach the shared executor together, whose workers run them side by side (as the
+# RL trainer's concurrent episodes do); every episode's step is the same whatever the order.
+_STEP_THREADS = 16
 
 
 def agent_prompt(environment: Environment, task: Any, chat: ChatFormat) -> str:
@@ -94,16 +100,13 @@ def run_agent_episodes(
             actions = [a for per_task in firsts for a in per_task]
         else:
             actions = [out[0] for out in generate([r.history for r in active], 1, turn)]
-        for run, action in zip(active, actions, strict=True):
-            run.act(action)
+        with ThreadPoolExecutor(max_workers=min(len(active), _STEP_THREADS)) as pool:  # test runs side by side
+            list(pool.map(lambda pair: pair[0].act(pair[1]), zip(active, actions, strict=True)))
+        if advance is not None:
+            advance(sum(r.done for r in active))  # episodes that ended this turn
     unfinished = [r for r in runs if not r.done]
     if unfinished:
         raise RuntimeError(
             f"{len(unfinished)} episodes did not end in {max_turns} turns: the environment's step budget must be max_turns"
         )
-    graded = []
-    for run in runs:
-        graded.append(run.graded())
-        if advance is not None:
-            advance(1)
-    return graded
+    return [run.graded() for run in runs]
