@@ -69,3 +69,23 @@ def test_rows_without_a_shared_prompt_take_the_per_row_forward():
     with torch.no_grad(), capture_routing(model) as record:
         token_stats(model, prompts, completions, pad_id=0, share_prompts=True)
     assert len(record.forwards) == 1
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_a_forward_of_the_used_columns_gives_the_full_forwards_logprobs_there_and_zero_after(share):
+    from codemoe.rl.logprobs import used_width
+
+    model = tiny_policy(3)
+    prompts, completions = _batch(3)
+    mask = torch.zeros(completions.shape)
+    mask[:, :2] = 1.0
+    mask[4, 3] = 1.0  # the last column any row's loss reads is 3
+    assert used_width(mask) == 4 and used_width(torch.zeros(2, 5)) == 1
+    full = token_stats(model, prompts, completions, pad_id=0, share_prompts=share)
+    cut = token_stats(model, prompts, completions, pad_id=0, share_prompts=share, used=4)
+    assert cut.logp.shape == full.logp.shape == cut.entropy.shape
+    # the same rows, causal attention: the kept columns see the same tokens; shapes differ, so the
+    # kernels may sum in another order (float32 rounding, ~1e-6)
+    torch.testing.assert_close(cut.logp[:, :4], full.logp[:, :4], atol=1e-5, rtol=0)
+    torch.testing.assert_close(cut.entropy[:, :4], full.entropy[:, :4], atol=1e-5, rtol=0)
+    assert cut.logp[:, 4:].eq(0).all() and cut.entropy[:, 4:].eq(0).all()

@@ -32,7 +32,7 @@ import torch
 from codemoe.core.moe import capture_choices, moe_blocks, replay_routing
 from torch import Tensor
 
-__all__ = ["TokenStats", "pack", "token_stats"]
+__all__ = ["TokenStats", "pack", "token_stats", "used_width"]
 
 
 def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
@@ -80,6 +80,7 @@ def token_stats(
     share_prompts: bool = False,
     replay: bool = True,
     agreement: bool = False,
+    used: int | None = None,
 ) -> TokenStats:
     """Run ``model`` on prompt+completion rows and read the completion tokens' log-probs.
 
@@ -88,7 +89,18 @@ def token_stats(
     ``agreement`` only). With ``share_prompts`` rows with the same prompt share one forward of it
     (see the module docstring); it applies when some prompt repeats and the model takes a
     ``transformers`` KV cache. ``agreement``: also measure the routing agreement with ``routes``.
+
+    ``used``: only the first ``used`` completion columns are read (a batch padded to its horizon
+    whose rows all end earlier, e.g. agent episodes padded to ``max_turns`` full turns); the model
+    runs on those alone and the per-token results are zero past them. Exact for every column kept:
+    the rows are right-padded and attention is causal, so nothing kept sees a column cut.
     """
+    t = completions.shape[1]
+    if used is not None and used < t:
+        stats = token_stats(model, prompt_ids, completions[:, : max(used, 1)], pad_id=pad_id, temperature=temperature,
+                            hidden=hidden, routes=routes, share_prompts=share_prompts, replay=replay,
+                            agreement=agreement)
+        return _padded(stats, t)
     input_ids, positions = pack(prompt_ids, completions, pad_id)
     table = _route_table(model, routes, input_ids.shape[1])
     lengths = torch.tensor([r.shape[0] for r in routes]) if agreement and table is not None else None
@@ -101,6 +113,25 @@ def token_stats(
         valid = torch.arange(input_ids.shape[1]) < lengths.unsqueeze(-1)  # [B, width]: positions the engine ran
         stats.agreement = _agreement(choices, table[0], [(table[1], valid, None)])
     return stats
+
+
+def used_width(mask: Tensor) -> int:
+    """Completion columns up to the last one any row's ``mask`` covers (what a loss reads)."""
+    covered = mask.ne(0).any(0).nonzero()
+    return int(covered.max()) + 1 if covered.numel() else 1
+
+
+def _padded(stats: TokenStats, t: int) -> TokenStats:
+    """``stats`` of the first columns, zero-padded back to ``t`` columns."""
+    extra = t - stats.logp.shape[1]
+    pad = torch.nn.functional.pad
+    return TokenStats(
+        logp=pad(stats.logp, (0, extra)),
+        entropy=pad(stats.entropy, (0, extra)),
+        hidden=None if stats.hidden is None else pad(stats.hidden, (0, 0, 0, extra)),
+        outputs=stats.outputs,
+        agreement=stats.agreement,
+    )
 
 
 @contextmanager
@@ -142,6 +173,7 @@ def _route_table(model: torch.nn.Module, routes: list[Tensor] | None, width: int
     device = next(model.parameters()).device
     full = torch.arange(k, device=device).expand(len(routes), width, len(layers), k).clone()  # [B, L, layers, k]
     for row, route in enumerate(routes):
+        route = route[:width]  # a forward of the first columns only (token_stats' ``used``)
         full[row, : route.shape[0]] = route
     return layers, full
 

@@ -56,7 +56,7 @@ from codemoe.rl.distributed import (
 )
 from codemoe.rl.episodes import Environment, run_episodes
 from codemoe.rl.importance import ISStats, mismatch_stats
-from codemoe.rl.logprobs import token_stats
+from codemoe.rl.logprobs import token_stats, used_width
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs, expert_load
 from codemoe.rl.rollout import Rollouts, Score, build_rollouts
 
@@ -383,6 +383,7 @@ class RLTrainer:
             temperature=self.config.temperature,
             routes=routes,
             share_prompts=self._share_prompts(),
+            used=used_width(rollouts.mask),  # agent episodes: most rows end well before the horizon
         ).logp
 
     def _compute(self) -> Any:
@@ -456,6 +457,7 @@ class RLTrainer:
                 replay=self.algo.config.routing_replay,
                 agreement=agreement and rollouts.routes is not None,  # the first pass only: it is what counts
                 share_prompts=self._share_prompts(),
+                used=used_width(rollouts.mask[rows]),
             )
             balance = balance_loss(self.policy, stats.outputs)
         old = stats.logp.detach() if data.old_logp is None else data.old_logp[rows]
