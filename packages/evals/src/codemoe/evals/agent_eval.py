@@ -20,6 +20,7 @@ from typing import Any
 
 from codemoe.core.chat import ChatFormat
 from codemoe.core.contracts import Environment, repository_task
+from codemoe.evals.agent_metrics import episode_facts
 from codemoe.evals.grading import GradedSample
 
 __all__ = ["agent_prompt", "run_agent_episodes"]
@@ -72,6 +73,7 @@ class _Run:
             reason=reason,
             output=self.last_observation[-2000:],
             duration_s=round(time.perf_counter() - self.started, 3),
+            episode=episode_facts(episode) if episode is not None else None,  # what the agent metrics count
         )
 
 
