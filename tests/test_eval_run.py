@@ -135,6 +135,30 @@ def test_eval_run_scores_a_checkpoint_as_an_agent_on_a_fresh_heldout_draw(sft_ru
 
 
 @pytest.mark.slow
+def test_eval_run_like_a_runs_eval_stage_takes_its_settings(sft_run, cache: Path) -> None:
+    root, ctx = sft_run
+    out = root / "like.json"
+    args = ["eval", "run", ctx.results["sft"]["checkpoint"], "--suite", "synthetic-repos", "seed=2", "heldout_tasks=1",
+            "--like", f"{ctx.run_dir}:eval_b", "--samples", "2", "--no-progress", "--json", str(out)]
+    assert main(args) == 0
+    run_dir = Path(json.loads(out.read_text())["run_dir"])
+    from omegaconf import OmegaConf
+
+    stage = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml").stages["eval"])
+    # eval_b's environment and sampling, this command's suite and samples; not its baseline nor checkpoint source
+    assert stage["environment"] == "repo" and (stage["max_turns"], stage["max_new_tokens"], stage["stop"]) == (2, 16, [])
+    assert stage["samples"] == 2 and stage["suite"]["seed"] == 2
+    assert "baseline" not in stage and "checkpoint_from" not in stage
+    assert json.loads(out.read_text())["agent"]["episodes"] == 2
+    from codemoe.core.errors import ConfigError
+    from codemoe.evals.cli import like_stage
+
+    with pytest.raises(ConfigError, match="has no eval stage 'sft'; its eval stages: eval_a, eval_b"):
+        like_stage(f"{ctx.run_dir}:sft")
+    assert like_stage(str(ctx.run_dir)) == like_stage(f"{ctx.run_dir}:eval_b")  # the last eval stage
+
+
+@pytest.mark.slow
 def test_eval_run_scores_completions_on_a_function_level_suite(sft_run, cache: Path) -> None:
     root, ctx = sft_run
     out = root / "synthetic.json"
@@ -189,6 +213,7 @@ def fake_checkpoint(tmp_path: Path) -> Path:
                                                   "such option (did you mean 'seed'?)"),
         (["--suite", "synthetic", "heldout_tasks=many"], "heldout_tasks"),
         (["--suite", "synthetic-repos", "heldout_tasks=[1"], "suite option 'heldout_tasks=[1': the value is not valid YAML"),
+        (["--suite", "synthetic", "--like", "nowhere:eval"], "--like nowhere:eval: nowhere is not a run directory"),
         (["--suite", "synthetic", "--set", "tempreature=0.5"], "'stages.eval.tempreature': unknown option (did you mean "
                                                               "'temperature'?)"),
     ],

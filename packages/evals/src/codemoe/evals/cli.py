@@ -10,7 +10,7 @@ from typing import Any
 
 from codemoe.core.errors import CodemoeError, ConfigError, did_you_mean
 
-__all__ = ["add_eval_command", "eval_pipeline", "suite_spec"]
+__all__ = ["add_eval_command", "eval_pipeline", "like_stage", "suite_spec"]
 
 
 def _checkpoint_folder(path: str) -> Path:
@@ -83,27 +83,52 @@ def _is_repository_suite(registry: Any, spec: dict[str, Any], split: str) -> boo
     return repository_task(tasks[0]) is not None
 
 
+# what --like does not take from the stage it copies: its checkpoint, its tasks and its baseline
+_NOT_COPIED = ("name", "checkpoint", "checkpoint_from", "baseline", "step", "suite", "split", "max_tasks")
+
+
+def like_stage(spec: str) -> dict[str, Any]:
+    """The options of eval stage ``STAGE`` of a run (``RUN_DIR:STAGE``; ``RUN_DIR`` alone: its last
+    eval stage) from the run's saved ``config.yaml``, less its checkpoint, tasks and baseline: so a
+    checkpoint is scored in the prompt, environment and sampling settings the run evaluated it with."""
+    import yaml
+
+    run_dir, stage_id = spec.rsplit(":", 1) if ":" in spec else (spec, "")
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"--like {spec}: {run_dir} is not a run directory (no config.yaml in it)")
+    stages = yaml.safe_load(path.read_text()).get("stages") or {}
+    evals = [sid for sid, s in stages.items() if isinstance(s, dict) and s.get("name", sid) == "eval"]
+    if not evals:
+        raise ConfigError(f"--like {spec}: run {run_dir} has no eval stage")
+    stage_id = stage_id or evals[-1]
+    if stage_id not in evals:
+        raise ConfigError(
+            f"--like {spec}: run {run_dir} has no eval stage '{stage_id}'{did_you_mean(stage_id, evals)}; "
+            f"its eval stages: {', '.join(evals)}"
+        )
+    return {key: value for key, value in stages[stage_id].items() if key not in _NOT_COPIED}
+
+
 def eval_pipeline(args: argparse.Namespace, checkpoint: Path, suite: dict[str, Any], agent: bool) -> Any:
     """The one-stage pipeline ``codemoe eval run`` runs: the ``eval`` stage (episodes in the ``repo``
-    environment for a repository suite) and a ``report`` stage."""
+    environment for a repository suite) and a ``report`` stage. Options come from ``--like`` (a
+    run's eval stage), then the flags given, then ``--set``; the rest are the stage's defaults."""
     from dataclasses import asdict
 
     from codemoe.core.config import RunConfig
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    stage: dict[str, Any] = {
-        "name": "eval",
-        "checkpoint": str(checkpoint),
-        "suite": suite,
-        "split": args.split,
-        "samples": args.samples,
-        "max_tasks": args.max_tasks,
-    }
-    if args.max_new_tokens is not None:
-        stage["max_new_tokens"] = args.max_new_tokens
+    stage: dict[str, Any] = like_stage(args.like) if args.like else {}
+    stage.update(name="eval", checkpoint=str(checkpoint), suite=suite, split=args.split, max_tasks=args.max_tasks)
+    flags = {"samples": args.samples, "max_turns": args.max_turns, "max_new_tokens": args.max_new_tokens}
+    stage.update({key: value for key, value in flags.items() if value is not None})
     if agent:  # a tool call is cut by no stop sequence: it ends at the end of its action
-        stage.update(environment={"name": "repo"}, max_turns=args.max_turns, stop=[])
+        stage["environment"] = stage.get("environment") or {"name": "repo"}
+        stage.setdefault("stop", [])
+    elif stage.get("environment") is not None:
+        raise ConfigError(f"--like {args.like} is an agent evaluation; suite '{suite['name']}' has no repository tasks")
     cfg = OmegaConf.create(
         {
             "run": asdict(RunConfig(name=f"eval-{suite['name']}", dir=args.runs_dir, seed=args.seed)),
@@ -299,9 +324,15 @@ def add_eval_command(subparsers: Any) -> None:
         "--split", default="heldout", choices=["train", "heldout"], help="split to evaluate (default heldout)"
     )
     p.add_argument(
-        "--samples", type=int, default=8, help="samples (episodes) per task; pass@1 is their mean (default 8)"
+        "--samples", type=int, help="samples (episodes) per task; pass@1 is their mean (default: the stage's, 8)"
     )
-    p.add_argument("--max-turns", type=int, default=8, help="actions per episode of a repository suite (default 8)")
+    p.add_argument("--max-turns", type=int, help="actions per episode of a repository suite (default: the stage's, 8)")
+    p.add_argument(
+        "--like",
+        metavar="RUN_DIR[:STAGE]",
+        help="take every option but checkpoint, suite and baseline from that run's eval stage (default: its last), "
+        "e.g. the environment's prompt settings the checkpoint was trained and evaluated with",
+    )
     p.add_argument("--max-tasks", type=int, default=0, help="evaluate the first N tasks of the split (default 0: all)")
     p.add_argument("--max-new-tokens", type=int, help="tokens per completion or action (default: the eval stage's)")
     p.add_argument(
