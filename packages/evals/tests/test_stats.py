@@ -50,3 +50,14 @@ def test_relative_is_undefined_for_a_zero_baseline() -> None:
     imp = improvement({"a": 0.0, "b": 0.0}, {"a": 1.0, "b": 0.0})
     assert imp.absolute.value == 0.5
     assert imp.relative.value != imp.relative.value  # nan
+
+
+def test_a_relative_change_from_a_zero_baseline_is_written_as_undefined_not_nan():
+    from codemoe.evals.compare import format_improvement
+    from codemoe.evals.stats import improvement
+
+    zero = improvement({"a": 0.0, "b": 0.0}, {"a": 0.0, "b": 0.5}, resamples=50)
+    text = format_improvement("sft", "rl", zero)
+    assert "nan" not in text and "relative: undefined (A's pass@1 is 0.0%)" in text
+    some = format_improvement("sft", "rl", improvement({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.5}, resamples=50))
+    assert "relative: +50.0%" in some

@@ -9,6 +9,7 @@ improvement, each with a bootstrap CI, paired over the tasks both evaluated.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,9 @@ def format_improvement(label_a: str, label_b: str, imp: Improvement, k: int = 1)
             f"  B {label_b}: {_pct(imp.candidate.value)} [{_pct(imp.candidate.low)}, {_pct(imp.candidate.high)}]",
             f"  absolute: {_signed(imp.absolute.value)} points "
             f"[{_signed(imp.absolute.low)}, {_signed(imp.absolute.high)}] ({verdict})",
-            f"  relative: {_signed(imp.relative.value)}% [{_signed(imp.relative.low)}, {_signed(imp.relative.high)}]",
+            (f"  relative: {_signed(imp.relative.value)}% [{_signed(imp.relative.low)}, {_signed(imp.relative.high)}]"
+             if math.isfinite(imp.relative.value) else
+             f"  relative: undefined (A's pass@{k} is {_pct(imp.baseline.value)})"),
         ]
     )
 
