@@ -107,6 +107,18 @@ def test_the_eval_stage_reports_agent_metrics_their_change_and_the_report(sft_ru
 
 
 @pytest.mark.slow
+def test_eval_compare_of_two_agent_evaluations_gives_every_metric_before_and_after(sft_run, capsys) -> None:
+    _, ctx = sft_run
+    assert main(["eval", "compare", str(ctx.run_dir / "eval_a"), str(ctx.run_dir / "eval_b"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["agent"]["paired"] and set(out["agent"]["metrics"]) == AGENT_METRICS
+    assert out["agent"]["metrics"] == ctx.results["eval_b"]["comparison"]["agent"]["metrics"]  # as the stage saw it
+    assert main(["eval", "compare", str(ctx.run_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "agent metrics, 2 tasks (paired bootstrap, 95% CI):" in text and "  format errors per episode: " in text
+
+
+@pytest.mark.slow
 def test_eval_run_scores_a_checkpoint_as_an_agent_on_a_fresh_heldout_draw(sft_run, cache: Path, capsys) -> None:
     root, ctx = sft_run
     checkpoint = ctx.results["sft"]["checkpoint"]

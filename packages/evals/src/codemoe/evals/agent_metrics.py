@@ -52,6 +52,7 @@ __all__ = [
     "compare_agent",
     "episode_facts",
     "format_change",
+    "format_comparison",
     "format_estimate",
     "headline",
     "ratio_estimate",
@@ -358,3 +359,13 @@ def format_change(name: str, est: Mapping[str, Any]) -> str:
     unit = " points" if metric.rate else ""
     lo, hi = _number(metric, est["low"], signed=True), _number(metric, est["high"], signed=True)
     return f"{_number(metric, est['value'], signed=True)}{unit} [{lo}, {hi}]"
+
+
+def format_comparison(comparison: Mapping[str, Any]) -> str:
+    """A :func:`compare_agent` result as lines: each metric before -> after, and the change."""
+    pairing = "paired" if comparison["paired"] else "unpaired"
+    lines = [f"agent metrics, {comparison['tasks']} tasks ({pairing} bootstrap, {comparison['confidence']:.0%} CI):"]
+    for name, m in comparison["metrics"].items():
+        before, after = format_estimate(name, m["before"]), format_estimate(name, m["after"])
+        lines.append(f"  {METRICS[name].label}: {before} -> {after}, change {format_change(name, m['absolute'])}")
+    return "\n".join(lines)

@@ -193,21 +193,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from codemoe.evals.compare import compare_runs, format_improvement
+    from codemoe.evals.agent_metrics import compare_agent, format_comparison
+    from codemoe.evals.compare import compare_summaries, format_improvement, resolve_pair
 
-    label_a, label_b, imp = compare_runs(
-        Path(args.run_a),
-        Path(args.run_b) if args.run_b else None,
-        stage_a=args.stage_a,
-        stage_b=args.stage_b,
-        k=args.k,
-        confidence=args.confidence,
-        resamples=args.resamples,
+    (label_a, a), (label_b, b) = resolve_pair(
+        Path(args.run_a), Path(args.run_b) if args.run_b else None, stage_a=args.stage_a, stage_b=args.stage_b
     )
+    imp = compare_summaries(a, b, k=args.k, confidence=args.confidence, resamples=args.resamples)
+    agent = None
+    if "agent" in a and "agent" in b:  # two agent evaluations: every agent metric before and after
+        agent = compare_agent(a["agent"], b["agent"], confidence=args.confidence, resamples=args.resamples)
     if args.json:
-        print(json.dumps({"a": label_a, "b": label_b, "k": args.k, **imp.as_dict()}, indent=2))
+        extra = {"agent": agent} if agent else {}
+        print(json.dumps({"a": label_a, "b": label_b, "k": args.k, **imp.as_dict(), **extra}, indent=2))
     else:
         print(format_improvement(label_a, label_b, imp, args.k))
+        if agent:
+            print(format_comparison(agent))
     return 0
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from codemoe.evals.stats import Improvement, improvement
 from codemoe.evals.summary import EVAL_FILE, load_summary, per_task_pass
 
-__all__ = ["compare_runs", "compare_summaries", "eval_stages", "format_improvement", "resolve_summary"]
+__all__ = ["compare_runs", "compare_summaries", "eval_stages", "format_improvement", "resolve_pair", "resolve_summary"]
 
 
 def eval_stages(run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
@@ -64,6 +64,21 @@ def compare_summaries(
     )
 
 
+def resolve_pair(
+    run_a: Path, run_b: Path | None = None, *, stage_a: str | None = None, stage_b: str | None = None
+) -> tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]:
+    """``((label, summary) of A, (label, summary) of B)``; with one run, two of its eval stages
+    (first vs last unless named)."""
+    if run_b is None:
+        stages = list(eval_stages(run_a))
+        if len(stages) < 2 and stage_b is None:
+            raise ValueError(f"run {run_a} has {len(stages)} eval stage(s); give a second run to compare with")
+        run_b = run_a
+        stage_a = stage_a or stages[0]
+        stage_b = stage_b or stages[-1]
+    return resolve_summary(run_a, stage_a), resolve_summary(run_b, stage_b)
+
+
 def compare_runs(
     run_a: Path,
     run_b: Path | None = None,
@@ -75,15 +90,7 @@ def compare_runs(
     resamples: int = 2000,
 ) -> tuple[str, str, Improvement]:
     """Improvement of B over A; with one run, compares two of its eval stages (first vs last)."""
-    if run_b is None:
-        stages = list(eval_stages(run_a))
-        if len(stages) < 2 and stage_b is None:
-            raise ValueError(f"run {run_a} has {len(stages)} eval stage(s); give a second run to compare with")
-        run_b = run_a
-        stage_a = stage_a or stages[0]
-        stage_b = stage_b or stages[-1]
-    label_a, a = resolve_summary(run_a, stage_a)
-    label_b, b = resolve_summary(run_b, stage_b)
+    (label_a, a), (label_b, b) = resolve_pair(run_a, run_b, stage_a=stage_a, stage_b=stage_b)
     return label_a, label_b, compare_summaries(a, b, k=k, confidence=confidence, resamples=resamples)
 
 
