@@ -192,3 +192,19 @@ def test_a_named_component_spec_replaces_the_default_spec_and_options_alone_exte
     assert named.reward == {"name": "weighted_sum", "components": {"all_pass": {"weight": 10.0}}}  # no task_complete
     assert named.engine == {"name": "embedded", "prefix_cache_tokens": 64} and named.steps == 3
     assert _merge_into(Stage, {"reward": "agent-stepwise"}, "stages.rl").reward == "agent-stepwise"
+
+
+def test_an_override_inside_a_shared_interpolated_node_changes_that_stage_only(tmp_path: Path):
+    root = tmp_path / "registry"
+    (root / "pipelines").mkdir(parents=True)
+    (root / "pipelines" / "agent.yaml").write_text(
+        "suite_spec: {name: repos, seed: 0}\n"
+        "stages:\n"
+        "  rl: {name: trainer, suite: '${suite_spec}'}\n"
+        "  eval: {name: evaluator, suite: '${suite_spec}'}\n"
+    )
+    cfg = compose("agent", ["stages.eval.suite.seed=1"], registry_dir=root)
+    assert cfg.stages.eval.suite.seed == 1
+    assert cfg.stages.rl.suite.seed == 0 and cfg.suite_spec.seed == 0  # not written through the interpolation
+    shared = compose("agent", ["suite_spec.seed=2"], registry_dir=root)
+    assert shared.stages.rl.suite.seed == shared.stages.eval.suite.seed == 2  # the shared node still reaches all

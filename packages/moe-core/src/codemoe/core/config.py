@@ -233,6 +233,7 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str
         key = key.lstrip("+").strip()
         if not sep or not key:
             raise ConfigError(f"override '{item}' is not of the form key=value")
+        _detach_interpolations(cfg, key)
         _check_override_key(OmegaConf.to_container(cfg, resolve=False), key, item, add=add)
         try:
             value = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={raw}"]), resolve=False)["value"]
@@ -240,6 +241,30 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str
         except OmegaConfBaseException as exc:
             raise ConfigError(f"override '{item}': {str(exc).splitlines()[0]}") from None
     return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
+
+
+def _detach_interpolations(cfg: DictConfig, key: str) -> None:
+    """Make the nodes above ``key`` that are interpolations (``suite: ${suite_spec}``) copies of what
+    they point at, so an override of ``stages.eval.suite.seed`` changes that stage's suite and not
+    the shared node every stage points at."""
+    raw: Any = OmegaConf.to_container(cfg, resolve=False)
+    parts = key.split(".")
+    for depth in range(1, len(parts)):
+        part = parts[depth - 1]
+        if isinstance(raw, Mapping) and part in raw:
+            raw = raw[part]
+        elif isinstance(raw, list) and part.isdigit() and int(part) < len(raw):
+            raw = raw[int(part)]
+        else:
+            return
+        if isinstance(raw, str) and raw.strip().startswith("${"):
+            prefix = ".".join(parts[:depth])
+            try:
+                resolved = OmegaConf.to_container(OmegaConf.select(cfg, prefix), resolve=True)
+            except (OmegaConfBaseException, ValueError):
+                return  # not a container after all: the override names what it names
+            OmegaConf.update(cfg, prefix, resolved, merge=False)
+            raw = resolved
 
 
 def _check_override_key(data: Mapping[str, Any], key: str, item: str, *, add: bool = False) -> None:
