@@ -18,11 +18,11 @@ SHIPPED = sorted(p.stem for p in ABLATIONS_DIR.glob("*.yaml"))
 
 # tests/test_agentic_repos_pipeline.py's shortened agentic-repos: 4 train tasks, 2 held-out, 1 RL step
 SHORT = [
-    "stages.trajectories.suite.train_tasks=4",
+    "suite_spec.train_tasks=4",  # every stage's suite (the pipeline sets it once)
+    "suite_spec.heldout_tasks=2",
     "stages.trajectories.agent.imitate_fraction=1.0",
     "stages.sft.phases=[{phase: all, steps: 2, lr: 0.003}]",
     "stages.sft.batch_size=4",
-    "stages.rl.suite.train_tasks=4",
     "stages.rl.steps=1",
     "stages.rl.max_turns=2",
     "stages.rl.max_new_tokens=16",

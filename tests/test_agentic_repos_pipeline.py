@@ -10,11 +10,11 @@ import pytest
 from codemoe.core.cli import main
 
 SHORT = [
-    "stages.trajectories.suite.train_tasks=4",
+    "suite_spec.train_tasks=4",  # every stage's suite (the pipeline sets it once)
+    "suite_spec.heldout_tasks=2",
     "stages.trajectories.agent.imitate_fraction=1.0",
     "stages.sft.phases=[{phase: all, steps: 2, lr: 0.003}]",
     "stages.sft.batch_size=4",
-    "stages.rl.suite.train_tasks=4",
     "stages.rl.steps=1",
     "stages.rl.algo.group_size=2",
     "stages.rl.max_turns=2",
