@@ -175,8 +175,13 @@ def test_samples_arms_share_one_sft_run(spine, run_root: Path, registry_dir: Pat
             assert not (Path(row["run_dir"]) / "sft").exists() and (Path(row["run_dir"]) / "rl" / "checkpoint").is_dir()
         assert row["tasks"] == 2 and row["eval_stage"] == "eval_rl"
     assert "vs_baseline" in rows["samples_16"] and "vs_baseline" not in rows["samples_4"]
+    # agent evaluations: format errors per episode with a CI, and their paired change to the baseline
+    assert all(row["format_errors"]["low"] <= row["format_errors"]["value"] <= row["format_errors"]["high"]
+               for row in rows.values())
+    assert "format_errors_vs_baseline" in rows["samples_16"] and "format_errors_vs_baseline" not in rows["samples_4"]
     table = (out / "ablation-agentic-samples.md").read_text().splitlines()
     assert [line.split(" | ")[1] for line in table[2:]] == ["samples_4", "samples_8", "samples_16"]
+    assert "format errors / episode" in table[0] and f"{rows['samples_8']['format_errors']['value']:.2f} [" in table[3]
     assert json.loads((out / "ablation-agentic-samples.json").read_text())["share"] == ["trajectories", "sft", "eval_sft"]
 
     # stopped after samples_16's rl stage: --resume finishes that run and reads the others

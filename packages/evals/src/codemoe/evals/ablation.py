@@ -54,6 +54,7 @@ from typing import Any
 from codemoe.core.config import compose, resolve_defaults, validate_pipeline
 from codemoe.core.errors import ConfigError
 from codemoe.core.runs import create_run_dir, run_pipeline
+from codemoe.evals.agent_metrics import compare_agent
 from codemoe.evals.compare import compare_summaries, eval_stages
 from codemoe.evals.summary import load_summary
 from omegaconf import DictConfig, OmegaConf
@@ -440,6 +441,11 @@ def _compare(spec: AblationSpec, plan: AblationPlan, contexts: list[Any]) -> dic
         row["tasks"], row["samples"] = arm["summary"]["tasks"], arm["summary"]["samples"]
         if name != spec.baseline:
             row["vs_baseline"] = compare_summaries(base["summary"], arm["summary"], k=spec.k).as_dict()
+        agent, base_agent = arm["summary"].get("agent"), base["summary"].get("agent")
+        if agent and base_agent:  # agent evaluations: format errors move where the resolve rate may not
+            row["format_errors"] = agent["metrics"]["format_errors"]
+            if name != spec.baseline:
+                row["format_errors_vs_baseline"] = compare_agent(base_agent, agent)["metrics"]["format_errors"]["absolute"]
         table[name] = row
     _check_ratio(spec, {n: r["active_parameters"] for n, r in table.items() if "active_parameters" in r})
     return {"name": spec.name, "pipeline": spec.pipeline, "baseline": spec.baseline, "k": spec.k,
@@ -505,6 +511,14 @@ def _ci(est: dict[str, float], signed: bool = False, suffix: str = "") -> str:
     return f"{pct(est['value'])}{suffix} [{pct(est['low'])}, {pct(est['high'])}]"
 
 
+def _num(est: dict[str, Any] | None, signed: bool = False) -> str:
+    """``3.09 [2.90, 3.27]`` for a count per episode; empty where there is none."""
+    if not est or est.get("value") is None:
+        return ""
+    form = "{:+.2f}" if signed else "{:.2f}"
+    return f"{form.format(est['value'])} [{form.format(est['low'])}, {form.format(est['high'])}]"
+
+
 def format_ablations(results: Sequence[dict[str, Any]]) -> str:
     """Every arm of the ablations as one text table: pass@k with its CI, the absolute (points) and
     relative difference to the ablation's baseline with CIs, episodes graded and parameters."""
@@ -521,6 +535,10 @@ def format_ablations(results: Sequence[dict[str, Any]]) -> str:
                 line += f"  abs {_ci(diff['absolute'], True)}  rel {_ci(diff['relative'], True, '%')}"
             else:
                 line += "  (baseline)"
+            if row.get("format_errors"):
+                line += f"  format errors/episode {_num(row['format_errors'])}"
+                if row.get("format_errors_vs_baseline"):
+                    line += f" ({_num(row['format_errors_vs_baseline'], True)})"
             lines.append(f"{line}  {row['tasks']} tasks {row['samples']} samples  {params}".rstrip())
     return "\n".join(lines)
 
@@ -536,8 +554,9 @@ def ablation_markdown(results: Sequence[dict[str, Any]]) -> str:
     metric = f"pass@{k.pop()}" if len(k) == 1 else "pass@k"
     lines = [
         f"| ablation | arm | eval stage | {metric} % [95% CI] | vs baseline, points [95% CI] | "
-        "vs baseline, relative % [95% CI] | tasks | samples | active params | total params |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "vs baseline, relative % [95% CI] | format errors / episode [95% CI] | vs baseline [95% CI] | "
+        "tasks | samples | active params | total params |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         for name, row in result["variants"].items():
@@ -549,6 +568,8 @@ def ablation_markdown(results: Sequence[dict[str, Any]]) -> str:
                 _ci(row[f"pass@{result['k']}"]),
                 _ci(diff["absolute"], True) if diff else "baseline",
                 _ci(diff["relative"], True) if diff else "",
+                _num(row.get("format_errors")),
+                _num(row.get("format_errors_vs_baseline"), True),
                 str(row["tasks"]),
                 str(row["samples"]),
                 *(f"{row[p]:,}" if p in row else "" for p in reversed(_PARAM_KEYS)),
