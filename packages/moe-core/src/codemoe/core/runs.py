@@ -212,6 +212,16 @@ def _attach_log(run_dir: Path) -> logging.Handler:
     return handler
 
 
+def _quiet_library_progress() -> None:
+    """The run's progress bars are codemoe's own (``ctx.progress``): transformers' bar for every
+    checkpoint it writes ("Writing model shards") would break into them and into run.log."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # a pipeline of stages that never touch a model
+        return
+    hf_logging.disable_progress_bar()
+
+
 def run_pipeline(
     cfg: DictConfig,
     registry: Registry,
@@ -226,6 +236,7 @@ def run_pipeline(
     as well, and stages recorded as finished in ``state.json`` are skipped.
     """
     stages = validate_pipeline(cfg, registry)
+    _quiet_library_progress()
     if run_dir is None:
         run_dir = create_run_dir(cfg)
     elif not run_dir.is_dir():
