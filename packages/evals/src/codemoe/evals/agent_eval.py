@@ -93,19 +93,19 @@ def run_agent_episodes(
     samples of a task from its one prompt, later turns one completion per episode's history.
     """
     runs = [_Run(task, j, make_environment(), chat) for task in tasks for j in range(samples)]
-    for turn in range(max_turns):
-        active = [r for r in runs if not r.done]
-        if not active:
-            break
-        if turn == 0:
-            firsts = generate([runs[i * samples].history for i in range(len(tasks))], samples, turn)
-            actions = [a for per_task in firsts for a in per_task]
-        else:
-            actions = [out[0] for out in generate([r.history for r in active], 1, turn)]
-        with ThreadPoolExecutor(max_workers=min(len(active), _STEP_THREADS)) as pool:  # test runs side by side
-            list(pool.map(lambda pair: pair[0].act(pair[1]), zip(active, actions, strict=True)))
-        if advance is not None:
-            advance(sum(r.done for r in active))  # episodes that ended this turn
+    with ThreadPoolExecutor(max_workers=max(1, min(len(runs), _STEP_THREADS))) as pool:  # one pool for every turn
+        for turn in range(max_turns):
+            active = [r for r in runs if not r.done]
+            if not active:
+                break
+            if turn == 0:
+                firsts = generate([runs[i * samples].history for i in range(len(tasks))], samples, turn)
+                actions = [a for per_task in firsts for a in per_task]
+            else:
+                actions = [out[0] for out in generate([r.history for r in active], 1, turn)]
+            list(pool.map(lambda pair: pair[0].act(pair[1]), zip(active, actions, strict=True)))  # test runs side by side
+            if advance is not None:
+                advance(sum(r.done for r in active))  # episodes that ended this turn
     unfinished = [r for r in runs if not r.done]
     if unfinished:
         raise RuntimeError(
