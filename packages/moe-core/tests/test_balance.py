@@ -113,3 +113,30 @@ def test_padded_batch_routes_real_tokens_only_and_keeps_their_outputs(moe_regist
     assert stats[0].tokens == 10 and sum(stats[0].tokens_per_expert) == 20
     torch.testing.assert_close(batched[1, :4], alone[0], rtol=1e-5, atol=1e-5)
     assert all(v is None for layer in model.model.layers for v in layer.mlp.token_context)  # dropped after the forward
+
+
+@pytest.mark.parametrize("copy_by", ["deepcopy", "pickle"])
+def test_a_copied_model_masks_its_own_padding(moe_registry, tiny_spec, copy_by):
+    """A copy of a model (the trainer's frozen reference, an engine's copy of the policy, a model sent
+    to a child process) gives its own blocks the forward's padding mask: its statistics count only
+    the real tokens, like the original's, and the original's blocks are left alone."""
+    import copy
+    import pickle
+
+    from codemoe.core.models import build_model
+    from codemoe.core.moe import read_layer_stats
+
+    torch.manual_seed(0)
+    model = build_model(tiny_spec, registry=moe_registry).eval()
+    twin = copy.deepcopy(model) if copy_by == "deepcopy" else pickle.loads(pickle.dumps(model))
+    ids = torch.randint(3, 64, (2, 6))
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    seen = []
+    model.model.layers[0].mlp.register_forward_pre_hook(lambda m, a: seen.append(m.token_context[1]))
+    with torch.no_grad():
+        twin(ids, attention_mask=mask)
+    assert read_layer_stats(twin)[0].tokens == 10  # 12 positions, 2 of them padding
+    assert seen == []  # the original's blocks ran no forward and were given nothing
+    with torch.no_grad():
+        model(ids, attention_mask=mask)
+    assert read_layer_stats(model)[0].tokens == 10 and seen[0] is not None

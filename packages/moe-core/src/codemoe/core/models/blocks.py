@@ -81,18 +81,31 @@ def _attach_token_context(model: nn.Module) -> None:
     """Give MoE blocks the attention mask of each forward (padding) and, for routers that hash
     token ids, the input ids; both are dropped when the forward ends."""
     blocks = [m for m in model.modules() if isinstance(m, MoEBlock)]
-    hashing = [b for b in blocks if getattr(b.gate, "needs_token_ids", False)]
+    model.register_forward_pre_hook(_TokenContext(blocks), with_kwargs=True)
+    model.register_forward_hook(_DropTokenContext(blocks), with_kwargs=True)
 
-    def before(module: nn.Module, args: tuple, kwargs: dict) -> None:
+
+class _TokenContext:
+    """The forward pre-hook of :func:`_attach_token_context` (a class, not a closure, so that a model
+    pickles whole: the engine in a child process receives it so)."""
+
+    def __init__(self, blocks: list[MoEBlock]) -> None:
+        self.blocks = blocks
+
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         mask = mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
         ids = kwargs.get("input_ids", args[0] if args else None)
-        for block in blocks:
-            block.set_token_context(ids if block in hashing else None, mask)
+        for block in self.blocks:
+            block.set_token_context(ids if getattr(block.gate, "needs_token_ids", False) else None, mask)
 
-    def after(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
-        for block in blocks:
+
+class _DropTokenContext:
+    """The forward hook of :func:`_attach_token_context`: drops what the pre-hook gave."""
+
+    def __init__(self, blocks: list[MoEBlock]) -> None:
+        self.blocks = blocks
+
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+        for block in self.blocks:
             block.set_token_context(None, None)
-
-    model.register_forward_pre_hook(before, with_kwargs=True)
-    model.register_forward_hook(after, with_kwargs=True)
