@@ -312,16 +312,20 @@ class RLTrainer:
         if self._after_request is not None:
             self._after_request()
 
-    def _collect(self, step: int) -> tuple[Rollouts, int]:
-        """This rank's groups of the step; zero-signal groups refilled from the stream when configured."""
-        world, rank = self.env.world, self.env.rank
+    def _collect(self, step: int, env: Dist | None = None) -> tuple[Rollouts, int]:
+        """This rank's groups of the step; zero-signal groups refilled from the stream when configured.
+
+        ``env``: where the refills' collective runs (default: the trainer's); an asynchronous producer
+        passes its own process group, so its thread never joins the trainer's collectives."""
+        env = env or self.env
+        world, rank = env.world, env.rank
         mine = self._take(self.config.prompts_per_step)[rank::world]
         with self._generation():
             rollouts = self._rollout(mine, self._seed(step, 0))
         rounds = 0
         while rounds < self.algo.config.dynamic_sampling.refill_rounds:
             bad = rollouts.zero_signal()
-            counts = [int(c) for c in self.env.all_gather(int(bad.sum()))]
+            counts = [int(c) for c in env.all_gather(int(bad.sum()))]
             if sum(counts) == 0:
                 break
             rounds += 1
