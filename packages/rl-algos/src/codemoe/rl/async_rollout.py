@@ -19,13 +19,31 @@ How the bound ``max_staleness: K`` is kept (``stale_groups``):
 The engine's weights change only between the producer's batches (a batch's refill rounds all see
 one version): the trainer's weight sync takes the producer's request lock. With ``in_flight:
 finish`` a batch in flight at a sync ends on the old weights and keeps its old version; with
-``abort`` the trainer asks the producer to stop it: after the engine call in flight returns (the
-engine contract has no abort call) the batch is thrown away, the sync happens, and the batch is
-made again, same tasks and seeds, from the new weights.
+``abort`` the trainer asks the producer to stop it and calls the engine's ``abort_requests()`` if it
+has one (the call in flight then returns at once; without it, the call runs to its end): the batch
+is thrown away, the sync happens, and the batch is made again, same tasks and seeds, from the new
+weights.
 
 The engine must hold weights of its own (a snapshot of the policy, refreshed at every sync): the
 trainer's optimizer steps then never meet a generation mid-forward, and generation overlaps the
 whole update, backward included. An engine built on the trainer's policy module is refused.
+
+Under ``torchrun`` every rank runs a producer beside its trainer, with the same guarantees. Its one
+collective, the all-gather of zero-signal counts before a refill round, runs on a gloo process
+group of its own (made by every rank at :meth:`RolloutProducer.start`), so it never interleaves
+with the trainer thread's collectives (FSDP2's gathers and reductions, the weight sync's gathers,
+the metrics), which keep the default group. Each rank's engine runs a whole copy of the policy
+(taken before the trainer shards it: no collective in generation; an engine on a sharded model is
+refused) and gets the whole state dict at each sync. Under the ``wait`` schedule every rank's
+producer makes the same batches, from the same versions, in the same order, so each thread's
+sequence of collectives is the same on every rank; and a sync (a collective of the trainers) never
+waits on its own producer: it takes the request lock only once batch ``v + K`` is done, and batch
+``v + K + 1`` is not admitted before the sync, so no trainer is held up by a producer that waits
+in its collective for another rank.
+``stale_groups: drop | keep`` and ``in_flight: abort`` are refused there (a ``ConfigError``
+naming the key): what a free-running producer samples, and whether a sync aborts a batch, would
+follow each rank's own timing, leaving the ranks' batches on different versions or their producers
+in different batches.
 """
 
 from __future__ import annotations
@@ -93,14 +111,37 @@ def check_async_config(config: Any, *, world: int, engine: Any, policy: Any) -> 
     check_async_options(config)
     if config.max_staleness is None:
         return
-    if world > 1:
-        raise ConfigError(
-            "'max_staleness': asynchronous rollouts run in one process for now; under torchrun set max_staleness: null"
-        )
     if getattr(engine, "model", None) is policy and hasattr(engine, "weights_changed"):
         raise ConfigError(
             "'max_staleness': the engine runs the trainer's policy module itself, so it would sample weights "
             "mid-update; build it on a copy of the policy (the rl stage does when max_staleness is set)"
+        )
+    if world > 1:
+        _check_distributed(config, engine)
+
+
+def _check_distributed(config: Any, engine: Any) -> None:
+    """Under torchrun only the timing-independent schedule runs: every rank must make the same
+    batches from the same versions, and its producer's collectives must never wait on a rank whose
+    trainer waits on them (see the module docstring)."""
+    if config.stale_groups != "wait":
+        raise ConfigError(
+            f"'stale_groups': {config.stale_groups} runs each rank's producer free, so the ranks would drop or "
+            "keep batches sampled by different versions, as their timing falls; under torchrun use stale_groups: wait"
+        )
+    if config.in_flight != "finish":
+        raise ConfigError(
+            f"'in_flight': {config.in_flight} would abort a batch on one rank and not on another (each rank's sync "
+            "comes at its own moment), leaving the ranks' producers in different batches; under torchrun use "
+            "in_flight: finish"
+        )
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(getattr(engine, "model", None), FSDPModule):
+        raise ConfigError(
+            "'max_staleness': the engine's model is sharded (FSDP2), so every generation would be a collective of "
+            "the default process group on the producer's thread; under torchrun build the engine on a whole copy "
+            "of the policy before the trainer shards it (the rl stage does)"
         )
 
 
@@ -109,9 +150,9 @@ class RolloutProducer:
     docstring); the trainer calls :meth:`take` for each step's batch and :meth:`publish` after each
     update, and :meth:`stop` at the end.
 
-    What it uses of the trainer: ``_collect(index) -> (Rollouts, rounds)``, which draws tasks from
-    the data stream at ``cursor`` and calls ``_after_request()`` after every engine call, and
-    ``_sync_engine()``.
+    What it uses of the trainer: ``_collect(index, env=) -> (Rollouts, rounds)``, which draws tasks
+    from the data stream at ``cursor``, runs its collectives on ``env`` and calls
+    ``_after_request()`` after every engine call, and ``_sync_engine()``.
     """
 
     def __init__(self, trainer: Any, *, first: int, last: int, version: int) -> None:
@@ -127,6 +168,7 @@ class RolloutProducer:
         self._cond = threading.Condition()
         self._request = threading.Lock()  # held while a batch is generated: no weight sync meanwhile
         self._abort = threading.Event()
+        self._env = trainer.env  # the producer's collectives; a process group of their own from start()
         self._threads = torch.get_num_threads()  # intra-op threads are per thread: the producer uses the trainer's
         self._thread = threading.Thread(target=self._run, name="codemoe-rollouts", daemon=True)
 
@@ -135,6 +177,9 @@ class RolloutProducer:
     # ------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the thread; under torchrun every rank calls this at the same point (it makes the
+        producer's process group)."""
+        self._env = self.trainer.env.own_group()
         self.trainer._after_request = self._check_abort
         self._thread.start()
 
@@ -160,6 +205,9 @@ class RolloutProducer:
         started = time.perf_counter()
         if self.in_flight == "abort":
             self._abort.set()
+            abort = getattr(self.trainer.engine, "abort_requests", None)  # optional: the call in flight returns now
+            if abort is not None:
+                abort()
         elif self.stale == "wait":  # batch version + K is still sampled by the weights the engine holds
             with self._cond:
                 self._cond.wait_for(lambda: self.made >= min(version + self.k, self.last) or self.error is not None)
@@ -219,7 +267,7 @@ class RolloutProducer:
                 return None
             version, cursor, started = self.version, self.trainer.cursor, time.perf_counter()
             try:
-                rollouts, rounds = self.trainer._collect(index)
+                rollouts, rounds = self.trainer._collect(index, env=self._env)
             except _Aborted:
                 self.trainer.cursor = cursor  # the same tasks again, from the new weights
                 return None

@@ -67,10 +67,12 @@ class ParallelConfig:
 
 @dataclass(frozen=True)
 class Dist:
-    """This process's place in the job."""
+    """This process's place in the job, and the process group its collectives run on (``None``:
+    the default group)."""
 
     rank: int = 0
     world: int = 1
+    group: Any = None
 
     @property
     def enabled(self) -> bool:
@@ -84,7 +86,7 @@ class Dist:
         """Sum a tensor over ranks (a copy; the input is left alone)."""
         out = value.detach().clone()
         if self.enabled:
-            dist.all_reduce(out)
+            dist.all_reduce(out, group=self.group)
         return out
 
     def all_gather(self, value: Any) -> list[Any]:
@@ -92,12 +94,21 @@ class Dist:
         if not self.enabled:
             return [value]
         out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, value)
+        dist.all_gather_object(out, value, group=self.group)
         return out
 
     def barrier(self) -> None:
         if self.enabled:
-            dist.barrier()
+            dist.barrier(group=self.group)
+
+    def own_group(self) -> Dist:
+        """The same ranks over a gloo process group of their own, for the collectives of a second
+        thread: two threads' collectives on one group would interleave in whatever order each rank
+        reaches them (a deadlock, or one thread's data in the other's). Every rank must call this,
+        in the same order as its other group creations; in one process it returns ``self``."""
+        if not self.enabled:
+            return self
+        return Dist(rank=self.rank, world=self.world, group=dist.new_group(backend="gloo"))
 
     def close(self) -> None:
         """Leave the process group at the end of a run: wait for every rank, then destroy it.

@@ -1,0 +1,140 @@
+"""Asynchronous rollouts under torchrun (2 ranks, gloo): max_staleness 0 is the synchronous 2-rank
+run bit for bit, dynamic-sampling refills included; max_staleness 1 samples batch b with the weights
+of step b - 2 while the producer's refill collective runs beside the trainer's; settings whose
+outcome would depend on each rank's timing are refused by key, on every rank. (And, in one process,
+the engine's optional abort call that ``in_flight: abort`` makes.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from codemoe.core.errors import ConfigError
+from codemoe.rl.async_rollout import check_async_config
+from codemoe.rl.trainer import RLConfig
+from rl_toy import ToyEngine
+from test_async_rollout import ASYNC_ONLY, TIMING, _fit, _trainer
+
+HERE = Path(__file__).parent
+RANKS = (0, 1)
+
+
+def _torchrun(out: Path, case: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(HERE), "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    subprocess.run([*torchrun, str(HERE / "async_toy_run.py"), str(out), case], env=env, check=True, timeout=120)
+
+
+def _metrics(path: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_max_staleness_0_on_two_ranks_trains_like_the_synchronous_two_rank_run(tmp_path):
+    """Same losses, metrics and final parameters bit for bit (PPO epochs, minibatches, KL): the
+    same ranks compute the same sums in the same order, only step 1 runs on another thread."""
+    _torchrun(tmp_path, "k0")
+    for rank in RANKS:
+        sync, zero = (_metrics(tmp_path / run / f"metrics-rank{rank}.jsonl") for run in ("sync", "k0"))
+        assert [m["step"] for m in zero] == [1, 2, 3]
+        # a zero-signal group was refilled: the producer's all_gather of the counts ran on its group
+        assert any(m["refill_rounds"] > 0 for m in zero)
+        for a, b in zip(sync, zero, strict=True):
+            keys = set(a) - TIMING
+            assert keys == set(b) - TIMING - ASYNC_ONLY - {"staleness/0"}
+            assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+            assert b["staleness_mean"] == 0.0
+        sync_params, zero_params = (torch.load(tmp_path / run / f"params-rank{rank}.pt") for run in ("sync", "k0"))
+        assert sync_params.keys() == zero_params.keys()
+        assert all(torch.equal(sync_params[k], zero_params[k]) for k in sync_params)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_max_staleness_1_on_two_ranks_samples_each_batch_with_the_weights_of_two_steps_before(tmp_path):
+    """Every engine call of batch b on every rank (refills included) ran on the trainer's weights of
+    step max(0, b - 2). Batch 2 is made during step 1's update and one rank refills a group in it,
+    so the producer's collective overlaps the trainer's: on one shared group this run fails."""
+    _torchrun(tmp_path, "k1")
+    refills = 0
+    for rank in RANKS:
+        history = _metrics(tmp_path / "k1" / f"metrics-rank{rank}.jsonl")
+        assert [m["staleness_mean"] for m in history] == [0.0, 1.0, 1.0, 1.0]
+        weights = torch.load(tmp_path / "k1" / f"weights-rank{rank}.pt")
+        trained, sampled = weights["trained"], weights["sampled"]
+        assert sorted(trained) == [0, 1, 2, 3, 4] and sorted(sampled) == [1, 2, 3, 4]
+        for batch, calls in sampled.items():
+            assert all(torch.equal(w, trained[max(0, batch - 2)]) for w in calls), (rank, batch)
+        refills += len(sampled[2]) - 1
+    assert refills > 0  # batch 2 (made beside step 1's update) had a refill round on some rank
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_timing_dependent_settings_are_refused_on_every_rank_by_key(tmp_path):
+    _torchrun(tmp_path, "refused")
+    messages = [json.loads((tmp_path / f"refused-rank{rank}.json").read_text()) for rank in RANKS]
+    assert messages[0] == messages[1]  # every rank refuses, the same way: none is left waiting in a collective
+    refused = messages[0]
+    assert refused["drop"].startswith("'stale_groups': drop") and "stale_groups: wait" in refused["drop"]
+    assert refused["keep"].startswith("'stale_groups': keep")
+    assert refused["abort"].startswith("'in_flight': abort") and "in_flight: finish" in refused["abort"]
+    assert refused["sharded_engine"].startswith("'max_staleness'") and "sharded" in refused["sharded_engine"]
+
+
+class _Engine:
+    def __init__(self) -> None:
+        self.model = torch.nn.Linear(1, 1)
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"stale_groups": "drop"}, "'stale_groups'"),
+        ({"stale_groups": "keep"}, "'stale_groups'"),
+        ({"in_flight": "abort"}, "'in_flight'"),
+    ],
+)
+def test_a_multi_rank_launch_refuses_a_free_running_or_aborting_producer(options, key):
+    config = RLConfig(max_staleness=1, **options)
+    policy = torch.nn.Linear(1, 1)
+    check_async_config(config, world=1, engine=_Engine(), policy=policy)  # one process: fine
+    with pytest.raises(ConfigError, match=key):
+        check_async_config(config, world=2, engine=_Engine(), policy=policy)
+    check_async_config(RLConfig(max_staleness=1), world=2, engine=_Engine(), policy=policy)  # wait + finish runs
+
+
+class _AbortableEngine(ToyEngine):
+    """Batch 3's first call stays in flight (up to 20 s) until ``abort_requests()`` ends it."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.abort_called = threading.Event()
+        self.calls_per_batch: dict[int, int] = {}
+        self.ended_by_abort = False
+
+    def abort_requests(self) -> None:
+        self.abort_called.set()
+
+    def generate(self, prompts, params):
+        batch = params.seed // 101
+        self.calls_per_batch[batch] = self.calls_per_batch.get(batch, 0) + 1
+        if batch == 3 and self.calls_per_batch[batch] == 1:
+            self.ended_by_abort = self.abort_called.wait(timeout=20)
+        return super().generate(prompts, params)
+
+
+def test_in_flight_abort_ends_the_engines_call_in_flight_at_once(registry, tmp_path):
+    """One process: step 2's sync calls the engine's abort, so batch 3's call in flight returns
+    then (instead of running to its end) and the batch is made again from step 2's weights."""
+    trainer = _trainer(registry, tmp_path, engine=_AbortableEngine, max_staleness=1, in_flight="abort")
+    history = _fit(trainer)
+    assert trainer.engine.ended_by_abort and trainer.engine.calls_per_batch[3] == 2
+    assert history[2]["staleness_mean"] == 0.0
