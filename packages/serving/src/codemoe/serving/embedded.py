@@ -87,6 +87,10 @@ class EmbeddedEngineConfig:
     # gathers) or gathered once for the whole rollout ("whole": the whole model on every rank while
     # generating, no gathers in between, the fast paths; the shards are back before training)
     sharded_generation: str = "per_block"
+    # run the engine in a child process of its own (CPU): generation then runs beside a trainer that
+    # trains meanwhile (asynchronous RL) without sharing its interpreter; the weights are shared
+    # memory (codemoe.serving.engine_process)
+    process: bool = False
 
     def __post_init__(self) -> None:
         from codemoe.core.devices import check_device
@@ -199,6 +203,14 @@ class EmbeddedEngine:
         with self._lock:
             self.scheduler.cancel(parts)
 
+    def abort(self) -> None:
+        """End every request in flight, waiting or running: its samples finish with ``"abort"`` and
+        keep the tokens drawn so far (SGLang's ``/abort_request`` with ``abort_all``); the calls
+        waiting on them return at once. Requests submitted afterwards run as usual."""
+        with self._lock:
+            live = [*self.scheduler.waiting, *(s.group for s in self.scheduler.running)]
+            self.scheduler.cancel(list({id(g): g for g in live}.values()))
+
     def update_weights(self, state_dict: dict[str, Any] | None = None, path: str | None = None) -> None:
         """Load new weights, between two steps; requests in flight continue with them."""
         if (state_dict is None) == (path is None):
@@ -236,6 +248,19 @@ class EmbeddedEngine:
         """Drop what is kept of finished samples for prefix reuse (SGLang's ``/flush_cache``)."""
         with self._lock:
             self.kv.clear_kept()
+
+    def pause(self) -> None:
+        """Hold every engine step until :meth:`resume` (called from the same thread): the weights
+        may then be written in place by another process sharing them (:mod:`codemoe.serving.engine_process`)."""
+        self._lock.acquire()
+
+    def resume(self) -> None:
+        """Let the engine step again after :meth:`pause`, dropping what was kept of the old weights."""
+        try:
+            self.weights_version += 1
+            self.kv.clear_kept()
+        finally:
+            self._lock.release()
 
     def weights_changed(self) -> None:
         """The model's parameters were changed in place (a trainer sharing it took a step): what was
@@ -464,7 +489,7 @@ class EmbeddedEngine:
         return GenerationOutput(prompt_ids, samples, parts[0].prompt_routing)
 
 
-def build_embedded_engine(config: EmbeddedEngineConfig, *, model: Any = None, tokenizer: Any = None) -> EmbeddedEngine:
+def build_embedded_engine(config: EmbeddedEngineConfig, *, model: Any = None, tokenizer: Any = None) -> Any:
     """Embedded engine over ``model``/``tokenizer``, or over the checkpoint in ``config.model_dir``
     placed on ``config.device``. A model passed in (a trainer's policy, which the engine then
     shares) stays on its device; a ``device`` other than ``auto`` must be that one."""
@@ -484,4 +509,8 @@ def build_embedded_engine(config: EmbeddedEngineConfig, *, model: Any = None, to
                 f"'device': {config.device!r} is {device}, but the model the engine is given is on {where}; "
                 "the engine shares that model: set the device of the stage that holds it"
             )
+    if config.process:
+        from codemoe.serving.engine_process import ProcessEngine
+
+        return ProcessEngine(model, tokenizer, config)
     return EmbeddedEngine(model, tokenizer, config)

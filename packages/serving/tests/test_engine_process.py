@@ -1,0 +1,143 @@
+"""The embedded engine in a child process (``process: true``): the same samples as in-process, the
+weights shared and updated in place, the submit/collect path, refusals, and a child that dies."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import threading
+
+import pytest
+import torch
+from codemoe.core.contracts import EngineError, RequestError, SamplingParams
+from codemoe.serving.embedded import EmbeddedEngine, EmbeddedEngineConfig, build_embedded_engine
+
+PROMPTS = ["def add(a, b):", "for i in range(", "class Stack:"]
+
+
+@pytest.fixture(scope="module")
+def served(tokenizer, make_codemoe_model):
+    """(the model the child serves, the in-process engine on an equal copy, the process engine)."""
+    model = make_codemoe_model(seed=3)
+    twin = copy.deepcopy(model)
+    engine = build_embedded_engine(EmbeddedEngineConfig(process=True), model=model, tokenizer=tokenizer)
+    yield model, EmbeddedEngine(twin, tokenizer), engine
+    engine.close()
+
+
+def _same_outputs(a, b) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.prompt_token_ids == y.prompt_token_ids
+        for s, t in zip(x.samples, y.samples, strict=True):
+            assert s.token_ids == t.token_ids and s.text == t.text and s.finish_reason == t.finish_reason
+            # the same kernels at the same thread count in both processes: equal to fp32 rounding
+            assert torch.allclose(torch.tensor(s.logprobs), torch.tensor(t.logprobs), atol=1e-5, rtol=0)
+            assert torch.equal(s.routing, t.routing)
+
+
+def test_the_child_samples_what_the_engine_samples_in_process(served):
+    _, local, remote = served
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=12, seed=7)
+    _same_outputs(remote.generate(PROMPTS, params), local.generate(PROMPTS, params))
+    greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=12)
+    _same_outputs(remote.generate(PROMPTS, greedy), local.generate(PROMPTS, greedy))
+
+
+def test_submit_and_collect_from_many_threads_give_the_same_samples(served, tokenizer):
+    _, local, remote = served
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=10, seed=11)
+    ids = [tokenizer.encode(p) for p in PROMPTS * 3]
+    got: dict[int, object] = {}
+
+    def one(i: int) -> None:
+        handle = remote.submit(ids[i], params, seed=100 + i)
+        got[i] = remote.collect(ids[i], handle)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(ids))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, prompt in enumerate(ids):
+        expected = local.collect(prompt, local.submit(prompt, params, seed=100 + i))
+        _same_outputs([got[i]], [expected])
+
+
+def test_update_weights_reach_the_child_through_shared_memory(served, make_codemoe_model):
+    model, local, remote = served
+    new = make_codemoe_model(seed=5).state_dict()
+    before = remote.health()["weights_version"]
+    remote.update_weights(state_dict=new)
+    local.update_weights(state_dict=new)
+    assert all(torch.equal(model.state_dict()[k], new[k]) for k in new)  # the parent's view of the shared copy
+    assert remote.health()["weights_version"] == before + 1
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=12, seed=3)
+    _same_outputs(remote.generate(PROMPTS, params), local.generate(PROMPTS, params))
+
+
+def test_bad_requests_and_weights_are_refused_with_the_in_process_errors(served, make_codemoe_model, tokenizer):
+    _, _, remote = served
+    with pytest.raises(RequestError, match="outside the vocabulary"):
+        remote.generate([[10**6]], SamplingParams(max_new_tokens=2))
+    with pytest.raises(RequestError, match="exceed the model's context"):
+        remote.submit(tokenizer.encode("x"), SamplingParams(max_new_tokens=10**4))
+    with pytest.raises(RequestError, match="'temperature'"):
+        remote.generate(PROMPTS, SamplingParams(temperature=-1.0))
+    with pytest.raises(RequestError, match="on_token"):
+        remote.submit(tokenizer.encode("x"), SamplingParams(), on_token=print)
+    other = make_codemoe_model(seed=0, num_layers=1).state_dict()
+    with pytest.raises(EngineError, match="do not fit the served model"):
+        remote.update_weights(state_dict=other)
+    assert remote.health()["status"] == "ok"  # nothing was copied, the engine still serves
+
+
+def test_a_child_that_dies_fails_the_request_in_flight_and_every_later_one(tokenizer, make_codemoe_model):
+    engine = build_embedded_engine(
+        EmbeddedEngineConfig(process=True), model=make_codemoe_model(seed=1), tokenizer=tokenizer
+    )
+    pid = engine.health()["process"]
+    errors: list[BaseException] = []
+
+    def long_request() -> None:
+        try:
+            engine.generate(PROMPTS * 20, SamplingParams(n=8, max_new_tokens=200, ignore_eos=True))
+        except EngineError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    os.kill(pid, signal.SIGKILL)
+    thread.join(60)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and "exit code -9" in str(errors[0])
+    with pytest.raises(EngineError, match="exited"):
+        engine.generate(PROMPTS, SamplingParams(max_new_tokens=2))
+    engine.close()
+
+
+def test_a_model_on_another_device_is_refused(tokenizer):
+    from codemoe.core.errors import ConfigError
+
+    model = torch.nn.Linear(2, 2).to("meta")
+    with pytest.raises(ConfigError, match="CPU only"):
+        build_embedded_engine(EmbeddedEngineConfig(process=True), model=model, tokenizer=tokenizer)
+
+
+def test_abort_returns_the_calls_in_flight_in_the_child(served):
+    _, _, remote = served
+    outputs: list = []
+    before = remote.health()["tokens_generated"]
+    caller = threading.Thread(
+        target=lambda: outputs.extend(remote.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=240, ignore_eos=True)))
+    )
+    caller.start()
+    while remote.health()["tokens_generated"] == before:  # the request reached the child's engine
+        pass
+    remote.abort()
+    caller.join(30)
+    assert not caller.is_alive()
+    samples = [s for out in outputs for s in out.samples]
+    assert len(samples) == 12 and {s.finish_reason for s in samples} == {"abort"}
+    assert all(len(s.token_ids) < 240 for s in samples)
