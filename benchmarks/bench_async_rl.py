@@ -1,14 +1,16 @@
 """Wall time per RL step with asynchronous rollouts (``max_staleness: 1``) against the synchronous
-loop, in one pipeline run on one machine, and held-out pass@1 of both after the same samples; with
+loop, in one pipeline run on one machine, and held-out pass@1 of each after the same samples; with
 ``--sglang-steps N`` also the RL step against a real SGLang server (``.venv-sglang``).
 
 The pipeline is the quickstart's (tiny MoE, tokenizer trained on the synthetic suite's train split,
 SFT 150 steps, GRPO with seed 2's weighted reward on the visible tests in the sandbox's worker
-processes, the embedded engine), with the RL stage run twice from the one SFT checkpoint: first
-synchronously (``max_staleness: null``), then with a producer thread one version ahead
-(``max_staleness: 1``, the default ``stale_groups: wait``, ``in_flight: finish``). Both runs train
-the same number of steps on the same number of samples; each is then evaluated on the held-out
-split (8 samples per task, temperature 1, hidden tests), the asynchronous one against the
+processes, the embedded engine), with the RL stage run three times from the one SFT checkpoint:
+synchronously (``max_staleness: null``: the engine runs the trainer's policy module), then with a
+producer one version ahead (``max_staleness: 1``, the default ``stale_groups: wait``, ``in_flight:
+finish``) twice: the embedded engine on the producer's thread (``process: false``) and in a child
+process of its own (``process: true``, what an asynchronous stage on CPU gets by default). All
+three train the same number of steps on the same samples; each is then evaluated on the held-out
+split (8 samples per task, temperature 1, hidden tests), the asynchronous ones against the
 synchronous one as baseline (paired bootstrap). The first ``--warmup`` steps of each RL run are
 left out of the step times; the table reports the median of the rest.
 
@@ -29,6 +31,12 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# the asynchronous RL stages, each against the synchronous one (rl_sync)
+ASYNC = {
+    "rl_async": "max_staleness 1, the engine on a thread",
+    "rl_async_process": "max_staleness 1, the engine in a child process",
+}
 
 
 def pipeline(out: Path, steps: int, threads: int) -> dict:
@@ -72,9 +80,11 @@ def pipeline(out: Path, steps: int, threads: int) -> dict:
                 ],
             },
             "rl_sync": {**rl, "max_staleness": None},
-            "rl_async": {**rl, "max_staleness": 1},
+            "rl_async": {**rl, "max_staleness": 1, "engine": {"name": "embedded", "process": False}},
+            "rl_async_process": {**rl, "max_staleness": 1, "engine": {"name": "embedded", "process": True}},
             "eval_sync": {**evaluation, "checkpoint_from": "rl_sync"},
             "eval_async": {**evaluation, "checkpoint_from": "rl_async", "baseline": "eval_sync"},
+            "eval_async_process": {**evaluation, "checkpoint_from": "rl_async_process", "baseline": "eval_sync"},
         },
     }
 
@@ -171,42 +181,43 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "codemoe.core", "run", str(spec), "--no-progress"], check=True, cwd=ROOT)
         run_dir = next(p for p in (Path(tmp) / "runs").iterdir() if (p / "state.json").is_file())
         results = json.loads((run_dir / "state.json").read_text())["finished"]
-        steps = {name: step_metrics(run_dir, name) for name in ("rl_sync", "rl_async")}
+        steps = {name: step_metrics(run_dir, name) for name in ("rl_sync", *ASYNC)}
         served = sglang_case(run_dir, args.sglang_steps, args.threads, Path(tmp)) if args.sglang_steps else {}
 
     timed = {name: [m["step_seconds"] for m in rows[args.warmup :]] for name, rows in steps.items()}
     # the synchronous step's two halves: a perfect overlap would take the longer one
     gen = statistics.median(m["gen_seconds"] for m in steps["rl_sync"][args.warmup :])
     train = statistics.median(m["step_seconds"] - m["gen_seconds"] for m in steps["rl_sync"][args.warmup :])
-    sync, overlapped = statistics.median(timed["rl_sync"]), statistics.median(timed["rl_async"])
+    sync = statistics.median(timed["rl_sync"])
     cpu = {name: statistics.median(m["cpu_seconds"] for m in rows[args.warmup :]) for name, rows in steps.items()}
-    waits = [m.get("rollout_wait_seconds", 0.0) for m in steps["rl_async"][args.warmup :]]
-    produced = [m.get("producer_seconds", 0.0) for m in steps["rl_async"][args.warmup :]]
-    cases = [
-        {
-            "case": "RL step, max_staleness 1 vs synchronous",
-            "codemoe": round(overlapped, 4),
-            "anchor": round(sync, 4),
-            "ratio": round(sync / overlapped, 3),
-            "units": "s per step (median)",
-        },
-        {
-            "case": "RL step, CPU time of the trainer's process (every thread; not the sandbox workers)",
-            "codemoe": round(cpu["rl_async"], 4),
-            "anchor": round(cpu["rl_sync"], 4),
-            "ratio": round(cpu["rl_sync"] / cpu["rl_async"], 3),
-            "units": "CPU s per step (median)",
-        },
-        {
-            "case": "RL stage, whole",
-            "codemoe": round(sum(m["step_seconds"] for m in steps["rl_async"]), 2),
-            "anchor": round(sum(m["step_seconds"] for m in steps["rl_sync"]), 2),
-            "ratio": round(
-                sum(m["step_seconds"] for m in steps["rl_sync"]) / sum(m["step_seconds"] for m in steps["rl_async"]), 3
-            ),
-            "units": "s",
-        },
-    ]
+    whole = {name: sum(m["step_seconds"] for m in rows) for name, rows in steps.items()}
+    cases = []
+    for name, what in ASYNC.items():
+        overlapped = statistics.median(timed[name])
+        cases += [
+            {
+                "case": f"RL step, {what} vs synchronous",
+                "codemoe": round(overlapped, 4),
+                "anchor": round(sync, 4),
+                "ratio": round(sync / overlapped, 3),
+                "units": "s per step (median)",
+            },
+            {
+                "case": f"RL step, {what}: CPU time of the trainer's process (every thread; not the sandbox "
+                "workers, nor an engine's child process)",
+                "codemoe": round(cpu[name], 4),
+                "anchor": round(cpu["rl_sync"], 4),
+                "ratio": round(cpu["rl_sync"] / cpu[name], 3),
+                "units": "CPU s per step (median)",
+            },
+            {
+                "case": f"RL stage, whole, {what}",
+                "codemoe": round(whole[name], 2),
+                "anchor": round(whole["rl_sync"], 2),
+                "ratio": round(whole["rl_sync"] / whole[name], 3),
+                "units": "s",
+            },
+        ]
     if served:
         sync_s = statistics.median(served["sglang_sync"][args.warmup :])
         async_s = statistics.median(served["sglang_async"][args.warmup :])
@@ -220,19 +231,17 @@ def main() -> None:
             }
         )
         timed.update(served)
-    evals = {name: results[name] for name in ("eval_sync", "eval_async")}
-    learning = {
-        "samples_each": args.steps * 16 * 8,
-        "pass@1_sync": evals["eval_sync"]["pass@1"],
-        "pass@1_sync_ci": evals["eval_sync"]["pass@1_ci"],
-        "pass@1_async": evals["eval_async"]["pass@1"],
-        "pass@1_async_ci": evals["eval_async"]["pass@1_ci"],
-        "within_sync_ci": evals["eval_sync"]["pass@1_ci"][0]
-        <= evals["eval_async"]["pass@1"]
-        <= evals["eval_sync"]["pass@1_ci"][1],
-        "comparison": evals["eval_async"].get("comparison"),
-    }
-    print("| case | max_staleness 1 | synchronous | ratio | units |")
+    sync_eval = results["eval_sync"]
+    learning = {"samples_each": args.steps * 16 * 8, "pass@1_sync": sync_eval["pass@1"], "pass@1_sync_ci": sync_eval["pass@1_ci"]}
+    for name in ASYNC:
+        ev = results["eval_" + name.removeprefix("rl_")]
+        learning[name] = {
+            "pass@1": ev["pass@1"],
+            "pass@1_ci": ev["pass@1_ci"],
+            "within_sync_ci": sync_eval["pass@1_ci"][0] <= ev["pass@1"] <= sync_eval["pass@1_ci"][1],
+            "comparison": ev.get("comparison"),
+        }
+    print("| case | asynchronous | synchronous | ratio | units |")
     print("|---|---|---|---|---|")
     for c in cases:
         print(f"| {c['case']} | {c['codemoe']} | {c['anchor']} | **{c['ratio']}x** | {c['units']} |")
@@ -241,15 +250,15 @@ def main() -> None:
         f"overlap would take {max(gen, train):.3f} s, {(gen + train) / max(gen, train):.2f}x; load average "
         f"before / after: {load[0]} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
     )
-    print(
-        f"async run: trainer waited {statistics.median(waits):.3f} s per step for rollouts (median); "
-        f"the producer spent {statistics.median(produced):.3f} s per batch"
-    )
-    print(
-        f"held-out pass@1 after {learning['samples_each']} samples each: synchronous {learning['pass@1_sync']:.4f} "
-        f"{learning['pass@1_sync_ci']}, max_staleness 1 {learning['pass@1_async']:.4f} {learning['pass@1_async_ci']}; "
-        f"inside the synchronous CI: {learning['within_sync_ci']}"
-    )
+    for name, what in ASYNC.items():
+        rows = steps[name][args.warmup :]
+        print(
+            f"{what}: trainer waited {statistics.median(m.get('rollout_wait_seconds', 0.0) for m in rows):.3f} s per "
+            f"step for rollouts (median); the producer spent {statistics.median(m.get('producer_seconds', 0.0) for m in rows):.3f} s per batch; "
+            f"held-out pass@1 {learning[name]['pass@1']:.4f} {learning[name]['pass@1_ci']}, inside the synchronous CI: "
+            f"{learning[name]['within_sync_ci']}"
+        )
+    print(f"held-out pass@1 synchronous after {learning['samples_each']} samples: {learning['pass@1_sync']:.4f} {learning['pass@1_sync_ci']}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
