@@ -1,7 +1,8 @@
 """Asynchronous rollouts under torchrun (2 ranks, gloo): max_staleness 0 is the synchronous 2-rank
 run bit for bit, dynamic-sampling refills included; max_staleness 1 samples batch b with the weights
 of step b - 2 while the producer's refill collective runs beside the trainer's; settings whose
-outcome would depend on each rank's timing are refused by key, on every rank. (And, in one process,
+outcome would depend on each rank's timing are refused by key, on every rank; the rl stage runs
+asynchronously on 2 ranks with its real components. (And, in one process,
 the engine's optional abort call that ``in_flight: abort`` makes.)"""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from codemoe.core.errors import ConfigError
 from codemoe.rl.async_rollout import check_async_config
 from codemoe.rl.trainer import RLConfig
 from rl_toy import ToyEngine
-from test_async_rollout import ASYNC_ONLY, TIMING, _fit, _trainer
+from test_async_rollout import ASYNC_ONLY, PIPELINE, REGISTRY, TIMING, _fit, _trainer
 
 HERE = Path(__file__).parent
 RANKS = (0, 1)
@@ -87,6 +88,26 @@ def test_timing_dependent_settings_are_refused_on_every_rank_by_key(tmp_path):
     assert refused["keep"].startswith("'stale_groups': keep")
     assert refused["abort"].startswith("'in_flight': abort") and "in_flight: finish" in refused["abort"]
     assert refused["sharded_engine"].startswith("'max_staleness'") and "sharded" in refused["sharded_engine"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_rl_stage_runs_asynchronously_under_torchrun(tmp_path):
+    """``codemoe run`` on 2 ranks with its real components (embedded engine on each rank's whole
+    copy of the policy, local sandbox, reward recipe) and max_staleness: 1."""
+    (tmp_path / "p.yaml").write_text(PIPELINE.format(run_dir=tmp_path / "runs"))
+    codemoe = str(Path(sys.executable).parent / "codemoe")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = [*torchrun, codemoe, "run", str(tmp_path / "p.yaml")]
+    subprocess.run(run, env=env, check=True, cwd=REGISTRY.parent, timeout=180)
+    (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["stage"] == "rl" and r["step"] is not None]
+    assert [r["staleness_mean"] for r in steps] == [0.0, 1.0, 1.0]
+    # step 1: each rank's engine copy holds the policy's weights (kernel rounding only, ~1e-6)
+    assert steps[0]["logp_mismatch_max"] < 1e-3
+    assert steps[1]["logp_mismatch_max"] > steps[0]["logp_mismatch_max"]  # sampled by the weights before the update
 
 
 class _Engine:
