@@ -2,8 +2,8 @@
 run bit for bit, dynamic-sampling refills included; max_staleness 1 samples batch b with the weights
 of step b - 2 while the producer's refill collective runs beside the trainer's; settings whose
 outcome would depend on each rank's timing are refused by key, on every rank; the rl stage runs
-asynchronously on 2 ranks with its real components. (And, in one process,
-the engine's optional abort call that ``in_flight: abort`` makes.)"""
+asynchronously on 2 ranks with its real components. (And, in one process, the engine's optional
+abort call that ``in_flight: abort`` makes.)"""
 
 from __future__ import annotations
 
