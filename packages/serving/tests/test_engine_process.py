@@ -141,3 +141,35 @@ def test_abort_returns_the_calls_in_flight_in_the_child(served):
     samples = [s for out in outputs for s in out.samples]
     assert len(samples) == 12 and {s.finish_reason for s in samples} == {"abort"}
     assert all(len(s.token_ids) < 240 for s in samples)
+
+
+SCRIPT = """
+import torch
+from codemoe.core.models import build_model
+from codemoe.core.tokenizer import train_tokenizer
+from codemoe.core.contracts import SamplingParams
+from codemoe.serving.embedded import EmbeddedEngineConfig, build_embedded_engine
+
+tokenizer = train_tokenizer(["def add(a, b):\\n    return a + b\\n"] * 8, vocab_size=300)
+model = build_model({SPEC}, vocab_size=len(tokenizer)).eval()
+engine = build_embedded_engine(EmbeddedEngineConfig(process=True), model=model, tokenizer=tokenizer)
+(out,) = engine.generate(["def add"], SamplingParams(n=2, max_new_tokens=3, ignore_eos=True, seed=0))
+print("samples", len(out.samples), [len(s.token_ids) for s in out.samples])
+engine.close()
+"""
+
+
+def test_a_script_without_a_main_guard_can_start_the_engine_process(tmp_path):
+    """The child imports codemoe's modules only, never the user's script: a script that builds the
+    engine at top level (no ``if __name__ == "__main__"``) is not run a second time in the child."""
+    import subprocess
+    import sys
+
+    spec = {"name": "qwen3_moe", "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+            "head_dim": 16, "num_experts": 4, "moe_intermediate_size": 32, "max_position_embeddings": 64,
+            "router": {"name": "softmax_topk", "top_k": 2}, "experts": {"name": "grouped"}}
+    script = tmp_path / "top_level.py"
+    script.write_text(SCRIPT.replace("{SPEC}", repr(spec)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["samples 2 [3, 3]"]

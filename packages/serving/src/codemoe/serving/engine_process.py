@@ -7,8 +7,9 @@ instead of between it; the trainer's side of a request is a pipe write and a wai
 
 How:
 
-- The child is started with ``spawn`` (a clean interpreter: no fork of the trainer's threads) and
-  given the model with its parameters in shared memory (``share_memory()``, moved in place), so
+- The child is started with ``spawn`` (a clean interpreter: no fork of the trainer's threads; it
+  imports codemoe's modules, never the user's ``__main__``, so a script without a main guard works;
+  4-6 s on the 2-core development machine) and given the model with its parameters in shared memory (``share_memory()``, moved in place), so
   the two processes read one copy of the weights.
 - Requests and answers cross a pipe as plain pickles: ``generate``, ``submit`` + ``collect`` (the
   agent-episode runner's path), ``health``. The child serves each on a thread of its own, so
@@ -28,12 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import multiprocessing.context
 import os
 import pickle
 import threading
 import weakref
 from concurrent.futures import Future
 from dataclasses import asdict
+from multiprocessing import popen_spawn_posix, spawn
 from typing import Any
 
 import torch
@@ -67,10 +70,10 @@ class ProcessEngine:
         self._update_lock = threading.Lock()
         self._dead: str | None = None
         threads = threads or torch.get_num_threads()
-        context = torch.multiprocessing.get_context("spawn")
+        context = torch.multiprocessing.get_context("spawn")  # torch's reductions: parameters cross as shared memory
         self._conn, child_conn = context.Pipe()
         child_config = {**asdict(config), "process": False}
-        self._proc = context.Process(
+        self._proc = _EngineProcess(
             target=_serve,
             args=(child_conn, model, tokenizer, child_config, threads),
             name="codemoe-engine",
@@ -207,6 +210,37 @@ class ProcessEngine:
 
     def _stop_child(self) -> None:
         _close(self._conn, self._proc)
+
+
+class _SpawnWithoutMain(popen_spawn_posix.Popen):
+    """``spawn``'s launcher, minus the re-import of the parent's ``__main__`` in the child: the child
+    needs only codemoe's modules, and a user's script without a ``__main__`` guard would otherwise
+    run again in it (and start another engine)."""
+
+    def _launch(self, process_obj: Any) -> None:
+        real = spawn.get_preparation_data
+
+        def without_main(name: str) -> dict[str, Any]:
+            data = real(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        with _SPAWNING:
+            spawn.get_preparation_data = without_main
+            try:
+                super()._launch(process_obj)
+            finally:
+                spawn.get_preparation_data = real
+
+
+_SPAWNING = threading.Lock()
+
+
+class _EngineProcess(multiprocessing.context.SpawnProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _SpawnWithoutMain(process_obj)
 
 
 def _close(conn: Any, proc: Any) -> None:
