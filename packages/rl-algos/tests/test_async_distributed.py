@@ -133,7 +133,7 @@ def test_a_multi_rank_launch_refuses_a_free_running_or_aborting_producer(options
 
 
 class _AbortableEngine(ToyEngine):
-    """Batch 3's first call stays in flight (up to 20 s) until ``abort_requests()`` ends it."""
+    """Batch 3's first call stays in flight (up to 20 s) until ``abort()`` ends it."""
 
     def __init__(self, model):
         super().__init__(model)
@@ -141,7 +141,7 @@ class _AbortableEngine(ToyEngine):
         self.calls_per_batch: dict[int, int] = {}
         self.ended_by_abort = False
 
-    def abort_requests(self) -> None:
+    def abort(self) -> None:
         self.abort_called.set()
 
     def generate(self, prompts, params):

@@ -19,7 +19,7 @@ How the bound ``max_staleness: K`` is kept (``stale_groups``):
 The engine's weights change only between the producer's batches (a batch's refill rounds all see
 one version): the trainer's weight sync takes the producer's request lock. With ``in_flight:
 finish`` a batch in flight at a sync ends on the old weights and keeps its old version; with
-``abort`` the trainer asks the producer to stop it and calls the engine's ``abort_requests()`` if it
+``abort`` the trainer asks the producer to stop it and calls the engine's ``abort()`` if it
 has one (the call in flight then returns at once; without it, the call runs to its end): the batch
 is thrown away, the sync happens, and the batch is made again, same tasks and seeds, from the new
 weights.
@@ -205,7 +205,7 @@ class RolloutProducer:
         started = time.perf_counter()
         if self.in_flight == "abort":
             self._abort.set()
-            abort = getattr(self.trainer.engine, "abort_requests", None)  # optional: the call in flight returns now
+            abort = getattr(self.trainer.engine, "abort", None)  # optional: the call in flight returns now
             if abort is not None:
                 abort()
         elif self.stale == "wait":  # batch version + K is still sampled by the weights the engine holds
