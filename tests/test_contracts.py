@@ -15,6 +15,7 @@ from codemoe.core.contracts import (
     RepositoryTask,
     StepOutcome,
     TaskFormat,
+    ToolCallRecord,
     Verdict,
     Verifier,
     play,
@@ -75,6 +76,10 @@ def test_the_repo_format_environment_and_oracle_meet_the_environment_contract(re
     episode = play(env, task, agent)
     assert isinstance(episode, EpisodeState) and episode.done and episode.resolved
     assert episode.stop_reason == "submitted"
+    # the tool-call log the agent metrics read: one record per action, the last one the submit
+    assert len(episode.log) == episode.steps > 0 and episode.format_errors == 0
+    assert all(isinstance(record, ToolCallRecord) for record in episode.log)
+    assert episode.log[-1].tool == "submit" and episode.log[-1].ok
     env.close_workspace()
 
 

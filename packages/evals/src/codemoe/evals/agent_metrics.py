@@ -27,8 +27,9 @@ whose denominator is zero (no episode resolved, none eligible) is undefined: ``N
 estimate is ``{value, low, high, confidence, n}``; ``n`` is the summed denominator (episodes,
 resolved episodes, eligible episodes), or for a change between two evaluations the tasks compared.
 
-The facts come from the environment's episode (:func:`episode_facts` reads the sandbox
-``Episode``'s ``log``, ``format_errors``, ``steps``, ``stop_reason`` and ``resolved``) and travel
+The facts come from the environment's episode (:func:`episode_facts` reads the fields
+:class:`codemoe.core.contracts.EpisodeState` names: ``log`` (:class:`~codemoe.core.contracts.ToolCallRecord`
+records), ``format_errors``, ``steps``, ``stop_reason`` and ``resolved``) and travel
 with each graded sample (``GradedSample.episode``), so ``samples.jsonl`` holds them and the summary
 can be recomputed from it.
 """
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from codemoe.core.contracts import EpisodeState, ToolCallRecord
 
 __all__ = [
     "COUNTS",
@@ -102,23 +104,23 @@ UNITS = {"episodes": "episodes", "resolved": "resolved", "self_correction_eligib
 # -------------------------------------------------------------------------------------------------
 
 
-def _failing_run(record: Any) -> bool:
+def _failing_run(record: ToolCallRecord) -> bool:
     return record.tool == "run_tests" and record.ok and record.data.get("status") != "passed"
 
 
-def _passing_run(record: Any) -> bool:
+def _passing_run(record: ToolCallRecord) -> bool:
     return record.tool == "run_tests" and record.ok and record.data.get("status") == "passed"
 
 
-def _is_edit(record: Any) -> bool:
+def _is_edit(record: ToolCallRecord) -> bool:
     return record.tool in EDIT_TOOLS and record.ok
 
 
-def _edit_key(record: Any) -> tuple[str, str]:
+def _edit_key(record: ToolCallRecord) -> tuple[str, str]:
     return record.tool, json.dumps(record.args, sort_keys=True)
 
 
-def self_correction(log: Sequence[Any]) -> bool | None:
+def self_correction(log: Sequence[ToolCallRecord]) -> bool | None:
     """Whether an episode corrected itself after a failing test run; None when it had no occasion.
 
     Over the tool-call log (``StepRecord``: ``tool``, ``args``, ``ok``, ``data["status"]``):
@@ -148,11 +150,11 @@ def self_correction(log: Sequence[Any]) -> bool | None:
     return False if eligible else None
 
 
-def episode_facts(episode: Any) -> dict[str, Any] | None:
-    """The JSON-able facts of a finished episode the metrics count; None for an episode without a
-    tool-call log (an environment other than the sandbox's ``repo`` may keep none).
+def episode_facts(episode: EpisodeState) -> dict[str, Any] | None:
+    """The JSON-able facts of a finished episode the metrics count; None for an episode that does
+    not keep the contract's tool-call log (an older or foreign environment).
 
-    ``turns`` is ``Episode.steps`` (every action, submit included).
+    ``turns`` is ``steps`` (every action, submit included).
     """
     log = getattr(episode, "log", None)
     if log is None:

@@ -25,6 +25,7 @@ from codemoe.core.contracts.environment import (
     RepositoryTask,
     StepOutcome,
     TaskFormat,
+    ToolCallRecord,
     play,
     repository_task,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "SamplingParams",
     "StepOutcome",
     "TaskFormat",
+    "ToolCallRecord",
     "Verdict",
     "Verifier",
     "play",

@@ -22,7 +22,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Agent", "Environment", "EpisodeState", "RepositoryTask", "StepOutcome", "TaskFormat", "play", "repository_task"]
+__all__ = [
+    "Agent",
+    "Environment",
+    "EpisodeState",
+    "RepositoryTask",
+    "StepOutcome",
+    "TaskFormat",
+    "ToolCallRecord",
+    "play",
+    "repository_task",
+]
 
 
 @runtime_checkable
@@ -56,10 +66,24 @@ class StepOutcome(Protocol):
 
 
 @runtime_checkable
+class ToolCallRecord(Protocol):
+    """One action of an episode's tool-call log, as the agent metrics read it."""
+
+    tool: str  # the tool the action named ("" when it could not be parsed)
+    args: dict  # its arguments as sent
+    ok: bool  # well formed, and the tool succeeded
+    format_error: bool  # malformed text, an unknown tool or bad arguments
+    data: dict  # small facts the tool reported; run_tests: "status" ("passed" when every test passed)
+
+
+@runtime_checkable
 class EpisodeState(Protocol):
     done: bool
     resolved: bool  # graded: every required visible test and every hidden test passes
     stop_reason: str  # submitted, step_budget, anti_spin, ...
+    steps: int  # actions taken, submit included
+    format_errors: int  # actions that were not a well-formed call of a known tool
+    log: list[ToolCallRecord]  # one record per action, in order
     # the transcript as chat messages: system (how to act, the tools), user (the task), then
     # assistant actions and tool observations; what codemoe.core.chat renders for the policy
     messages: list[dict[str, str]]
