@@ -1,0 +1,319 @@
+"""Wall time per RL step on agent episodes with asynchronous rollouts (``max_staleness: 1``) against
+the synchronous loop, against a real SGLang server and against the embedded engine, in one run on
+one machine.
+
+Workload: the first ``--tasks`` agentic-core tasks (``registry/suites/agentic-core``), the ``repo``
+environment over the local sandbox (``--workers`` warm workers), episodes of at most ``--turns``
+tool calls, ``agent-stepwise`` reward on the graded episode; GRPO (``presets/algos/grpo.yaml``)
+with ``--group`` episodes per task and ``--prompts`` tasks per step; the ``tiny_agent`` model,
+untrained, with a tokenizer trained on the tasks' prompts, saved with codemoe's ``save_pretrained``
+and loaded by the server and the trainer alike. As in ``bench_episodes.py``'s ``run_tests`` case,
+each action's text becomes a tool call chosen from its first sampled token (``submit`` one time in
+three, else ``run_tests``; :class:`ToolCalls`), so episodes run the visible tests in the sandbox
+every turn until they submit: the load of an agent that tests its work. The token ids and
+log-probs stay the engine's, so the trainer trains on what the engine sampled.
+
+Cases, each synchronous (``max_staleness: null``) then ``max_staleness: 1`` (``stale_groups:
+wait``, ``in_flight: finish``), from the same checkpoint, on the same tasks and seeds:
+
+- ``sglang``: the ``sglang`` engine against ``SGLangServer`` (SGLang's CPU recipe, with room for
+  the episodes' context), the weights pushed to the server after every update as the trainer does;
+- ``embedded``: synchronously the embedded engine on the policy module itself (what the synchronous
+  ``rl`` stage runs), asynchronously the embedded engine in a child process on a copy of the policy
+  (``process: true``, what an asynchronous ``rl`` stage on CPU gets by default).
+
+The first ``--warmup`` steps of each run are left out; the table gives the median of the rest.
+
+    flock -x /tmp/codemoe-bench.lock .venv/bin/python benchmarks/bench_async_agent.py --json runs/bench_async_agent.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_TESTS = '<tool_call>{"tool": "run_tests", "args": {}}</tool_call>'
+SUBMIT = '<tool_call>{"tool": "submit", "args": {"summary": "done"}}</tool_call>'
+CASES = {"sglang": "real SGLang server", "embedded": "embedded engine (async: in a child process)"}
+# SGLang's CPU recipe is sized for one short prompt at a time; an episode's history is the tool
+# schemas and the task (about 1,000-1,500 tokens with this tokenizer) plus every action and
+# observation, and a step runs every episode of its tasks at once
+SGLANG_ARGS = ("--context-length", "4096", "--max-total-tokens", "65536", "--max-running-requests", "32")
+
+
+class ToolCalls:
+    """An engine whose samples' texts are tool calls chosen from their first token; everything else
+    (token ids, log-probs, routing, weight updates, ``submit``/``collect``) is the engine's.
+
+    ``encode`` is the tokenizer's, for the engines that have none of their own (the ``sglang``
+    engine and the embedded engine in a child process): an episode's prompt and observations are
+    text, and :func:`codemoe.rl.episodes.run_episodes` encodes them with the engine's ``encode``.
+    """
+
+    def __init__(self, engine: Any, tokenizer: Any) -> None:
+        self.engine, self.tokenizer = engine, tokenizer
+
+    def __getattr__(self, name: str) -> Any:  # model, update_weights*, weights_changed, abort, submit, ...
+        return getattr(self.engine, name)
+
+    def encode(self, text: str | list[int]) -> list[int]:
+        own = getattr(self.engine, "encode", None)
+        if own is not None:
+            return own(text)
+        if not isinstance(text, str):
+            return list(text)
+        encoded = self.tokenizer.encode(text)
+        return list(getattr(encoded, "ids", encoded))
+
+    def generate(self, prompts: list[Any], params: Any) -> list[Any]:
+        return [self._as_tool_calls(output) for output in self.engine.generate(prompts, params)]
+
+    def collect(self, prompt_ids: list[int], handle: Any) -> Any:
+        return self._as_tool_calls(self.engine.collect(prompt_ids, handle))
+
+    @staticmethod
+    def _as_tool_calls(output: Any) -> Any:
+        for sample in output.samples:
+            sample.text = SUBMIT if sample.token_ids and sample.token_ids[0] % 3 == 0 else RUN_TESTS
+        return output
+
+
+def setup(args: argparse.Namespace, checkpoint: Path) -> tuple[Any, list[Any]]:
+    """The registry and the tasks; writes the untrained ``tiny_agent`` policy and its tokenizer
+    (trained on the tasks' prompts) to ``checkpoint``."""
+    import torch
+    from codemoe.core import build_plugin_manager, build_registry
+    from codemoe.core.models import build_model, save_pretrained
+    from codemoe.core.models.presets import load_preset
+    from codemoe.core.tokenizer import train_tokenizer
+
+    registry = build_registry(build_plugin_manager())
+    tasks = registry.build("suite", {"name": "agentic-core", "heldout_percent": 0}).tasks("train")[: args.tasks]
+    env = registry.build("environment", {"name": "repo", "step_budget": args.turns})
+    prompts = [env.reset(task.task) for task in tasks]
+    env.close()
+    tokenizer = train_tokenizer(prompts, 1024)
+    torch.manual_seed(args.seed)
+    model = build_model(load_preset("tiny_agent"), vocab_size=len(tokenizer), registry=registry)
+    save_pretrained(model, tokenizer, checkpoint)
+    return registry, tasks
+
+
+def algorithm(registry: Any, group: int) -> Any:
+    """GRPO as codemoe-rl ships it, with ``group`` episodes per task."""
+    import codemoe.rl
+
+    spec = yaml.safe_load((Path(codemoe.rl.__file__).parent / "presets" / "algos" / "grpo.yaml").read_text())
+    return registry.build("algorithm", {**spec, "group_size": group}, registry=registry)
+
+
+def environment(registry: Any, executor: Any, recipe: Any, tokenizer: Any, turns: int) -> Callable[[], Any]:
+    """One episode's environment, as ``RLStage._environment`` makes it for ``environment: repo``."""
+    from codemoe.core.chat import ChatFormat
+    from codemoe.rl.repo_episodes import RepoEpisodes
+
+    chat = ChatFormat(tokenizer)
+    spec = {"name": "repo", "step_budget": turns}
+    return lambda: RepoEpisodes(registry.build("environment", spec, executor=executor), recipe, chat)
+
+
+def run(name: str, k: int | None, engine_spec: Callable[[Any, Any], Any], checkpoint: Path, registry: Any,
+        tasks: list[Any], executor: Any, args: argparse.Namespace, scratch: Path) -> list[dict[str, float]]:
+    """One RL run of ``args.steps`` steps; each step's metrics. ``engine_spec(policy, tokenizer)``
+    builds the engine the trainer drives."""
+    from codemoe.core.models import load_pretrained
+    from codemoe.rl.scoring import VerifierScorer
+    from codemoe.rl.trainer import RLConfig, RLTrainer
+    from codemoe.sandbox.rewards.presets import load_preset as load_reward_preset
+
+    policy, tokenizer = load_pretrained(str(checkpoint), registry=registry)
+    engine = ToolCalls(engine_spec(policy, tokenizer), tokenizer)
+    recipe = registry.build("reward", load_reward_preset("agent-stepwise"))
+    config = RLConfig(
+        steps=args.steps,
+        prompts_per_step=args.prompts,
+        lr=args.lr,
+        temperature=1.0,
+        max_new_tokens=args.new_tokens,
+        stop=[],
+        checkpoint_every=10**6,
+        seed=args.seed,
+        max_turns=args.turns,
+        max_observation_tokens=args.observation_tokens,
+        max_staleness=k,
+    )
+    rows: list[dict[str, float]] = []
+
+    def on_step(step: int, metrics: dict[str, Any]) -> None:
+        rows.append({key: float(v) for key, v in metrics.items() if isinstance(v, (int, float))})
+        m = rows[-1]
+        print(f"{name} step {step}: {m['step_seconds']:.2f} s (generation and episodes {m['gen_seconds']:.2f} s), "
+              f"reward {m.get('reward_mean', float('nan')):.3f}, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
+
+    trainer = RLTrainer(
+        config,
+        algorithm(registry, args.group),
+        policy,
+        engine,
+        VerifierScorer(executor, recipe),
+        tasks,
+        pad_id=tokenizer.pad_token_id,
+        checkpoint_dir=scratch / name,
+        on_step=on_step,
+        environment=environment(registry, executor, recipe, tokenizer, args.turns),
+    )
+    try:
+        trainer.fit()
+    finally:
+        close = getattr(engine.engine, "close", None)
+        if close is not None:  # the embedded engine's child process
+            close()
+    return rows
+
+
+def sglang_runs(checkpoint: Path, registry: Any, tasks: list[Any], executor: Any, args: argparse.Namespace,
+                scratch: Path) -> dict[str, list[dict[str, float]]]:
+    """Synchronous then ``max_staleness: 1`` against one SGLang server on the checkpoint."""
+    from codemoe.serving.sglang_server import SGLangServer
+
+    out = {}
+    started = time.perf_counter()
+    with SGLangServer(checkpoint, extra_args=SGLANG_ARGS) as server:
+        print(f"SGLang server up in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+        def spec(policy: Any, tokenizer: Any) -> Any:
+            return registry.build("engine", {"name": "sglang", "base_url": server.url}, model=policy,
+                                  tokenizer=tokenizer)
+
+        for name, k in (("sglang_sync", None), ("sglang_async", 1)):
+            out[name] = run(name, k, spec, checkpoint, registry, tasks, executor, args, scratch)
+    return out
+
+
+def embedded_runs(checkpoint: Path, registry: Any, tasks: list[Any], executor: Any, args: argparse.Namespace,
+                  scratch: Path) -> dict[str, list[dict[str, float]]]:
+    """Synchronous (the engine on the policy module) then ``max_staleness: 1`` (the engine in a
+    child process on a copy), as the ``rl`` stage builds them."""
+    embedded = {"name": "embedded", "prefix_cache_tokens": 65536}  # later turns continue kept histories
+
+    def on_policy(policy: Any, tokenizer: Any) -> Any:
+        return registry.build("engine", embedded, model=policy, tokenizer=tokenizer)
+
+    def in_process(policy: Any, tokenizer: Any) -> Any:
+        return registry.build("engine", {**embedded, "process": True}, model=copy.deepcopy(policy),
+                              tokenizer=tokenizer)
+
+    return {
+        "embedded_sync": run("embedded_sync", None, on_policy, checkpoint, registry, tasks, executor, args, scratch),
+        "embedded_async": run("embedded_async", 1, in_process, checkpoint, registry, tasks, executor, args, scratch),
+    }
+
+
+def median(rows: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r.get(key, 0.0) for r in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=8, help="RL steps of each run")
+    parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out of the step times")
+    parser.add_argument("--tasks", type=int, default=8, help="agentic-core tasks in the stream (of 20)")
+    parser.add_argument("--prompts", type=int, default=2, help="tasks per step")
+    parser.add_argument("--group", type=int, default=4, help="episodes per task (GRPO's group)")
+    parser.add_argument("--turns", type=int, default=4, help="tool calls per episode at most")
+    parser.add_argument("--new-tokens", type=int, default=32, help="tokens per action")
+    parser.add_argument("--observation-tokens", type=int, default=128, help="observation tokens kept in the history")
+    parser.add_argument("--lr", type=float, default=2.0e-4)
+    parser.add_argument("--workers", type=int, default=0, help="sandbox workers (0: one per CPU)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the trainer (and the engine)")
+    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+
+    import torch
+    from codemoe.sandbox.local import LocalExecutor
+
+    torch.set_num_threads(args.threads)
+    cases = args.cases.split(",")
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"--cases: unknown {unknown}; choose from {', '.join(CASES)}")
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    steps: dict[str, list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="codemoe-bench-") as tmp:
+        scratch = Path(tmp)
+        registry, tasks = setup(args, scratch / "policy")
+        with LocalExecutor(workers=args.workers) as executor:
+            workers = executor.size
+            for case in cases:
+                runs = sglang_runs if case == "sglang" else embedded_runs
+                steps.update(runs(scratch / "policy", registry, tasks, executor, args, scratch))
+    wall = time.perf_counter() - started
+
+    shape = (f"{args.prompts} of {len(tasks)} agentic-core tasks per step x {args.group} episodes, <= {args.turns} "
+             f"turns of {args.new_tokens} tokens, {workers} sandbox workers, {args.steps} steps "
+             f"(median of steps {args.warmup + 1}-{args.steps})")
+    table, halves, waits = [], {}, {}
+    for case in cases:
+        sync, overlapped = steps[f"{case}_sync"][args.warmup :], steps[f"{case}_async"][args.warmup :]
+        anchor, value = median(sync, "step_seconds"), median(overlapped, "step_seconds")
+        table.append({"case": f"RL step on agent episodes, {CASES[case]}: max_staleness 1 vs synchronous",
+                      "codemoe": round(value, 3), "anchor": round(anchor, 3), "ratio": round(anchor / value, 3),
+                      "units": "s per step (median)", "shape": shape})
+        table.append({"case": f"RL step on agent episodes, {CASES[case]}: CPU time of the trainer's process "
+                      "(every thread; not the sandbox workers, the server, nor an engine's child process)",
+                      "codemoe": round(median(overlapped, "cpu_seconds"), 3),
+                      "anchor": round(median(sync, "cpu_seconds"), 3),
+                      "ratio": round(median(sync, "cpu_seconds") / median(overlapped, "cpu_seconds"), 3),
+                      "units": "CPU s per step (median)", "shape": shape})
+        # the synchronous step's two halves: a perfect overlap would take the longer one
+        gen = median(sync, "gen_seconds")
+        rest = statistics.median(r["step_seconds"] - r["gen_seconds"] for r in sync)
+        halves[case] = {"generation_episodes_s": gen, "rest_s": rest, "perfect_overlap_s": max(gen, rest),
+                        "ceiling_ratio": (gen + rest) / max(gen, rest)}
+        waits[case] = {"rollout_wait_s": median(overlapped, "rollout_wait_seconds"),
+                       "producer_s": median(overlapped, "producer_seconds"),
+                       "sync_wait_s": median(overlapped, "sync_wait_seconds")}
+
+    print(f"Asynchronous RL on agent episodes ({shape})")
+    print("| case | asynchronous | synchronous | ratio | units |")
+    print("|---|---|---|---|---|")
+    for c in table:
+        print(f"| {c['case']} | {c['codemoe']} | {c['anchor']} | **{c['ratio']}x** | {c['units']} |")
+    for case in cases:
+        h, w = halves[case], waits[case]
+        print(f"{CASES[case]}: synchronous step = generation and episodes {h['generation_episodes_s']:.3f} s + the rest "
+              f"{h['rest_s']:.3f} s (median): a perfect overlap would take {h['perfect_overlap_s']:.3f} s, "
+              f"{h['ceiling_ratio']:.2f}x; asynchronous: the trainer waited {w['rollout_wait_s']:.3f} s per step for "
+              f"rollouts, the producer spent {w['producer_s']:.3f} s per batch, the weight sync waited "
+              f"{w['sync_wait_s']:.3f} s (medians)")
+    curves = {name: [round(r.get("reward_mean", float("nan")), 4) for r in rows] for name, rows in steps.items()}
+    for name, curve in curves.items():
+        print(f"reward_mean per step, {name}: {curve}")
+    after = os.getloadavg()[0]
+    print(f"whole benchmark {wall:.0f} s; load average before / after: {load:.2f} / {after:.2f} on {os.cpu_count()} cores")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "cases": table, "sync_halves": halves, "async_waits": waits, "reward_mean": curves,
+            "load_average": {"before": load, "after": after, "cores": os.cpu_count()}, "wall_s": wall,
+            "steps": steps,
+        }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
