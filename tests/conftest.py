@@ -92,3 +92,23 @@ def served_policy(tmp_path: Path) -> Any:
              for i, text in enumerate(["def f(x):", "for i in", "print(", "return a"])]
     return SimpleNamespace(policy=policy, tokenizer=tokenizer, folder=save_pretrained(policy, tokenizer, tmp_path / "policy"),
                            tasks=tasks, score=target_score)
+
+
+@pytest.fixture(scope="session")
+def agentic_repos_short() -> list[str]:
+    """Overrides that shorten the ``agentic-repos`` pipeline to seconds of work: 4 train tasks and 2
+    held out, 2 SFT steps, 1 RL step, episodes of 2 actions of 16 tokens, 2 held-out tasks x 1 sample
+    per evaluation; the group size is left to the caller (the samples ablation varies it)."""
+    evals = [f"stages.{s}.{k}" for s in ("eval_sft", "eval_rl") for k in ("max_tasks=2", "samples=1", "max_turns=2", "max_new_tokens=16")]
+    return [
+        "suite_spec.train_tasks=4",  # every stage's suite (the pipeline sets it once)
+        "suite_spec.heldout_tasks=2",
+        "stages.trajectories.agent.imitate_fraction=1.0",
+        "stages.sft.phases=[{phase: all, steps: 2, lr: 0.003}]",
+        "stages.sft.batch_size=4",
+        "stages.rl.steps=1",
+        "stages.rl.max_turns=2",
+        "stages.rl.max_new_tokens=16",
+        *evals,
+        "stages.report.print_report=false",
+    ]

@@ -16,19 +16,6 @@ from omegaconf import OmegaConf
 
 SHIPPED = sorted(p.stem for p in ABLATIONS_DIR.glob("*.yaml"))
 
-# tests/test_agentic_repos_pipeline.py's shortened agentic-repos: 4 train tasks, 2 held-out, 1 RL step
-SHORT = [
-    "suite_spec.train_tasks=4",  # every stage's suite (the pipeline sets it once)
-    "suite_spec.heldout_tasks=2",
-    "stages.trajectories.agent.imitate_fraction=1.0",
-    "stages.sft.phases=[{phase: all, steps: 2, lr: 0.003}]",
-    "stages.sft.batch_size=4",
-    "stages.rl.steps=1",
-    "stages.rl.max_turns=2",
-    "stages.rl.max_new_tokens=16",
-    *(f"stages.{s}.{k}" for s in ("eval_sft", "eval_rl") for k in ("max_tasks=2", "samples=1", "max_turns=2", "max_new_tokens=16")),
-    "stages.report.print_report=false",
-]
 
 
 def _spec(tmp_path: Path, text: str) -> Path:
@@ -145,14 +132,16 @@ class _StageLog:
 
 
 @pytest.mark.slow
-def test_samples_arms_share_one_sft_run(spine, run_root: Path, registry_dir: Path, monkeypatch: pytest.MonkeyPatch):
+def test_samples_arms_share_one_sft_run(
+    spine, run_root: Path, registry_dir: Path, monkeypatch: pytest.MonkeyPatch, agentic_repos_short: list[str]
+):
     monkeypatch.setenv("CODEMOE_CACHE_DIR", str(run_root / "cache"))  # the generated task folders
     pm, registry, hooks = spine
     log = _StageLog()
     pm.register(log)
     _, specs = load_ablations("agentic-samples")
     out = run_root / "ablation"
-    suite = run_ablations(specs, registry, hooks, registry_dir=registry_dir, overrides=SHORT, show_progress=False, out_dir=out)
+    suite = run_ablations(specs, registry, hooks, registry_dir=registry_dir, overrides=agentic_repos_short, show_progress=False, out_dir=out)
 
     started = [stage for _, stage, _ in log.started]
     assert started.count("trajectories") == started.count("sft") == started.count("eval_sft") == 1
@@ -190,7 +179,7 @@ def test_samples_arms_share_one_sft_run(spine, run_root: Path, registry_dir: Pat
     del state["finished"]["eval_rl"], state["finished"]["report"]
     state_file.write_text(json.dumps(state))
     log.started.clear()
-    again = run_ablations(specs, registry, hooks, registry_dir=registry_dir, overrides=SHORT, show_progress=False,
+    again = run_ablations(specs, registry, hooks, registry_dir=registry_dir, overrides=agentic_repos_short, show_progress=False,
                           out_dir=out, resume=True)
     assert [(run, stage) for run, stage, _ in log.started] == [(state_file.parent.name, "eval_rl"), (state_file.parent.name, "report")]
     assert again["runs"] == suite["runs"] and len(list(out.glob("agentic-samples-*"))) == 3

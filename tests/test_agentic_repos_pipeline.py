@@ -9,32 +9,14 @@ from pathlib import Path
 import pytest
 from codemoe.core.cli import main
 
-SHORT = [
-    "suite_spec.train_tasks=4",  # every stage's suite (the pipeline sets it once)
-    "suite_spec.heldout_tasks=2",
-    "stages.trajectories.agent.imitate_fraction=1.0",
-    "stages.sft.phases=[{phase: all, steps: 2, lr: 0.003}]",
-    "stages.sft.batch_size=4",
-    "stages.rl.steps=1",
-    "stages.rl.algo.group_size=2",
-    "stages.rl.max_turns=2",
-    "stages.rl.max_new_tokens=16",
-    "stages.eval_sft.max_tasks=2",
-    "stages.eval_sft.samples=1",
-    "stages.eval_sft.max_turns=2",
-    "stages.eval_sft.max_new_tokens=16",
-    "stages.eval_rl.max_tasks=2",
-    "stages.eval_rl.samples=1",
-    "stages.eval_rl.max_turns=2",
-    "stages.eval_rl.max_new_tokens=16",
-    "stages.report.print_report=false",
-]
-
 
 @pytest.mark.slow
-def test_shortened_agentic_repos_pipeline_runs_every_stage(run_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shortened_agentic_repos_pipeline_runs_every_stage(
+    run_root: Path, monkeypatch: pytest.MonkeyPatch, agentic_repos_short: list[str]
+) -> None:
     monkeypatch.setenv("CODEMOE_CACHE_DIR", str(run_root / "cache"))  # the generated task folders
-    assert main(["run", "--no-progress", "agentic-repos", *SHORT]) == 0
+    short = [*agentic_repos_short, "stages.rl.algo.group_size=2"]
+    assert main(["run", "--no-progress", "agentic-repos", *short]) == 0
     (run_dir,) = (run_root / "runs").iterdir()
     state = json.loads((run_dir / "state.json").read_text())["finished"]
     assert list(state) == ["environment", "trajectories", "sft", "rl", "eval_sft", "eval_rl", "report"]
