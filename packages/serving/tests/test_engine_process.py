@@ -173,3 +173,20 @@ def test_a_script_without_a_main_guard_can_start_the_engine_process(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["samples 2 [3, 3]"]
+
+
+def test_a_model_larger_than_the_free_shared_memory_is_refused_before_anything_moves(
+    make_codemoe_model, tokenizer, monkeypatch
+):
+    """A container's /dev/shm is often 64 MiB: the refusal names both sizes and the way out (the
+    machine's own statvfs is replaced by one of a nearly full /dev/shm)."""
+    from codemoe.core.errors import ConfigError
+    from codemoe.serving import engine_process
+
+    model = make_codemoe_model(seed=2)
+    real = engine_process.os.statvfs
+    monkeypatch.setattr(engine_process.os, "statvfs", lambda path: type("S", (), {"f_bavail": 1, "f_frsize": 4096})())
+    with pytest.raises(ConfigError, match=r"MiB through /dev/shm, which has 0 MiB free.*process: false"):
+        build_embedded_engine(EmbeddedEngineConfig(process=True), model=model, tokenizer=tokenizer)
+    monkeypatch.setattr(engine_process.os, "statvfs", real)
+    assert not any(p.is_shared() for p in model.parameters())  # nothing was moved

@@ -32,6 +32,7 @@ import itertools
 import multiprocessing.context
 import os
 import pickle
+import signal
 import threading
 import weakref
 from concurrent.futures import Future
@@ -61,6 +62,7 @@ class ProcessEngine:
             raise ConfigError(f"'process': the embedded engine runs in a child process on CPU only; the model is on {param.device}")
         if isinstance(model, FSDPModule):
             raise ConfigError("'process': a model sharded over ranks (FSDP2) cannot be served from a child process")
+        _check_shared_memory(model)
         self.model, self.tokenizer, self.config = model.share_memory(), tokenizer, config
         self.device, self.dtype = param.device, param.dtype
         self.weights_version = 0
@@ -243,6 +245,24 @@ class _EngineProcess(multiprocessing.context.SpawnProcess):
         return _SpawnWithoutMain(process_obj)
 
 
+def _check_shared_memory(model: torch.nn.Module) -> None:
+    """Refuse a model that does not fit the free shared memory (``/dev/shm``: a container's default
+    is 64 MiB), naming both sizes, before anything is moved."""
+    from codemoe.core.errors import ConfigError
+
+    need = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()) if not t.is_shared())
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return  # no /dev/shm to ask (torch then uses what the platform has)
+    free = stat.f_bavail * stat.f_frsize
+    if need > free:
+        raise ConfigError(
+            f"'process': the engine's child process shares the model's {need / 2**20:.0f} MiB through /dev/shm, "
+            f"which has {free / 2**20:.0f} MiB free; enlarge it (docker: --shm-size) or set process: false"
+        )
+
+
 def _close(conn: Any, proc: Any) -> None:
     with contextlib.suppress(OSError):
         conn.close()  # the child's loop ends at EOF
@@ -271,6 +291,7 @@ def _serve(conn: Any, model: torch.nn.Module, tokenizer: Any, config: dict[str, 
     from codemoe.serving.embedded import EmbeddedEngine, EmbeddedEngineConfig
 
     torch.set_num_threads(threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent ends this process
     send_lock = threading.Lock()
 
     def send(kind: str, rid: int | None, value: Any) -> None:
