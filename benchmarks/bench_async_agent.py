@@ -18,11 +18,16 @@ wait``, ``in_flight: finish``), from the same checkpoint, on the same tasks and 
 
 - ``sglang``: the ``sglang`` engine against ``SGLangServer`` (SGLang's CPU recipe, with room for
   the episodes' context), the weights pushed to the server after every update as the trainer does;
+  the server's torch uses every core (its default);
+- ``sglang_1thread``: the same with the server's torch on one thread (``OMP_NUM_THREADS=1``), so
+  that generation leaves a core to the trainer's update, as the embedded engine's one thread does;
 - ``embedded``: synchronously the embedded engine on the policy module itself (what the synchronous
   ``rl`` stage runs), asynchronously the embedded engine in a child process on a copy of the policy
   (``process: true``, what an asynchronous ``rl`` stage on CPU gets by default).
 
-The first ``--warmup`` steps of each run are left out; the table gives the median of the rest.
+The first ``--warmup`` steps of each run are left out (the first asynchronous step waits for two
+batches), and the last ``--tail`` (the last asynchronous step waits for no next batch before its
+weight sync); the table gives the median of the steps between.
 
     flock -x /tmp/codemoe-bench.lock .venv/bin/python benchmarks/bench_async_agent.py --json runs/bench_async_agent.json
 """
@@ -46,7 +51,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TESTS = '<tool_call>{"tool": "run_tests", "args": {}}</tool_call>'
 SUBMIT = '<tool_call>{"tool": "submit", "args": {"summary": "done"}}</tool_call>'
-CASES = {"sglang": "real SGLang server", "embedded": "embedded engine (async: in a child process)"}
+CASES = {
+    "sglang": "real SGLang server",
+    "sglang_1thread": "real SGLang server, its torch on 1 thread",
+    "embedded": "embedded engine (async: in a child process)",
+}
+SERVER_ENV = {"sglang": {}, "sglang_1thread": {"OMP_NUM_THREADS": "1"}}
 # SGLang's CPU recipe is sized for one short prompt at a time; an episode's history is the tool
 # schemas and the task (about 1,000-1,500 tokens with this tokenizer) plus every action and
 # observation, and a step runs every episode of its tasks at once
@@ -183,27 +193,27 @@ def run(name: str, k: int | None, engine_spec: Callable[[Any, Any], Any], checkp
     return rows
 
 
-def sglang_runs(checkpoint: Path, registry: Any, tasks: list[Any], executor: Any, args: argparse.Namespace,
-                scratch: Path) -> dict[str, list[dict[str, float]]]:
+def sglang_runs(case: str, checkpoint: Path, registry: Any, tasks: list[Any], executor: Any,
+                args: argparse.Namespace, scratch: Path) -> dict[str, list[dict[str, float]]]:
     """Synchronous then ``max_staleness: 1`` against one SGLang server on the checkpoint."""
     from codemoe.serving.sglang_server import SGLangServer
 
     out = {}
     started = time.perf_counter()
-    with SGLangServer(checkpoint, extra_args=SGLANG_ARGS) as server:
+    with SGLangServer(checkpoint, extra_args=SGLANG_ARGS, extra_env=SERVER_ENV[case]) as server:
         print(f"SGLang server up in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
         def spec(policy: Any, tokenizer: Any) -> Any:
             return registry.build("engine", {"name": "sglang", "base_url": server.url}, model=policy,
                                   tokenizer=tokenizer)
 
-        for name, k in (("sglang_sync", None), ("sglang_async", 1)):
+        for name, k in ((f"{case}_sync", None), (f"{case}_async", 1)):
             out[name] = run(name, k, spec, checkpoint, registry, tasks, executor, args, scratch)
     return out
 
 
-def embedded_runs(checkpoint: Path, registry: Any, tasks: list[Any], executor: Any, args: argparse.Namespace,
-                  scratch: Path) -> dict[str, list[dict[str, float]]]:
+def embedded_runs(case: str, checkpoint: Path, registry: Any, tasks: list[Any], executor: Any,
+                  args: argparse.Namespace, scratch: Path) -> dict[str, list[dict[str, float]]]:
     """Synchronous (the engine on the policy module) then ``max_staleness: 1`` (the engine in a
     child process on a copy), as the ``rl`` stage builds them."""
     embedded = {"name": "embedded", "prefix_cache_tokens": 65536}  # later turns continue kept histories
@@ -227,8 +237,9 @@ def median(rows: list[dict[str, float]], key: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8, help="RL steps of each run")
+    parser.add_argument("--steps", type=int, default=9, help="RL steps of each run")
     parser.add_argument("--warmup", type=int, default=2, help="first steps of each run left out of the step times")
+    parser.add_argument("--tail", type=int, default=1, help="last steps of each run left out of the step times")
     parser.add_argument("--tasks", type=int, default=8, help="agentic-core tasks in the stream (of 20)")
     parser.add_argument("--prompts", type=int, default=2, help="tasks per step")
     parser.add_argument("--group", type=int, default=4, help="episodes per task (GRPO's group)")
@@ -251,6 +262,8 @@ def main() -> None:
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
         parser.error(f"--cases: unknown {unknown}; choose from {', '.join(CASES)}")
+    if args.steps - args.warmup - args.tail < 1:
+        parser.error(f"--steps {args.steps} leaves no step between --warmup {args.warmup} and --tail {args.tail}")
     load = os.getloadavg()[0]
     started = time.perf_counter()
     steps: dict[str, list[dict[str, float]]] = {}
@@ -260,16 +273,17 @@ def main() -> None:
         with LocalExecutor(workers=args.workers) as executor:
             workers = executor.size
             for case in cases:
-                runs = sglang_runs if case == "sglang" else embedded_runs
-                steps.update(runs(scratch / "policy", registry, tasks, executor, args, scratch))
+                runs = embedded_runs if case == "embedded" else sglang_runs
+                steps.update(runs(case, scratch / "policy", registry, tasks, executor, args, scratch))
     wall = time.perf_counter() - started
 
     shape = (f"{args.prompts} of {len(tasks)} agentic-core tasks per step x {args.group} episodes, <= {args.turns} "
              f"turns of {args.new_tokens} tokens, {workers} sandbox workers, {args.steps} steps "
-             f"(median of steps {args.warmup + 1}-{args.steps})")
+             f"(median of steps {args.warmup + 1}-{args.steps - args.tail})")
     table, halves, waits = [], {}, {}
     for case in cases:
-        sync, overlapped = steps[f"{case}_sync"][args.warmup :], steps[f"{case}_async"][args.warmup :]
+        timed = slice(args.warmup, args.steps - args.tail)
+        sync, overlapped = steps[f"{case}_sync"][timed], steps[f"{case}_async"][timed]
         anchor, value = median(sync, "step_seconds"), median(overlapped, "step_seconds")
         table.append({"case": f"RL step on agent episodes, {CASES[case]}: max_staleness 1 vs synchronous",
                       "codemoe": round(value, 3), "anchor": round(anchor, 3), "ratio": round(anchor / value, 3),
@@ -280,6 +294,11 @@ def main() -> None:
                       "anchor": round(median(sync, "cpu_seconds"), 3),
                       "ratio": round(median(sync, "cpu_seconds") / median(overlapped, "cpu_seconds"), 3),
                       "units": "CPU s per step (median)", "shape": shape})
+        whole_sync = sum(r["step_seconds"] for r in steps[f"{case}_sync"])
+        whole_async = sum(r["step_seconds"] for r in steps[f"{case}_async"])
+        table.append({"case": f"RL run, every step, {CASES[case]}: max_staleness 1 vs synchronous",
+                      "codemoe": round(whole_async, 2), "anchor": round(whole_sync, 2),
+                      "ratio": round(whole_sync / whole_async, 3), "units": "s", "shape": shape})
         # the synchronous step's two halves: a perfect overlap would take the longer one
         gen = median(sync, "gen_seconds")
         rest = statistics.median(r["step_seconds"] - r["gen_seconds"] for r in sync)
