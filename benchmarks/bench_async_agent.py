@@ -14,7 +14,8 @@ every turn until they submit: the load of an agent that tests its work. The toke
 log-probs stay the engine's, so the trainer trains on what the engine sampled.
 
 Cases, each synchronous (``max_staleness: null``) then ``max_staleness: 1`` (``stale_groups:
-wait``, ``in_flight: finish``), from the same checkpoint, on the same tasks and seeds:
+wait``, ``in_flight: finish``), from the same checkpoint, on the same tasks and seeds (which
+SGLang's CPU path ignores):
 
 - ``sglang``: the ``sglang`` engine against ``SGLangServer`` (SGLang's CPU recipe, with room for
   the episodes' context), the weights pushed to the server after every update as the trainer does;
@@ -48,7 +49,6 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
 RUN_TESTS = '<tool_call>{"tool": "run_tests", "args": {}}</tool_call>'
 SUBMIT = '<tool_call>{"tool": "submit", "args": {"summary": "done"}}</tool_call>'
 CASES = {
