@@ -17,6 +17,7 @@ SHORT = [
     "stages.rl.algo.group_size=2",
     "stages.rl.max_turns=2",
     "stages.rl.max_new_tokens=24",
+    "stages.rl.max_staleness=1",  # asynchronous: on CPU the embedded engine then runs in a child process
     "stages.eval_agent.max_tasks=2",
     "stages.eval_agent.samples=1",
     "stages.eval_agent.max_turns=2",

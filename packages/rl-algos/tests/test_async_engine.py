@@ -16,6 +16,7 @@ from codemoe.rl.stages import RLStageConfig, _engine_spec
         ("embedded", 0, {"name": "embedded", "process": True}),
         ({"name": "embedded", "prefix_cache_tokens": 64}, 2, {"name": "embedded", "prefix_cache_tokens": 64, "process": True}),
         ({"name": "embedded", "process": False}, 1, {"name": "embedded", "process": False}),  # said: kept
+        ({"name": "embedded", "process": None}, 1, {"name": "embedded", "process": True}),  # a resolved default
         ({"name": "embedded"}, None, {"name": "embedded"}),  # synchronous: the trainer's own module
         ({"name": "sglang", "base_url": "http://127.0.0.1:1"}, 1, {"name": "sglang", "base_url": "http://127.0.0.1:1"}),
     ],

@@ -190,3 +190,10 @@ def test_a_model_larger_than_the_free_shared_memory_is_refused_before_anything_m
         build_embedded_engine(EmbeddedEngineConfig(process=True), model=model, tokenizer=tokenizer)
     monkeypatch.setattr(engine_process.os, "statvfs", real)
     assert not any(p.is_shared() for p in model.parameters())  # nothing was moved
+
+
+def test_encode_gives_the_token_ids_of_the_in_process_engine(served, tokenizer):
+    _, local, remote = served
+    assert [remote.encode(p) for p in PROMPTS] == [local.encode(p) for p in PROMPTS]
+    with pytest.raises(RequestError, match="outside the vocabulary"):
+        remote.encode([10**6])

@@ -155,3 +155,15 @@ def test_a_misbehaving_server_gives_engine_errors_not_parse_errors(misbehaving, 
         engine.generate([[5, 6]], SamplingParams(max_new_tokens=2))
     with pytest.raises(EngineError, match="refused the weights"):
         engine.update_weights(path="/somewhere")
+
+
+def test_remote_engines_encode_text_prompts_with_their_tokenizer(server, registry, reference):
+    """An agent episode's prompt is text that the episode runner encodes with the engine's
+    ``encode``: the token ids the embedded engine would use; no tokenizer, a clear error."""
+    for name in ("sglang", "openai"):
+        engine = registry.build("engine", {"name": name, "base_url": server.url}, tokenizer=reference.tokenizer)
+        assert [engine.encode(p) for p in PROMPTS] == [reference.encode(p) for p in PROMPTS]
+        assert engine.encode([5, 6]) == [5, 6]
+        bare = registry.build("engine", {"name": name, "base_url": server.url})
+        with pytest.raises(RequestError, match="no tokenizer"):
+            bare.encode("def f():")

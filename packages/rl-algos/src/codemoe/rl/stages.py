@@ -349,13 +349,13 @@ class RLStage:
 
 def _engine_spec(cfg: Any, served: Any) -> Any:
     """The stage's engine spec; asynchronous rollouts on CPU run the embedded engine in a child
-    process of its own unless the spec says ``process`` itself: generation then runs beside the
-    update instead of sharing the trainer's interpreter with it (1.41x -> 1.58x per step on the
-    quickstart, ``docs/performance.md``)."""
+    process of its own unless the spec sets ``process`` (true or false; null, its default, leaves
+    it to the stage): generation then runs beside the update instead of sharing the trainer's
+    interpreter with it (1.26-1.41x -> 1.46-1.58x per step on the quickstart, ``docs/performance.md``)."""
     from collections.abc import Mapping
 
     spec = {"name": cfg.engine} if isinstance(cfg.engine, str) else cfg.engine
-    if not isinstance(spec, Mapping) or spec.get("name") != "embedded" or "process" in spec:
+    if not isinstance(spec, Mapping) or spec.get("name") != "embedded" or spec.get("process") is not None:
         return cfg.engine
     param = next(served.parameters(), None)
     if cfg.max_staleness is None or param is None or param.device.type != "cpu":

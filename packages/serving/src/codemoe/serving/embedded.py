@@ -60,7 +60,14 @@ from codemoe.serving.sampling import draw
 from codemoe.serving.scheduler import Scheduler
 from codemoe.serving.stopping import StopChecker, eos_token_ids
 
-__all__ = ["SHARDED_GENERATION", "EmbeddedEngine", "EmbeddedEngineConfig", "TokenEvent", "build_embedded_engine"]
+__all__ = [
+    "SHARDED_GENERATION",
+    "EmbeddedEngine",
+    "EmbeddedEngineConfig",
+    "TokenEvent",
+    "build_embedded_engine",
+    "encode_prompt",
+]
 
 # How a model sharded over the ranks is generated from (see EmbeddedEngineConfig.sharded_generation).
 SHARDED_GENERATION = ("per_block", "whole")
@@ -89,8 +96,9 @@ class EmbeddedEngineConfig:
     sharded_generation: str = "per_block"
     # run the engine in a child process of its own (CPU): generation then runs beside a trainer that
     # trains meanwhile (asynchronous RL) without sharing its interpreter; the weights are shared
-    # memory (codemoe.serving.engine_process)
-    process: bool = False
+    # memory (codemoe.serving.engine_process). null: in-process, except in an rl stage that runs
+    # asynchronously on CPU, which turns it on
+    process: bool | None = None
 
     def __post_init__(self) -> None:
         from codemoe.core.devices import check_device
@@ -359,20 +367,7 @@ class EmbeddedEngine:
 
     def encode(self, prompt: str | list[int]) -> list[int]:
         """Token ids of a prompt (lists of ids pass through)."""
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise RequestError("this engine has no tokenizer: give prompts as token ids")
-            encoded = self.tokenizer.encode(prompt)
-            ids = list(getattr(encoded, "ids", encoded))
-        elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            ids = list(prompt)
-        else:
-            raise RequestError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
-        vocab = self.model.config.vocab_size
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise RequestError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
-        return ids
+        return encode_prompt(self.tokenizer, prompt, self.model.config.vocab_size)
 
     def check_request(self, prompt_ids: list[int], params: SamplingParams, where: str = "prompt") -> None:
         """Refuse requests that cannot be served whole (nothing is ever truncated)."""
@@ -487,6 +482,24 @@ class EmbeddedEngine:
             for s in seqs
         ]
         return GenerationOutput(prompt_ids, samples, parts[0].prompt_routing)
+
+
+def encode_prompt(tokenizer: Any, prompt: str | list[int], vocab: int) -> list[int]:
+    """Token ids of a prompt with ``tokenizer`` (lists of ids pass through), each checked to lie in
+    ``[0, vocab)``; a :class:`RequestError` names what is wrong."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise RequestError("this engine has no tokenizer: give prompts as token ids")
+        encoded = tokenizer.encode(prompt)
+        ids = list(getattr(encoded, "ids", encoded))
+    elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        ids = list(prompt)
+    else:
+        raise RequestError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise RequestError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+    return ids
 
 
 def build_embedded_engine(config: EmbeddedEngineConfig, *, model: Any = None, tokenizer: Any = None) -> Any:

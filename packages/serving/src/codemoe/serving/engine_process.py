@@ -11,7 +11,8 @@ How:
   imports codemoe's modules, never the user's ``__main__``, so a script without a main guard works;
   4-6 s on the 2-core development machine) and given the model with its parameters in shared memory (``share_memory()``, moved in place), so
   the two processes read one copy of the weights.
-- Requests and answers cross a pipe as plain pickles: ``generate``, ``submit`` + ``collect`` (the
+- Requests and answers cross a pipe as plain pickles (``encode`` runs here, with the same
+  tokenizer): ``generate``, ``submit`` + ``collect`` (the
   agent-episode runner's path), ``health``. The child serves each on a thread of its own, so
   concurrent requests batch in its engine as they do in-process; ``abort`` ends what is in flight.
 - ``update_weights`` pauses the child's engine between two of its steps, copies the new weights
@@ -101,6 +102,12 @@ class ProcessEngine:
     # ------------------------------------------------------------------------------------------
     # the engine contract
     # ------------------------------------------------------------------------------------------
+
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        """Token ids of a prompt, as the child's engine encodes it (here: no round trip)."""
+        from codemoe.serving.embedded import encode_prompt
+
+        return encode_prompt(self.tokenizer, prompt, self.model.config.vocab_size)
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
         """As :meth:`EmbeddedEngine.generate`, computed in the child."""

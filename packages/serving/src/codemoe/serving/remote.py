@@ -250,6 +250,13 @@ class _RemoteEngine:
 
     # ------------------------------------------------------------------------------ prompts, weights, health
 
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        """Token ids of a prompt with the tokenizer the engine was given (lists of ids pass
+        through): what an agent episode's text prompt is sent as."""
+        if isinstance(prompt, str) and self.tokenizer is None:
+            raise RequestError("this engine was given no tokenizer: give prompts as token ids")
+        return self._prompt_ids(prompt)
+
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
         if not isinstance(prompt, str):
             return list(prompt)
