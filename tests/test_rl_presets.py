@@ -41,3 +41,10 @@ def test_variants_differ_only_in_strategies(registry, tmp_path):
 def test_command_line_override_reaches_the_strategy(registry, tmp_path):
     algo = _algorithm(registry, tmp_path, "grpo", ["stages.rl.algo.policy_loss.clip_high=0.3"])
     assert algo.policy_loss.config.clip_high == 0.3
+
+
+def test_grpo_without_kl_is_grpo_with_no_reference_policy(registry, tmp_path):
+    grpo, nokl = (_algorithm(registry, tmp_path, p) for p in ("grpo", "grpo_no_kl"))
+    assert nokl.config.kl_coef == 0 and not nokl.uses_reference and grpo.uses_reference
+    rest = lambda algo: {k: v for k, v in vars(algo.config).items() if k != "kl_coef"}  # noqa: E731
+    assert rest(nokl) == rest(grpo)
