@@ -191,3 +191,63 @@ def test_compact_prompts_keep_what_the_agent_acts_on_at_a_fraction_of_the_text(e
         RepoEnvironmentConfig(test_output="terse")
     with pytest.raises(ValueError, match="tool_docs"):
         RepoEnvironmentConfig(tool_docs="none")
+
+
+class _Recording:
+    """The real executor, recording the label of every batched request (and failing the first
+    batch when told to)."""
+
+    def __init__(self, executor, *, fail_first: bool = False) -> None:
+        self.executor, self.ids, self.fail_first = executor, [], fail_first
+
+    def run(self, request):
+        return self.executor.run(request)
+
+    def run_batch(self, requests):
+        self.ids += [r.id for r in requests]
+        if self.fail_first:
+            self.fail_first = False
+            raise RuntimeError("the sandbox went away")
+        return self.executor.run_batch(requests)
+
+
+def _graded(executor, task):
+    env = RepoEnvironment(executor=executor)
+    env.reset(task)
+    env.step(ToolCall("submit", {"summary": "nothing changed"}))
+    env.close_workspace()
+    return env.episode
+
+
+def test_episodes_of_one_task_share_one_grading_run_of_the_original_repository(executor):
+    """An RL step gives every episode its own environment; the original repository's grading is a
+    function of the task, so 4 episodes graded at once (a GRPO group) run it once, and each gets
+    the outcomes a lone episode gets."""
+    import threading
+
+    task = load_task(SUITE / "bugfix-median-even")
+    shared = _Recording(executor)
+    episodes = [None] * 4
+
+    def one(i):
+        episodes[i] = _graded(shared, task)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(shared.ids) == [f"{task.id}/after"] * 4 + [f"{task.id}/before"]
+    alone = _graded(_Recording(executor), task)  # another executor: its own run of the original
+    for episode in episodes:
+        assert (episode.visible_before, episode.hidden_before) == (alone.visible_before, alone.hidden_before)
+        assert episode.hidden_before and not episode.resolved
+
+
+def test_a_failed_grading_leaves_the_original_run_to_the_next_episode(executor):
+    task = load_task(SUITE / "bugfix-median-even")
+    flaky = _Recording(executor, fail_first=True)
+    with pytest.raises(RuntimeError, match="went away"):
+        _graded(flaky, task)
+    episode = _graded(flaky, task)
+    assert flaky.ids.count(f"{task.id}/before") == 2 and episode.hidden_before

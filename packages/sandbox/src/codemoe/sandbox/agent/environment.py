@@ -10,7 +10,8 @@ An episode ends when the agent submits, when the step budget is spent, or throug
 ``max_failing_test_runs`` consecutive failing test runs the agent is told to summarise, its next
 action (ideally ``submit`` with the summary) is the last. Every test run and shell command goes
 through the sandbox executor. At the end the workspace is graded in one batch: the visible and
-hidden tests on the original repository (cached per task) and on the final workspace.
+hidden tests on the original repository (made once per task and executor, shared by every
+environment on it) and on the final workspace.
 
 Environments of different episodes may run in different threads at once (an RL trainer runs its
 episodes concurrently): each has its own workspace and episode, they share only the executor, which
@@ -19,8 +20,12 @@ takes calls from several threads, and the trajectory file, written one whole lin
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import hashlib
+import json
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +96,6 @@ class RepoEnvironment:
         self._own_executor = executor is None
         self.executor = executor if executor is not None else _default_executor()
         self.tools = ToolSet()
-        self._baselines: dict[tuple[str, str], ExecutionResult] = {}  # (source, id) -> grading run of the original
         self.episode: Episode | None = None
         self.workspace: Workspace | None = None
         self.task: Task | None = None
@@ -229,16 +233,29 @@ class RepoEnvironment:
                 writer.write(ep)
 
     def grade(self, task: Task, files: dict[str, str]) -> tuple[ExecutionResult, ExecutionResult]:
-        """Visible + hidden test outcomes on the original repository (cached) and on ``files``."""
-        key = (task.source, task.id)
+        """Visible + hidden test outcomes on the original repository and on ``files``.
+
+        The original repository's run is a function of the task alone, so it is made once per
+        task and executor and shared by every environment on that executor (an RL step's episodes
+        each have their own environment, and a group's episodes share one task): the same request,
+        byte for byte (files, command, limits), gets the one result. Episodes grading the same task
+        at once wait for the first one's run instead of repeating it.
+        """
         limits = self._limits(task.timeout_s)
-        requests = [grading_request(task, files, limits, "after")]
-        if key not in self._baselines:
-            requests.insert(0, grading_request(task, task.repo_files(), limits, "before"))
-        results = self.executor.run_batch(requests)
-        if len(results) == 2:
-            self._baselines[key] = results[0]
-        return self._baselines[key], results[-1]
+        after = grading_request(task, files, limits, "after")
+        before = grading_request(task, task.repo_files(), limits, "before")
+        baselines = _baselines(self.executor)
+        key = _request_key(before)
+        baseline = baselines.claim(key)
+        if baseline is not None:
+            return baseline, self.executor.run_batch([after])[0]
+        try:
+            first, result = self.executor.run_batch([before, after])
+        except BaseException:
+            baselines.abandon(key)
+            raise
+        baselines.publish(key, first)
+        return first, result
 
     def close_workspace(self) -> None:
         """Delete the current episode's working copy."""
@@ -257,6 +274,63 @@ class RepoEnvironment:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _SharedRuns:
+    """Results of identical requests, made once: :meth:`claim` gives a finished result, waits for
+    one in flight, or (None) tells the caller to make it and :meth:`publish` it (or :meth:`abandon`
+    the claim when it failed, so a later caller tries again). Least recently made ones beyond
+    ``limit`` are forgotten."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._lock = threading.Lock()
+        self._done: collections.OrderedDict[str, ExecutionResult] = collections.OrderedDict()
+        self._running: dict[str, threading.Event] = {}
+        self.limit = limit
+
+    def claim(self, key: str) -> ExecutionResult | None:
+        while True:
+            with self._lock:
+                if key in self._done:
+                    self._done.move_to_end(key)
+                    return self._done[key]
+                running = self._running.get(key)
+                if running is None:
+                    self._running[key] = threading.Event()
+                    return None
+            running.wait()  # another episode makes it; then it is done, or abandoned and ours to make
+
+    def publish(self, key: str, result: ExecutionResult) -> None:
+        with self._lock:
+            self._done[key] = result
+            while len(self._done) > self.limit:
+                self._done.popitem(last=False)
+            self._running.pop(key).set()
+
+    def abandon(self, key: str) -> None:
+        with self._lock:
+            self._running.pop(key).set()
+
+
+_SHARED: weakref.WeakKeyDictionary[Any, _SharedRuns] = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def _baselines(executor: Any) -> _SharedRuns:
+    """The original repositories' grading runs made on ``executor``, shared by its environments."""
+    with _SHARED_LOCK:
+        runs = _SHARED.get(executor)
+        if runs is None:
+            runs = _SHARED[executor] = _SharedRuns()
+        return runs
+
+
+def _request_key(request: ExecutionRequest) -> str:
+    """A digest of everything that decides what a request runs (not its label or nonce)."""
+    data = request.to_dict()
+    data.pop("id", None)
+    data.pop("nonce", None)
+    return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=20).hexdigest()
 
 
 def grading_request(task: Task, files: dict[str, str], limits: Limits, label: str) -> ExecutionRequest:
