@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 import torch
 from codemoe.core.moe import capture_routing
@@ -288,19 +285,18 @@ def test_cancel_ends_running_and_waiting_prompts(codemoe_model, tokenizer):
 
 def test_abort_ends_every_request_in_flight_and_later_ones_run_whole(codemoe_model, tokenizer):
     """abort() is what a trainer calls when new weights make the batch in flight worthless: every
-    generate call waiting returns at once, its samples ending "abort" with the tokens drawn so far."""
+    request, running or waiting, ends "abort" with the tokens drawn so far (the engine is stepped by
+    hand here, so the point where it lands is fixed), and a request after it runs whole."""
     engine = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(max_batch_size=2))
-    params = SamplingParams(n=2, max_new_tokens=200, ignore_eos=True)
-    outputs: list = []
-    caller = threading.Thread(target=lambda: outputs.extend(engine.generate(PROMPTS[:2], params)))
-    caller.start()
-    while engine.tokens_generated < 4:  # the first prompt is decoding, the second waits for slots
-        time.sleep(0.001)
-    engine.abort()
-    caller.join(30)
-    assert not caller.is_alive()
-    reasons = [s.finish_reason for out in outputs for s in out.samples]
-    assert reasons == ["abort"] * 4
-    assert all(len(s.token_ids) < 200 for out in outputs for s in out.samples)
+    params = SamplingParams(n=2, max_new_tokens=50, ignore_eos=True)
+    ids = engine.encode(PROMPTS[0])
+    running, waiting = engine.submit(ids, params), engine.submit(ids, params, prompt_index=1)
+    engine.step()  # prefill draws the first token, then one decode: 2 tokens
+    engine.step()  # 3 tokens; the second prompt still waits for slots
+    engine.abort()  # no handles needed
+    first, second = engine.collect(ids, running), engine.collect(ids, waiting)
+    assert [s.finish_reason for s in first.samples + second.samples] == ["abort"] * 4
+    assert [len(s.token_ids) for s in first.samples + second.samples] == [3, 3, 0, 0]
+    assert engine.health()["running"] == 0 and engine.health()["waiting"] == 0
     after = engine.generate(PROMPTS[:1], SamplingParams(n=1, max_new_tokens=6, ignore_eos=True))
     assert after[0].samples[0].finish_reason == "length" and len(after[0].samples[0].token_ids) == 6

@@ -125,22 +125,31 @@ def test_a_model_on_another_device_is_refused(tokenizer):
         build_embedded_engine(EmbeddedEngineConfig(process=True), model=model, tokenizer=tokenizer)
 
 
-def test_abort_returns_the_calls_in_flight_in_the_child(served):
-    _, _, remote = served
+def test_abort_returns_the_calls_in_flight_in_the_child(make_codemoe_model, tokenizer):
+    """A call in flight returns once aborted: the samples that had finished keep their 240 tokens,
+    every other one ends "abort" with fewer. The request is long (96 samples of 240 tokens through
+    8 slots: twelve waves of 240 decode steps), so the abort, sent as soon as the child has drawn a
+    token, finds at least the last wave still waiting."""
+    engine = build_embedded_engine(
+        EmbeddedEngineConfig(process=True, max_batch_size=8), model=make_codemoe_model(seed=4), tokenizer=tokenizer
+    )
     outputs: list = []
-    before = remote.health()["tokens_generated"]
     caller = threading.Thread(
-        target=lambda: outputs.extend(remote.generate(PROMPTS, SamplingParams(n=4, max_new_tokens=240, ignore_eos=True)))
+        target=lambda: outputs.extend(
+            engine.generate(PROMPTS * 8, SamplingParams(n=4, max_new_tokens=240, ignore_eos=True))
+        )
     )
     caller.start()
-    while remote.health()["tokens_generated"] == before:  # the request reached the child's engine
+    while engine.health()["tokens_generated"] == 0:  # the request reached the child's engine
         pass
-    remote.abort()
-    caller.join(30)
+    engine.abort()
+    caller.join(120)
     assert not caller.is_alive()
     samples = [s for out in outputs for s in out.samples]
-    assert len(samples) == 12 and {s.finish_reason for s in samples} == {"abort"}
-    assert all(len(s.token_ids) < 240 for s in samples)
+    assert len(samples) == 96
+    assert all((s.finish_reason, len(s.token_ids) == 240) in {("length", True), ("abort", False)} for s in samples)
+    assert [s.finish_reason for s in outputs[-1].samples] == ["abort"] * 4  # the last wave never started
+    engine.close()
 
 
 SCRIPT = """
