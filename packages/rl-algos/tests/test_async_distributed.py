@@ -20,7 +20,7 @@ from codemoe.core.errors import ConfigError
 from codemoe.rl.async_rollout import check_async_config
 from codemoe.rl.trainer import RLConfig
 from rl_toy import ToyEngine
-from test_async_rollout import ASYNC_ONLY, PIPELINE, REGISTRY, TIMING, _fit, _trainer
+from test_async_rollout import ASYNC_ONLY, PIPELINE, REGISTRY, TIMING, _trainer
 
 HERE = Path(__file__).parent
 RANKS = (0, 1)
@@ -133,22 +133,33 @@ def test_a_multi_rank_launch_refuses_a_free_running_or_aborting_producer(options
 
 
 class _AbortableEngine(ToyEngine):
-    """Batch 3's first call stays in flight (up to 20 s) until ``abort()`` ends it."""
+    """Batch 3's first call stays in flight (up to 20 s) until ``abort()`` ends it; like a real
+    engine's, ``abort()`` ends only the calls in flight when it is made."""
 
     def __init__(self, model):
         super().__init__(model)
-        self.abort_called = threading.Event()
+        self._lock = threading.Lock()
+        self._waiting: threading.Event | None = None
+        self.in_flight = threading.Event()  # batch 3's first call has started
         self.calls_per_batch: dict[int, int] = {}
         self.ended_by_abort = False
 
     def abort(self) -> None:
-        self.abort_called.set()
+        with self._lock:
+            if self._waiting is not None:
+                self._waiting.set()
 
     def generate(self, prompts, params):
         batch = params.seed // 101
         self.calls_per_batch[batch] = self.calls_per_batch.get(batch, 0) + 1
         if batch == 3 and self.calls_per_batch[batch] == 1:
-            self.ended_by_abort = self.abort_called.wait(timeout=20)
+            waiting = threading.Event()
+            with self._lock:
+                self._waiting = waiting
+            self.in_flight.set()
+            self.ended_by_abort = waiting.wait(timeout=20)
+            with self._lock:
+                self._waiting = None
         return super().generate(prompts, params)
 
 
@@ -156,6 +167,14 @@ def test_in_flight_abort_ends_the_engines_call_in_flight_at_once(registry, tmp_p
     """One process: step 2's sync calls the engine's abort, so batch 3's call in flight returns
     then (instead of running to its end) and the batch is made again from step 2's weights."""
     trainer = _trainer(registry, tmp_path, engine=_AbortableEngine, max_staleness=1, in_flight="abort")
-    history = _fit(trainer)
+    history: list[dict[str, float]] = []
+
+    def on_step(step: int, metrics: dict[str, float]) -> None:
+        history.append(metrics)
+        if step == 1:  # batch 3 was admitted by step 1's sync: let its call start before step 2's sync
+            assert trainer.engine.in_flight.wait(timeout=20)
+
+    trainer.on_step = on_step
+    trainer.fit()
     assert trainer.engine.ended_by_abort and trainer.engine.calls_per_batch[3] == 2
     assert history[2]["staleness_mean"] == 0.0
