@@ -268,32 +268,19 @@ def test_a_failing_step_ends_every_request_in_flight(codemoe_model, tokenizer, m
     assert len(engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=3))[0].samples) == 1  # serves again
 
 
-def test_cancel_ends_running_and_waiting_prompts(codemoe_model, tokenizer):
+@pytest.mark.parametrize("how", ["cancel", "abort"])
+def test_cancel_and_abort_end_running_and_waiting_prompts(how, codemoe_model, tokenizer):
+    """cancel(handles) stops the prompts it is given (a client went away); abort() every request in
+    flight, no handles needed (a trainer whose new weights make the batch in flight worthless).
+    Either way the samples end "abort" with the tokens drawn so far (the engine is stepped by hand,
+    so the point where it lands is fixed), and a request after it runs whole."""
     engine = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(max_batch_size=2))
     params = SamplingParams(n=2, max_new_tokens=50, ignore_eos=True)
     ids = engine.encode(PROMPTS[0])
     running, waiting = engine.submit(ids, params), engine.submit(ids, params, prompt_index=1)
     engine.step()  # prefill draws the first token, then one decode: 2 tokens
     engine.step()  # 3 tokens; the second prompt still waits for slots
-    engine.cancel(running + waiting)
-    first, second = engine.collect(ids, running), engine.collect(ids, waiting)
-    assert [s.finish_reason for s in first.samples] == ["abort", "abort"]
-    assert [len(s.token_ids) for s in first.samples] == [3, 3]
-    assert [s.token_ids for s in second.samples] == [[], []]
-    assert engine.health()["running"] == 0 and engine.health()["waiting"] == 0
-
-
-def test_abort_ends_every_request_in_flight_and_later_ones_run_whole(codemoe_model, tokenizer):
-    """abort() is what a trainer calls when new weights make the batch in flight worthless: every
-    request, running or waiting, ends "abort" with the tokens drawn so far (the engine is stepped by
-    hand here, so the point where it lands is fixed), and a request after it runs whole."""
-    engine = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(max_batch_size=2))
-    params = SamplingParams(n=2, max_new_tokens=50, ignore_eos=True)
-    ids = engine.encode(PROMPTS[0])
-    running, waiting = engine.submit(ids, params), engine.submit(ids, params, prompt_index=1)
-    engine.step()  # prefill draws the first token, then one decode: 2 tokens
-    engine.step()  # 3 tokens; the second prompt still waits for slots
-    engine.abort()  # no handles needed
+    engine.cancel(running + waiting) if how == "cancel" else engine.abort()
     first, second = engine.collect(ids, running), engine.collect(ids, waiting)
     assert [s.finish_reason for s in first.samples + second.samples] == ["abort"] * 4
     assert [len(s.token_ids) for s in first.samples + second.samples] == [3, 3, 0, 0]

@@ -193,11 +193,9 @@ def test_a_model_larger_than_the_free_shared_memory_is_refused_before_anything_m
     from codemoe.serving import engine_process
 
     model = make_codemoe_model(seed=2)
-    real = engine_process.os.statvfs
     monkeypatch.setattr(engine_process.os, "statvfs", lambda path: type("S", (), {"f_bavail": 1, "f_frsize": 4096})())
     with pytest.raises(ConfigError, match=r"MiB through /dev/shm, which has 0 MiB free.*process: false"):
         build_embedded_engine(EmbeddedEngineConfig(process=True), model=model, tokenizer=tokenizer)
-    monkeypatch.setattr(engine_process.os, "statvfs", real)
     assert not any(p.is_shared() for p in model.parameters())  # nothing was moved
 
 

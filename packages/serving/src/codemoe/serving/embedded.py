@@ -66,6 +66,7 @@ __all__ = [
     "EmbeddedEngineConfig",
     "TokenEvent",
     "build_embedded_engine",
+    "check_weights_fit",
     "encode_prompt",
 ]
 
@@ -242,10 +243,7 @@ class EmbeddedEngine:
         model does not have, or a shape it does not take, is an :class:`EngineError` and nothing is
         copied."""
         state = self.model.state_dict()
-        unknown = sorted(set(tensors) - set(state))
-        wrong = sorted(k for k in tensors if k in state and tuple(tensors[k].shape) != tuple(state[k].shape))
-        if unknown or wrong:
-            raise EngineError(f"weights do not fit the served model: unknown {unknown[:5]}, wrong shape {wrong[:5]}")
+        check_weights_fit(state, tensors, whole=False)
         with self._lock, torch.no_grad():
             for name, tensor in tensors.items():
                 state[name].copy_(tensor)
@@ -265,8 +263,7 @@ class EmbeddedEngine:
     def resume(self) -> None:
         """Let the engine step again after :meth:`pause`, dropping what was kept of the old weights."""
         try:
-            self.weights_version += 1
-            self.kv.clear_kept()
+            self.weights_changed()
         finally:
             self._lock.release()
 
@@ -482,6 +479,21 @@ class EmbeddedEngine:
             for s in seqs
         ]
         return GenerationOutput(prompt_ids, samples, parts[0].prompt_routing)
+
+
+def check_weights_fit(state: dict[str, Any], tensors: dict[str, Any], *, whole: bool) -> None:
+    """Raise an :class:`EngineError` naming what of ``tensors`` does not fit the model whose
+    ``state_dict()`` is ``state``: names it lacks, shapes that differ, and (``whole``: a complete
+    set of weights) names of it that ``tensors`` leaves out."""
+    unknown = sorted(set(tensors) - set(state))
+    missing = sorted(set(state) - set(tensors)) if whole else []
+    wrong = sorted(k for k in tensors if k in state and tuple(tensors[k].shape) != tuple(state[k].shape))
+    if unknown or missing or wrong:
+        found = [f"{what} {names[:5]}" for what, names in (("unknown", unknown), ("missing", missing),
+                                                           ("wrong shape", wrong)) if names]
+        raise EngineError(
+            f"weights do not fit the served model: {', '.join(found)} (load a checkpoint of the same architecture)"
+        )
 
 
 def encode_prompt(tokenizer: Any, prompt: str | list[int], vocab: int) -> list[int]:

@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 from codemoe.core.contracts import EngineError, GenerationOutput, RequestError, SamplingParams
+from codemoe.serving.embedded import EmbeddedEngine, EmbeddedEngineConfig, check_weights_fit, encode_prompt
 
 __all__ = ["ProcessEngine"]
 
@@ -91,7 +92,7 @@ class ProcessEngine:
             kind, facts = "exit", None
         if kind != "ready":
             self._proc.join(5)
-            self._stop_child()
+            _close(self._conn, self._proc)
             why = facts if kind == "error" else f"exit code {self._proc.exitcode}" if kind == "exit" else "no answer"
             raise EngineError(f"the engine's child process did not start: {why}")
         self.max_context, self.eos_ids = facts["max_context"], facts["eos_ids"]
@@ -105,8 +106,6 @@ class ProcessEngine:
 
     def encode(self, prompt: str | list[int]) -> list[int]:
         """Token ids of a prompt, as the child's engine encodes it (here: no round trip)."""
-        from codemoe.serving.embedded import encode_prompt
-
         return encode_prompt(self.tokenizer, prompt, self.model.config.vocab_size)
 
     def generate(self, prompts: list[str] | list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
@@ -144,13 +143,7 @@ class ProcessEngine:
 
             state_dict = load_state_dict(path)
         own = self.model.state_dict()
-        missing, unexpected = sorted(set(own) - set(state_dict)), sorted(set(state_dict) - set(own))
-        wrong = sorted(k for k in state_dict if k in own and tuple(state_dict[k].shape) != tuple(own[k].shape))
-        if missing or unexpected or wrong:
-            raise EngineError(
-                f"weights do not fit the served model: missing {missing[:5]}, unexpected {unexpected[:5]}, "
-                f"wrong shape {wrong[:5]} (load a checkpoint of the same architecture)"
-            )
+        check_weights_fit(own, state_dict, whole=True)
         with self._update_lock:
             self._call("pause").result()
             try:
@@ -216,9 +209,6 @@ class ProcessEngine:
         for future in list(self._pending.values()):
             future.set_exception(EngineError(self._dead))
         self._pending.clear()
-
-    def _stop_child(self) -> None:
-        _close(self._conn, self._proc)
 
 
 class _SpawnWithoutMain(popen_spawn_posix.Popen):
@@ -295,8 +285,6 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 def _serve(conn: Any, model: torch.nn.Module, tokenizer: Any, config: dict[str, Any], threads: int) -> None:
-    from codemoe.serving.embedded import EmbeddedEngine, EmbeddedEngineConfig
-
     torch.set_num_threads(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent ends this process
     send_lock = threading.Lock()
