@@ -15,7 +15,7 @@ from codemoe.core import build_plugin_manager, build_registry
 from codemoe.core.contracts import RepositoryTask, play, repository_task
 
 ROOT = Path(__file__).resolve().parents[1]
-PER_FAMILY = 2  # instances of each family validated and replayed (seed 0 held-out, seed 5 train)
+PER_FAMILY = 2  # instances of each family validated and replayed (seed 0 held-out, seed 5 coined train)
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +30,12 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def sample(registry, cache):
-    """``PER_FAMILY`` tasks of every family: half from the held-out split, half from a train draw of another seed."""
+    """``PER_FAMILY`` tasks of every family: half from the held-out split, half from a train draw of another
+    seed with coined names (the pipelines' training draw)."""
     tasks = []
     for seed, split in ((0, "heldout"), (5, "train")):
         suite = registry.build("suite", {"name": "synthetic-repos", "seed": seed, "path": str(cache),
-                                         f"{split}_tasks": 9 * PER_FAMILY // 2})
+                                         "train_names": "coined", f"{split}_tasks": 9 * PER_FAMILY // 2})
         tasks += suite.tasks(split)
     return tasks
 

@@ -17,8 +17,8 @@ from codemoe.evals.synthetic_repos import SyntheticReposConfig, SyntheticReposSu
 GENERIC_PATHS = {"pyproject.toml", "README.md", "vendor/__init__.py"}  # the same in every repository that has them
 
 
-def _draw(split: str, seed: int = 0, count: int = 270):
-    config = SyntheticReposConfig(seed=seed, train_tasks=count, heldout_tasks=count)
+def _draw(split: str, seed: int = 0, count: int = 270, train_names: str = "words"):
+    config = SyntheticReposConfig(seed=seed, train_tasks=count, heldout_tasks=count, train_names=train_names)
     return draw_instances(config, split)
 
 
@@ -79,6 +79,20 @@ def test_no_word_of_the_heldout_vocabulary_occurs_in_a_training_repository_and_b
         assert not _words(inst) & train_words, (inst.type, _words(inst) & train_words)
 
 
+def test_coined_train_names_share_no_word_with_any_pool_and_almost_none_with_each_other():
+    all_words = set().union(*(_plural_forms(w) for words in POOLS.values() for w in words))
+    coined = _draw("train", count=450, train_names="coined")
+    for _, inst in coined:
+        assert not _words(inst) & all_words, (inst.type, _words(inst) & all_words)
+    packages = collections.Counter(next(iter(inst.names["package"])) for _, inst in coined)
+    assert len(packages) >= 0.98 * len(coined)  # a policy cannot recall what it has seen once
+    # the held-out split is unchanged: the same tasks as with pool words for training
+    assert [tid for tid, _ in _draw("heldout", count=45, train_names="coined")] == [tid for tid, _ in _draw("heldout", count=45)]
+    # the draw is as deterministic as the pool-word one, and every coined task fails where it says
+    assert [tid for tid, _ in coined[:30]] == [tid for tid, _ in _draw("train", count=30, train_names="coined")]
+    assert all(inst.fail_to_pass for _, inst in coined)
+
+
 def test_another_seed_draws_a_fresh_heldout_set():
     zero, one = {tid for tid, _ in _draw("heldout", 0, 180)}, {tid for tid, _ in _draw("heldout", 1, 180)}
     assert len(zero & one) <= 18  # a few small families may draw the same repository again; most are new
@@ -108,6 +122,8 @@ def test_bad_options_name_the_key():
         SyntheticReposSuite(SyntheticReposConfig(families=["refactor"]), task_format=None)
     with pytest.raises(ValueError, match="train_tasks must be >= 0, got -1"):
         SyntheticReposSuite(SyntheticReposConfig(train_tasks=-1), task_format=None)
+    with pytest.raises(ValueError, match="train_names must be one of words, coined, got 'made-up'"):
+        SyntheticReposSuite(SyntheticReposConfig(train_names="made-up"), task_format=None)
     with pytest.raises(ValueError, match="step_budget must be >= 5, got 2"):
         SyntheticReposSuite(SyntheticReposConfig(step_budget=2), task_format=None)
     with pytest.raises(ValueError, match="unknown split 'test'"):

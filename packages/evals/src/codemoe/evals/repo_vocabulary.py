@@ -13,7 +13,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-__all__ = ["POOLS", "Words", "split_of", "split_pool"]
+__all__ = ["NAME_MODES", "POOLS", "Words", "coin", "split_of", "split_pool"]
 
 _SALT = "codemoe/synthetic-repos/vocabulary/v1"
 HELDOUT_SHARE = 4  # one word in this many is held out
@@ -56,15 +56,48 @@ def split_pool(kind: str, split: str) -> tuple[str, ...]:
     return tuple(word for word in POOLS[kind] if split_of(word) == split)
 
 
+NAME_MODES = ("words", "coined")
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "t", "v", "z", "br", "dr", "gl", "kr", "pl", "st", "tr")
+_VOWELS = ("a", "e", "i", "o", "u")
+_CODAS = ("", "", "", "n", "r", "l", "m", "k")
+_ALL_WORDS = frozenset(word for pool in POOLS.values() for word in pool)
+
+
+def coin(rng: random.Random) -> str:
+    """A pronounceable made-up word of two or three syllables (``dromikel``), never a pool word.
+
+    Coined names are what teaches a policy to copy: a repository named by words nobody has seen
+    before can only be worked on by reading its names off the context, never by recalling them.
+    Hundreds of thousands of them exist, so no two training repositories need share one.
+    """
+    while True:
+        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+                       for _ in range(rng.choice((2, 2, 3))))
+        if word not in _ALL_WORDS and not word.endswith(("s", "x", "y")):
+            return word
+
+
 @dataclass
 class Words:
-    """Draws names for one repository from one split's pools (distinct within the repository)."""
+    """Draws names for one repository from one split's pools (distinct within the repository).
+
+    ``names='coined'`` coins every name instead (:func:`coin`): no pool word, so nothing of either
+    split's vocabulary, occurs in the repository.
+    """
 
     rng: random.Random
     split: str
+    names: str = "words"
 
     def pick(self, kind: str, count: int = 1) -> list[str]:
-        """``count`` distinct words of pool ``kind`` in this split."""
+        """``count`` distinct words of pool ``kind`` in this split (or coined words)."""
+        if self.names == "coined":
+            coined: list[str] = []
+            while len(coined) < count:
+                word = coin(self.rng)
+                if word not in coined:
+                    coined.append(word)
+            return coined
         pool = split_pool(kind, self.split)
         if len(pool) < count:
             raise ValueError(f"vocabulary pool {kind!r} has {len(pool)} {self.split} words, {count} needed")

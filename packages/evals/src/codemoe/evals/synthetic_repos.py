@@ -37,7 +37,7 @@ from codemoe.core.contracts import TaskFormat
 from codemoe.evals import repo_families, repo_vocabulary
 from codemoe.evals.agentic_suite import RepoTask
 from codemoe.evals.repo_families import FAMILIES, RepoInstance
-from codemoe.evals.repo_vocabulary import Words
+from codemoe.evals.repo_vocabulary import NAME_MODES, Words
 from codemoe.evals.tasks import check_split
 
 __all__ = ["SyntheticReposConfig", "SyntheticReposSuite", "build_synthetic_repos_suite", "draw_instances", "unified_diff"]
@@ -64,6 +64,7 @@ class SyntheticReposConfig:
     train_tasks: int = 2000  # tasks in the 'train' split, families round-robin
     heldout_tasks: int = 400  # tasks in the 'heldout' split, families round-robin
     families: list[str] = field(default_factory=list)  # task types to include; empty: all nine
+    train_names: str = "words"  # 'coined': every train repository named by made-up words (teaches copying)
     step_budget: int = 20  # actions per episode written into every task
     path: str = ""  # where task folders are written; "" = $CODEMOE_CACHE_DIR (or ~/.cache/codemoe)/synthetic-repos
     format: Any = field(default_factory=lambda: {"name": "repo"}, metadata={"kind": "task_format"})  # reads the folders
@@ -105,7 +106,8 @@ def _draw(config: SyntheticReposConfig, family: str, split: str, count: int) -> 
             raise ValueError(f"suite 'synthetic-repos': family {family} has fewer than {count} distinct {split} "
                              f"instances ({len(found)} after {attempt} draws)")
         rng = random.Random(f"{config.seed}:{split}:{family}:{attempt}")
-        instance = FAMILIES[family](rng, Words(rng, split))
+        names = config.train_names if split == "train" else "words"
+        instance = FAMILIES[family](rng, Words(rng, split, names))
         found.setdefault(instance.key(), instance)
         attempt += 1
     return list(found.values())
@@ -138,6 +140,9 @@ class SyntheticReposSuite:
         unknown = sorted(set(config.families) - set(FAMILIES))
         if unknown:
             raise ValueError(f"suite '{self.name}': unknown families {unknown}; valid: {', '.join(FAMILIES)}")
+        if config.train_names not in NAME_MODES:
+            raise ValueError(f"suite '{self.name}': train_names must be one of {', '.join(NAME_MODES)}, "
+                             f"got {config.train_names!r}")
         for key in ("train_tasks", "heldout_tasks", "step_budget"):
             if getattr(config, key) < 0 or (key == "step_budget" and config.step_budget < 5):
                 raise ValueError(f"suite '{self.name}': {key} must be {'>= 5' if key == 'step_budget' else '>= 0'}, "
@@ -151,7 +156,8 @@ class SyntheticReposSuite:
     def root(self) -> Path:
         """The folder holding this seed's task folders, one sub-folder per split."""
         base = Path(self.config.path) if self.config.path else _cache_root()
-        return base / f"{_fingerprint()}-seed{self.config.seed}-budget{self.config.step_budget}"
+        coined = "-coined" if self.config.train_names == "coined" else ""
+        return base / f"{_fingerprint()}-seed{self.config.seed}-budget{self.config.step_budget}{coined}"
 
     def instances(self, split: str) -> list[tuple[str, RepoInstance]]:
         """``(task id, instance)`` for every task of ``split``, families round-robin."""
