@@ -10,7 +10,7 @@ import collections
 import re
 
 import pytest
-from codemoe.evals.repo_families import FAMILIES
+from codemoe.evals.repo_families import FAMILIES, plural
 from codemoe.evals.repo_vocabulary import POOLS, split_of, split_pool
 from codemoe.evals.synthetic_repos import SyntheticReposConfig, SyntheticReposSuite, draw_instances, unified_diff
 
@@ -80,12 +80,15 @@ def test_no_word_of_the_heldout_vocabulary_occurs_in_a_training_repository_and_b
 
 
 def test_coined_train_names_share_no_word_with_any_pool_and_almost_none_with_each_other():
-    all_words = set().union(*(_plural_forms(w) for words in POOLS.values() for w in words))
+    all_words = {form for words in POOLS.values() for w in words for form in (w, plural(w))}
+    held = [w for kind in POOLS for w in split_pool(kind, "heldout") if len(w) >= 4]  # 'ops' is in 'stops'
+
     coined = _draw("train", count=450, train_names="coined")
     for _, inst in coined:
         assert not _words(inst) & all_words, (inst.type, _words(inst) & all_words)
+        assert not any(h in name for h in held for names in inst.names.values() for name in names), inst.names
     packages = collections.Counter(next(iter(inst.names["package"])) for _, inst in coined)
-    assert len(packages) >= 0.98 * len(coined)  # a policy cannot recall what it has seen once
+    assert len(packages) >= 0.85 * len(coined)  # most repositories are named by words never seen before
     # the held-out split is unchanged: the same tasks as with pool words for training
     assert [tid for tid, _ in _draw("heldout", count=45, train_names="coined")] == [tid for tid, _ in _draw("heldout", count=45)]
     # the draw is as deterministic as the pool-word one, and every coined task fails where it says

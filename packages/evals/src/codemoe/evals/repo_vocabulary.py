@@ -9,7 +9,9 @@ function name or library with any training draw; the seed only chooses which ins
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import keyword
 import random
 from dataclasses import dataclass
 
@@ -57,23 +59,52 @@ def split_pool(kind: str, split: str) -> tuple[str, ...]:
 
 
 NAME_MODES = ("words", "coined")
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "t", "v", "z", "br", "dr", "gl", "kr", "pl", "st", "tr")
-_VOWELS = ("a", "e", "i", "o", "u")
-_CODAS = ("", "", "", "n", "r", "l", "m", "k")
-_ALL_WORDS = frozenset(word for pool in POOLS.values() for word in pool)
+# a coined name is none of these, in any form a family writes (plurals included)
+_ALL_WORDS = frozenset(form for pool in POOLS.values() for word in pool
+                       for form in (word, word + "s", word + "es", word[:-1] + "ies"))
+_ORDER = 2  # letters of context in the chain that coins names
+
+
+@functools.cache
+def _letter_chain() -> dict[str, tuple[str, ...]]:
+    """For every two-letter context, the letters that ever follow it in the train split's pool words
+    ('^' starts a word, '$' ends it). Built from train words only: nothing of the held-out
+    vocabulary goes into a coined name."""
+    chain: dict[str, list[str]] = {}
+    for kind in POOLS:
+        for word in split_pool(kind, "train"):
+            padded = "^" * _ORDER + word + "$"
+            for i in range(_ORDER, len(padded)):
+                chain.setdefault(padded[i - _ORDER:i], []).append(padded[i])
+    # each follower once: drawn uniformly, names are varied rather than the commonest pairs again
+    return {context: tuple(sorted(set(letters))) for context, letters in chain.items()}
+
+
+@functools.cache
+def _heldout_words() -> tuple[str, ...]:
+    """Held-out words a coined name may not contain (three letters, like ``ops``, occur in any text)."""
+    return tuple(word for kind in POOLS for word in split_pool(kind, "heldout") if len(word) >= 4)
 
 
 def coin(rng: random.Random) -> str:
-    """A pronounceable made-up word of two or three syllables (``dromikel``), never a pool word.
+    """A made-up word that reads like the pool words (``garehop``), never a pool word.
 
     Coined names are what teaches a policy to copy: a repository named by words nobody has seen
     before can only be worked on by reading its names off the context, never by recalling them.
-    Hundreds of thousands of them exist, so no two training repositories need share one.
+    They are drawn letter by letter from the train words' letter pairs, so they are spelled (and
+    tokenized) like English words, as held-out names are; thousands of them exist.
     """
+    chain = _letter_chain()
     while True:
-        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
-                       for _ in range(rng.choice((2, 2, 3))))
-        if word not in _ALL_WORDS and not word.endswith(("s", "x", "y")):
+        word, context = "", "^" * _ORDER
+        while len(word) < 12:
+            letter = rng.choice(chain[context])
+            if letter == "$":
+                break
+            word += letter
+            context = (context + letter)[-_ORDER:]
+        if (7 <= len(word) <= 11 and word not in _ALL_WORDS and not keyword.iskeyword(word)
+                and not any(held in word for held in _heldout_words())):
             return word
 
 
