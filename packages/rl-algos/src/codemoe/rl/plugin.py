@@ -1,4 +1,4 @@
-"""codemoe.rl's plugin: the RL strategies, the algorithm and the ``sft``, ``rl`` and ``trajectories`` stages.
+"""codemoe.rl's plugin: the RL strategies, the algorithm, the ``sft``, ``rl`` and ``trajectories`` stages, ``codemoe sft``.
 
 :data:`COMPONENTS` is the package's one registration table, walked by the hook below. Factories and
 configs are ``"module:attr"`` strings, imported only when a component is built, so listing
@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from codemoe.core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
+    import argparse
+
     from codemoe.core.registry import Registry
 
 # (kind, name, "module:factory", "module:Config", summary)
@@ -171,3 +173,11 @@ def codemoe_register_components(registry: Registry) -> None:
     """Register every row of :data:`COMPONENTS`."""
     for kind, name, factory, config, summary in COMPONENTS:
         registry.register(kind, name, factory, config, summary=summary)
+
+
+@hookimpl
+def codemoe_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``codemoe sft`` (copy-probe)."""
+    from codemoe.rl.copy_probe import add_sft_command
+
+    add_sft_command(subparsers)
