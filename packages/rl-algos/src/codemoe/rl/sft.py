@@ -32,6 +32,7 @@ share of it (``batch[rank::world]``), and the token mean is taken over the whole
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import time
@@ -58,6 +59,7 @@ __all__ = [
     "PhaseConfig",
     "SFTConfig",
     "SFTTrainer",
+    "copy_drill",
     "encode_examples",
     "episode_examples",
     "trajectory_pairs",
@@ -73,6 +75,47 @@ class PhaseConfig:
     phase: str = "all"  # parameter groups that train: router, experts, moe, frozen_router, dense, all
     steps: int = 10  # optimizer steps in this phase
     lr: float = 1e-3  # learning rate of the phase (a fresh AdamW per phase: frozen groups keep no state)
+    # what the phase trains on: 'examples' (the SFT data) or 'copy' (copy drills cut from it, see copy_drill)
+    data: str = "examples"
+    batch_size: int = 0  # examples per step in this phase; 0: the config's batch_size
+    copy_context: int = 160  # copy drills: tokens of an example shown before the span to continue
+
+    def __post_init__(self) -> None:
+        if self.data not in ("examples", "copy"):
+            raise ValueError(f"SFT phase {self.phase!r}: data must be 'examples' or 'copy', got {self.data!r}")
+        if self.batch_size < 0 or self.copy_context < 16:
+            raise ValueError(f"SFT phase {self.phase!r}: batch_size must be >= 0 and copy_context >= 16, "
+                             f"got {self.batch_size} and {self.copy_context}")
+
+
+def copy_drill(example: Example, rng: random.Random, context: int, sep_id: int) -> Example | None:
+    """A copy drill cut from ``example``'s tokens: a window of ``context`` of them, ``sep_id``, the first
+    two tokens of a span of the window (the cue, a bigram that occurs once in the window) and the rest
+    of that span (4 to 16 tokens in all) as the completion.
+
+    Nothing but the window tells what follows the cue: the drill is won by finding the cue earlier
+    and copying what came after it, the skill an agent needs to write a path, a name or a line it
+    has only seen in its context (a policy that lacks it invents them). A short, dense task: a small
+    policy learns it in a few hundred steps where whole episodes teach it slowly
+    (``docs/performance.md``, "Agents on generated repositories"). None when the example is too
+    short or its window has no bigram that occurs once.
+    """
+    ids = list(example.prompt_ids) + list(example.completion_ids)
+    if len(ids) < 24:
+        return None
+    width = min(context, len(ids))
+    start = rng.randrange(len(ids) - width + 1)
+    window = ids[start:start + width]
+    length = rng.randint(4, min(16, width - 1))
+    counts: dict[tuple[int, int], int] = {}
+    for a, b in itertools.pairwise(window):
+        counts[(a, b)] = counts.get((a, b), 0) + 1
+    starts = [i for i in range(width - length + 1) if counts[(window[i], window[i + 1])] == 1]
+    if not starts:
+        return None
+    at = rng.choice(starts)
+    span = window[at:at + length]
+    return Example([*window, sep_id, *span[:2]], span[2:])
 
 
 @dataclass
@@ -193,12 +236,20 @@ class SFTTrainer:
         set_trainable: Callable[[torch.nn.Module, str], Any],
         on_step: Callable[[int, dict[str, float]], None] | None = None,
         env: Dist | None = None,
+        copy_sep_id: int | None = None,
     ) -> None:
         if not examples:
             raise ValueError("SFT got no examples: check the suite, its split and max_tasks")
+        if any(phase.data == "copy" for phase in config.phases):
+            if copy_sep_id is None:
+                raise ValueError("SFT: a phase with data: copy needs copy_sep_id (the tokenizer's end-of-sequence id)")
+            if not any(len(e.prompt_ids) + len(e.completion_ids) >= 24 for e in examples):
+                raise ValueError("SFT: a phase with data: copy needs examples of 24 tokens or more to cut drills from")
+        self.copy_sep_id = copy_sep_id
         self.env = env or Dist()
-        if config.batch_size % self.env.world:
-            raise ValueError(f"SFT batch_size={config.batch_size} must split evenly over {self.env.world} ranks")
+        for size in (config.batch_size, *(phase.batch_size for phase in config.phases if phase.batch_size)):
+            if size % self.env.world:
+                raise ValueError(f"SFT batch_size={size} must split evenly over {self.env.world} ranks")
         self.config, self.model, self.examples = config, model, list(examples)
         self.pad_id, self.set_trainable, self.on_step = pad_id, set_trainable, on_step
         self.rng = random.Random(config.seed)
@@ -238,7 +289,7 @@ class SFTTrainer:
             for _ in range(phase.steps):
                 step += 1
                 started = time.perf_counter()
-                metrics = self._step(optimizer, params, frozen)
+                metrics = self._step(optimizer, params, frozen, self._batch(phase))
                 elapsed = time.perf_counter() - started
                 metrics.update(
                     lr=optimizer.param_groups[0]["lr"],
@@ -253,20 +304,29 @@ class SFTTrainer:
         self.model.eval()
         return {"steps": step, "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None}
 
-    def _batch(self) -> list[Example]:
-        out = []
-        while len(out) < self.config.batch_size:
+    def _batch(self, phase: PhaseConfig) -> list[Example]:
+        """The phase's global batch (the same on every rank: one seeded generator)."""
+        size = phase.batch_size or self.config.batch_size
+        out: list[Example] = []
+        while len(out) < size:
             if not self.order:
                 self.order = list(range(len(self.examples)))
                 self.rng.shuffle(self.order)
-            out.append(self.examples[self.order.pop()])
+            example = self.examples[self.order.pop()]
+            if phase.data == "copy":
+                drill = copy_drill(example, self.rng, phase.copy_context, self.copy_sep_id)
+                if drill is None:
+                    continue
+                example = drill
+            out.append(example)
         return out
 
     def _step(
-        self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], frozen: list[torch.nn.Parameter]
+        self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], frozen: list[torch.nn.Parameter],
+        global_batch: list[Example],
     ) -> dict[str, float]:
         env = self.env
-        batch = self._batch()[env.rank :: env.world]  # every rank draws the global batch, trains on its share
+        batch = global_batch[env.rank :: env.world]  # every rank draws the global batch, trains on its share
         width = max(len(e.completion_ids) for e in batch)
         completions = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         for i, example in enumerate(batch):

@@ -257,6 +257,7 @@ class SFTStage:
                 set_trainable=set_trainable,
                 on_step=_reporter(ctx, stage, advance) if env.is_main else None,  # one rank writes the log
                 env=env,
+                copy_sep_id=tokenizer.eos_token_id,
             )
             result = trainer.fit()
         path = save_policy(model, tokenizer, ctx.stage_dir(stage) / "checkpoint", env)
