@@ -205,3 +205,6 @@ def test_a_copy_phase_states_what_it_needs():
         SFTTrainer(config, build_model(SPEC), _examples(), pad_id=0, set_trainable=set_trainable)
     with pytest.raises(ValueError, match="needs examples of 24 tokens or more"):
         SFTTrainer(config, build_model(SPEC), _examples(), pad_id=0, set_trainable=set_trainable, copy_sep_id=1)
+    repetitive = [Example([5, 6] * 12, [5, 6] * 4)]  # long enough, but no bigram occurs once
+    with pytest.raises(ValueError, match="examples in a row gave no copy drill"):
+        SFTTrainer(config, build_model(SPEC), repetitive, pad_id=0, set_trainable=set_trainable, copy_sep_id=1).fit()

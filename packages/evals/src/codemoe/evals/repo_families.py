@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from codemoe.evals.repo_vocabulary import Words
+from codemoe.evals.repo_vocabulary import Words, plural
 
 __all__ = ["FAMILIES", "RepoInstance"]
 
@@ -64,15 +64,6 @@ def _code(text: str, **values: Any) -> str:
     """Dedented source with ``@KEY@`` markers filled; a marker alone on its line may expand to nothing."""
     lines = _fill(textwrap.dedent(text).strip("\n"), **values).split("\n")
     return "\n".join(line for line in lines if line.strip() != "@DROP@").rstrip() + "\n"
-
-
-def plural(noun: str) -> str:
-    """English plural of a pool noun: ``batch`` -> ``batches``, ``entry`` -> ``entries``."""
-    if noun.endswith(("s", "x", "ch", "sh")):
-        return noun + "es"
-    if noun.endswith("y") and noun[-2] not in "aeiou":
-        return noun[:-1] + "ies"
-    return noun + "s"
 
 
 def _join_defs(header: str, defs: list[str]) -> str:

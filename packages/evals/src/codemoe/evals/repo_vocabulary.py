@@ -15,7 +15,7 @@ import keyword
 import random
 from dataclasses import dataclass
 
-__all__ = ["NAME_MODES", "POOLS", "Words", "coin", "split_of", "split_pool"]
+__all__ = ["NAME_MODES", "POOLS", "Words", "coin", "plural", "split_of", "split_pool"]
 
 _SALT = "codemoe/synthetic-repos/vocabulary/v1"
 HELDOUT_SHARE = 4  # one word in this many is held out
@@ -58,10 +58,18 @@ def split_pool(kind: str, split: str) -> tuple[str, ...]:
     return tuple(word for word in POOLS[kind] if split_of(word) == split)
 
 
+def plural(noun: str) -> str:
+    """English plural of a pool noun: ``batch`` -> ``batches``, ``entry`` -> ``entries``."""
+    if noun.endswith(("s", "x", "ch", "sh")):
+        return noun + "es"
+    if noun.endswith("y") and noun[-2] not in "aeiou":
+        return noun[:-1] + "ies"
+    return noun + "s"
+
+
 NAME_MODES = ("words", "coined")
-# a coined name is none of these, in any form a family writes (plurals included)
-_ALL_WORDS = frozenset(form for pool in POOLS.values() for word in pool
-                       for form in (word, word + "s", word + "es", word[:-1] + "ies"))
+# a coined name is none of these, in either form a family writes
+_ALL_WORDS = frozenset(form for pool in POOLS.values() for word in pool for form in (word, plural(word)))
 _ORDER = 2  # letters of context in the chain that coins names
 
 

@@ -100,18 +100,13 @@ def copy_probe(model: Any, examples: Sequence[Any]) -> dict[str, CopyStats]:
 def _cmd_copy_probe(args: argparse.Namespace) -> int:
     from codemoe.core import build_plugin_manager, build_registry
     from codemoe.core.models import load_pretrained
-    from codemoe.rl.sft import episode_examples
+    from codemoe.rl.sft import episode_examples, read_episodes
 
     path = Path(args.episodes)
-    if not path.is_file():
-        raise SystemExit(f"copy-probe: no episodes file at {path}")
-    records = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise SystemExit(f"copy-probe: {path}:{n}: not a JSON line ({exc})") from None
+    try:
+        records = read_episodes(path)
+    except ValueError as exc:
+        raise SystemExit(f"copy-probe: {exc}") from None
     model, tokenizer = load_pretrained(args.checkpoint, registry=build_registry(build_plugin_manager()))
     if tokenizer is None:
         raise SystemExit(f"copy-probe: checkpoint {args.checkpoint} has no tokenizer")

@@ -33,11 +33,13 @@ share of it (``batch[rank::world]``), and the token mean is taken over the whole
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,6 +64,7 @@ __all__ = [
     "copy_drill",
     "encode_examples",
     "episode_examples",
+    "read_episodes",
     "trajectory_pairs",
 ]
 
@@ -182,6 +185,22 @@ def trajectory_pairs(
                 prompt = tokenizer.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
                 pairs.append((prompt, message["content"]))
     return pairs
+
+
+def read_episodes(path: str | Path) -> list[dict[str, Any]]:
+    """The agent episodes of a JSONL file, one per line (blank lines skipped); a missing file or a line
+    that is not JSON is a ValueError naming the file and the line."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"no file {file} (a JSONL of agent episodes, one per line)")
+    records = []
+    for number, line in enumerate(file.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{file}:{number}: not a JSON line ({exc})") from None
+    return records
 
 
 def episode_examples(
@@ -308,6 +327,7 @@ class SFTTrainer:
         """The phase's global batch (the same on every rank: one seeded generator)."""
         size = phase.batch_size or self.config.batch_size
         out: list[Example] = []
+        misses = 0
         while len(out) < size:
             if not self.order:
                 self.order = list(range(len(self.examples)))
@@ -316,6 +336,10 @@ class SFTTrainer:
             if phase.data == "copy":
                 drill = copy_drill(example, self.rng, phase.copy_context, self.copy_sep_id)
                 if drill is None:
+                    misses += 1
+                    if misses > 100 * size:  # examples too short or too repetitive to cut a drill from
+                        raise ValueError(f"SFT phase {phase.phase!r} (data: copy): {misses} examples in a row gave "
+                                         "no copy drill (none of 24 tokens or more with a bigram that occurs once)")
                     continue
                 example = drill
             out.append(example)

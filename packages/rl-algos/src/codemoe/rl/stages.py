@@ -9,7 +9,6 @@ is gathered one parameter at a time into rank 0's host memory, which writes it.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,10 +170,12 @@ def _repository_tasks(tasks: list[Any], environment: Any, where: str) -> list[An
 
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"'trajectories': no file {path} (a JSONL of agent episodes, one per line)")
-    return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+    from codemoe.rl.sft import read_episodes
+
+    try:
+        return read_episodes(path)
+    except ValueError as exc:
+        raise ConfigError(f"'trajectories': {exc}") from None
 
 
 def _start_checkpoint(ctx: Any, stage: Any, cfg: SFTStageConfig | RLStageConfig, default_from: str = "") -> str:
