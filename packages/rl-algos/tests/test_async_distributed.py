@@ -1,7 +1,8 @@
 """Asynchronous rollouts under torchrun (2 ranks, gloo): max_staleness 0 is the synchronous 2-rank
 run bit for bit, dynamic-sampling refills included; max_staleness 1 samples batch b with the weights
-of step b - 2 while the producer's refill collective runs beside the trainer's; settings whose
-outcome would depend on each rank's timing are refused by key, on every rank; the rl stage runs
+of step b - 2 while the producer's refill collective runs beside the trainer's; free-running
+producers (drop, keep) agree on every batch's version, and aborts are agreed where a batch has
+collectives; what ranks cannot agree on is refused by key, on every rank; the rl stage runs
 asynchronously on 2 ranks with its real components. (And, in one process, the engine's optional
 abort call that ``in_flight: abort`` makes.)"""
 
@@ -77,14 +78,75 @@ def test_max_staleness_1_on_two_ranks_samples_each_batch_with_the_weights_of_two
     assert refills > 0  # batch 2 (made beside step 1's update) had a refill round on some rank
 
 
+def _version(weights: torch.Tensor, trained: dict[int, torch.Tensor]) -> int:
+    (version,) = [v for v, w in trained.items() if torch.equal(w, weights)]
+    return version
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_timing_dependent_settings_are_refused_on_every_rank_by_key(tmp_path):
+@pytest.mark.parametrize("policy", ["drop", "keep"])
+def test_free_running_producers_on_two_ranks_agree_on_every_batchs_version(tmp_path, policy):
+    """Each rank's producer runs free (refills on, rank 1's trainer slower), so a batch's parts can
+    be sampled by different versions on the two ranks; every rank reports the same staleness and
+    drops the same batches, and a batch counts as old as its oldest part: the known answer is
+    recomputed from the weights each rank's engine sampled with."""
+    _torchrun(tmp_path, "free")
+    runs = tmp_path / policy
+    history = {rank: _metrics(runs / f"metrics-rank{rank}.jsonl") for rank in RANKS}
+    assert [m["step"] for m in history[0]] == [1, 2, 3, 4, 5]
+    agreed = {key: [m[key] for m in history[0]] for key in ("staleness_mean", "stale_dropped", "reward_mean")}
+    assert agreed == {key: [m[key] for m in history[1]] for key in agreed}
+    weights = {rank: torch.load(runs / f"weights-rank{rank}.pt") for rank in RANKS}
+    trained = weights[0]["trained"]
+    assert all(torch.equal(trained[s], weights[1]["trained"][s]) for s in trained)  # one model, two ranks
+    made = {rank: {b: _version(calls[0], trained) for b, calls in weights[rank]["sampled"].items()} for rank in RANKS}
+    batch = 1
+    for step, m in enumerate(history[0], start=1):
+        batch += int(m["stale_dropped"])  # the batches dropped before this step's
+        oldest = min(made[rank][batch] for rank in RANKS)
+        assert m["staleness_mean"] == step - 1 - oldest, (step, batch, made)
+        batch += 1
+    staleness = agreed["staleness_mean"]
+    if policy == "drop":
+        assert max(staleness) <= 1.0 and sum(agreed["stale_dropped"]) >= 1, agreed
+    else:  # two batches made ahead of a slow trainer: trained on two versions late
+        assert max(staleness) == 2.0 and sum(agreed["stale_dropped"]) == 0, agreed
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_an_abort_on_one_rank_is_that_ranks_alone_without_refills_and_every_ranks_with_them(tmp_path):
+    """Rank 0's sync of step 2 aborts its part of batch 3, in flight then; rank 1 made its part
+    during step 2, before that sync. Without refill rounds (no collective in a batch) rank 0 alone
+    makes its part again, from step 2's weights, and both ranks train step 3 as old as rank 1's part
+    (step 1's weights: one version, where one process would have had none). With them the abort
+    travels in the refill all-gather, so rank 1 makes its part again too."""
+    _torchrun(tmp_path, "abort")
+    calls = {(run, rank): json.loads((tmp_path / run / f"calls-rank{rank}.json").read_text())
+             for run in ("abort", "abort_refills") for rank in RANKS}
+    assert calls["abort", 0]["3"] == 2 and calls["abort", 1]["3"] == 1
+    assert calls["abort_refills", 0]["3"] >= 2 and calls["abort_refills", 1]["3"] >= 2
+    for run in ("abort", "abort_refills"):
+        history = {rank: _metrics(tmp_path / run / f"metrics-rank{rank}.jsonl") for rank in RANKS}
+        assert [m["step"] for m in history[0]] == [1, 2, 3, 4]
+        assert [m["staleness_mean"] for m in history[0]] == [m["staleness_mean"] for m in history[1]]
+    weights = {rank: torch.load(tmp_path / "abort" / f"weights-rank{rank}.pt") for rank in RANKS}
+    trained = weights[0]["trained"]
+    parts = [_version(weights[rank]["sampled"][3][-1], trained) for rank in RANKS]  # batch 3 as trained
+    assert parts == [2, 1]
+    for rank in RANKS:
+        assert _metrics(tmp_path / "abort" / f"metrics-rank{rank}.jsonl")[2]["staleness_mean"] == 3 - 1 - min(parts)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_what_ranks_cannot_agree_on_is_refused_on_every_rank_by_key(tmp_path):
     _torchrun(tmp_path, "refused")
     messages = [json.loads((tmp_path / f"refused-rank{rank}.json").read_text()) for rank in RANKS]
     assert messages[0] == messages[1]  # every rank refuses, the same way: none is left waiting in a collective
     refused = messages[0]
-    assert refused["drop"].startswith("'stale_groups': drop") and "stale_groups: wait" in refused["drop"]
+    assert refused["drop"].startswith("'stale_groups': drop") and "serves every rank" in refused["drop"]
     assert refused["keep"].startswith("'stale_groups': keep")
     assert refused["abort"].startswith("'in_flight': abort") and "in_flight: finish" in refused["abort"]
     assert refused["sharded_engine"].startswith("'max_staleness'") and "sharded" in refused["sharded_engine"]
@@ -111,8 +173,9 @@ def test_the_rl_stage_runs_asynchronously_under_torchrun(tmp_path):
 
 
 class _Engine:
-    def __init__(self) -> None:
+    def __init__(self, shared: bool = False) -> None:
         self.model = torch.nn.Linear(1, 1)
+        self.serves_every_rank = shared
 
 
 @pytest.mark.parametrize(
@@ -123,13 +186,14 @@ class _Engine:
         ({"in_flight": "abort"}, "'in_flight'"),
     ],
 )
-def test_a_multi_rank_launch_refuses_a_free_running_or_aborting_producer(options, key):
+def test_a_multi_rank_launch_refuses_a_free_running_or_aborting_producer_on_one_shared_server(options, key):
     config = RLConfig(max_staleness=1, **options)
     policy = torch.nn.Linear(1, 1)
-    check_async_config(config, world=1, engine=_Engine(), policy=policy)  # one process: fine
+    check_async_config(config, world=1, engine=_Engine(shared=True), policy=policy)  # one process: fine
+    check_async_config(config, world=2, engine=_Engine(), policy=policy)  # an engine per rank: agreed
     with pytest.raises(ConfigError, match=key):
-        check_async_config(config, world=2, engine=_Engine(), policy=policy)
-    check_async_config(RLConfig(max_staleness=1), world=2, engine=_Engine(), policy=policy)  # wait + finish runs
+        check_async_config(config, world=2, engine=_Engine(shared=True), policy=policy)
+    check_async_config(RLConfig(max_staleness=1), world=2, engine=_Engine(shared=True), policy=policy)  # wait + finish
 
 
 class _AbortableEngine(ToyEngine):

@@ -34,16 +34,33 @@ group of its own (made by every rank at :meth:`RolloutProducer.start`), so it ne
 with the trainer thread's collectives (FSDP2's gathers and reductions, the weight sync's gathers,
 the metrics), which keep the default group. Each rank's engine runs a whole copy of the policy
 (taken before the trainer shards it: no collective in generation; an engine on a sharded model is
-refused) and gets the whole state dict at each sync. Under the ``wait`` schedule every rank's
-producer makes the same batches, from the same versions, in the same order, so each thread's
-sequence of collectives is the same on every rank; and a sync (a collective of the trainers) never
-waits on its own producer: it takes the request lock only once batch ``v + K`` is done, and batch
-``v + K + 1`` is not admitted before the sync, so no trainer is held up by a producer that waits
-in its collective for another rank.
-``stale_groups: drop | keep`` and ``in_flight: abort`` are refused there (a ``ConfigError``
-naming the key): what a free-running producer samples, and whether a sync aborts a batch, would
-follow each rank's own timing, leaving the ranks' batches on different versions or their producers
-in different batches.
+refused) and gets the whole state dict at each sync, gathered before the sync takes the request
+lock (so no trainer holds its producer back while it waits for another rank). What the ranks must
+agree on, they agree on where they already meet:
+
+- **The batch sequence.** Every rank's producer makes the same batch numbers in the same order,
+  and every rank draws the same tasks for them from the data stream (its slice of each), so their
+  refill collectives pair. Under ``wait`` that follows from the schedule (batch ``v + K + 1`` is not
+  admitted before the sync, and every rank's producer makes the same batches from the same
+  versions); a free-running producer (``drop`` / ``keep``) is admitted by the batches its trainer
+  took, which every rank counts alike.
+- **A batch's version.** A free-running producer starts a batch from whatever its engine holds,
+  which follows its own rank's timing; when the trainers take batch ``b`` they all-gather the
+  versions it was made from (their own collective, one per batch taken) and tag it with the oldest.
+  So every rank computes the same staleness and drops the same batches (a batch counts as old as
+  its oldest part), the cursor its checkpoint records is the same everywhere, and the bound K holds
+  for every part.
+- **An abort** (``in_flight: abort``). Without refill rounds a producer has no collective, so a
+  rank aborts and remakes its part of the batch alone. With them, a rank's abort flag travels in
+  the next refill all-gather and every rank aborts there together (a flag raised after a batch's
+  last all-gather lets that batch finish on the old weights). Likewise at the end of the run: a
+  producer with refill collectives still passes every batch its trainer admitted, joining the
+  batch's first all-gather with its abort flag set and generating nothing, so no rank is left
+  waiting in one.
+
+What stays refused under ``torchrun`` (a ``ConfigError`` naming the key): ``drop``, ``keep`` and
+``abort`` with an engine that serves every rank (one server behind all clients, where rank 0's push
+would land in the middle of the other ranks' batches), and an engine on a sharded model.
 """
 
 from __future__ import annotations
@@ -57,11 +74,13 @@ from typing import Any
 import torch
 from codemoe.core.errors import ConfigError
 from codemoe.rl.rollout import Rollouts
+from codemoe.rl.weight_sync import gathered_state, whole_state
 
 __all__ = [
     "IN_FLIGHT",
     "STALE_GROUPS",
     "Batch",
+    "BatchAborted",
     "RolloutProducer",
     "check_async_config",
     "check_async_options",
@@ -84,8 +103,17 @@ class Batch:
     seconds: float  # the producer's wall time on it (generation and scoring)
 
 
-class _Aborted(Exception):
-    """The batch in flight was aborted by a weight sync (``in_flight: abort``)."""
+class BatchAborted(Exception):
+    """The batch in flight was aborted by a weight sync (``in_flight: abort``): raised in the
+    producer's thread and caught by it, which makes the batch again; ``final``: by the end of the
+    run on some rank, so no rank makes it again (no trainer needs it)."""
+
+    def __init__(self, final: bool = False) -> None:
+        super().__init__("final" if final else "")
+        self.final = final
+
+
+_PASSED = object()  # what _make returns for a batch every rank passes for good (the run is ending)
 
 
 def check_async_options(config: Any) -> None:
@@ -121,19 +149,15 @@ def check_async_config(config: Any, *, world: int, engine: Any, policy: Any) -> 
 
 
 def _check_distributed(config: Any, engine: Any) -> None:
-    """Under torchrun only the timing-independent schedule runs: every rank must make the same
-    batches from the same versions, and its producer's collectives must never wait on a rank whose
-    trainer waits on them (see the module docstring)."""
-    if config.stale_groups != "wait":
+    """Under torchrun the ranks' producers must agree on what the module docstring lists; what
+    they cannot agree on is refused."""
+    free = config.stale_groups != "wait" or config.in_flight == "abort"
+    if free and getattr(engine, "serves_every_rank", False):
+        key, value = ("stale_groups", config.stale_groups) if config.stale_groups != "wait" else ("in_flight", "abort")
         raise ConfigError(
-            f"'stale_groups': {config.stale_groups} runs each rank's producer free, so the ranks would drop or "
-            "keep batches sampled by different versions, as their timing falls; under torchrun use stale_groups: wait"
-        )
-    if config.in_flight != "finish":
-        raise ConfigError(
-            f"'in_flight': {config.in_flight} would abort a batch on one rank and not on another (each rank's sync "
-            "comes at its own moment), leaving the ranks' producers in different batches; under torchrun use "
-            "in_flight: finish"
+            f"'{key}': {value} with an engine that serves every rank (one server behind all of them): rank 0's weight "
+            "push would land in the middle of the other ranks' batches; under torchrun give each rank an engine of "
+            "its own, or use stale_groups: wait and in_flight: finish"
         )
     from torch.distributed.fsdp import FSDPModule
 
@@ -151,8 +175,9 @@ class RolloutProducer:
     update, and :meth:`stop` at the end.
 
     What it uses of the trainer: ``_collect(index, env=) -> (Rollouts, rounds)``, which draws tasks
-    from the data stream at ``cursor``, runs its collectives on ``env`` and calls
-    ``_after_request()`` after every engine call, and ``_sync_engine()``.
+    from the data stream at ``cursor``, runs its collectives on ``env``, calls ``_after_request()``
+    after every engine call and ``_gather_counts(env, count)`` for each refill round's all-gather;
+    ``_sync_engine(state)``; ``env``, ``engine``, ``policy`` and ``algo``.
     """
 
     def __init__(self, trainer: Any, *, first: int, last: int, version: int) -> None:
@@ -169,6 +194,11 @@ class RolloutProducer:
         self._request = threading.Lock()  # held while a batch is generated: no weight sync meanwhile
         self._abort = threading.Event()
         self._env = trainer.env  # the producer's collectives; a process group of their own from start()
+        self._world = trainer.env.world
+        # under torchrun with refill rounds a batch holds collectives, so aborts are agreed there, and
+        # a free-running producer passes every batch admitted when it stops (the module docstring)
+        self._gathers = self._world > 1 and trainer.algo.config.dynamic_sampling.refill_rounds > 0
+        self._drain = self._gathers and self.stale != "wait"
         self._threads = torch.get_num_threads()  # intra-op threads are per thread: the producer uses the trainer's
         self._thread = threading.Thread(target=self._run, name="codemoe-rollouts", daemon=True)
 
@@ -180,12 +210,16 @@ class RolloutProducer:
         """Start the thread; under torchrun every rank calls this at the same point (it makes the
         producer's process group)."""
         self._env = self.trainer.env.own_group()
-        self.trainer._after_request = self._check_abort
+        if self._gathers:
+            self.trainer._gather_counts = self._gather_counts
+        else:
+            self.trainer._after_request = self._check_abort
         self._thread.start()
 
     def take(self, step: int) -> tuple[Batch, int, float]:
         """The batch to train step ``step`` on, how many were dropped as too stale before it, and how
-        long the trainer waited."""
+        long the trainer waited. Under torchrun every rank's trainer calls this alike: the batch's
+        version is agreed here (the oldest any rank made its part from)."""
         started, dropped = time.perf_counter(), 0
         while True:
             with self._cond:
@@ -194,6 +228,7 @@ class RolloutProducer:
                 batch = self.buffer.popleft()
                 self.taken += 1
                 self._cond.notify_all()
+            batch.version = self._agreed_version(batch)
             if self.stale == "drop" and step - 1 - batch.version > self.k:
                 dropped += 1
                 continue
@@ -203,17 +238,21 @@ class RolloutProducer:
         """Move the engine to the trainer's weights of ``version`` (between the producer's batches);
         returns how long the trainer waited for that."""
         started = time.perf_counter()
+        trainer = self.trainer
         if self.in_flight == "abort":
             self._abort.set()
-            abort = getattr(self.trainer.engine, "abort", None)  # optional: the call in flight returns now
+            abort = getattr(trainer.engine, "abort", None)  # optional: the call in flight returns now
             if abort is not None:
                 abort()
         elif self.stale == "wait":  # batch version + K is still sampled by the weights the engine holds
             with self._cond:
                 self._cond.wait_for(lambda: self.made >= min(version + self.k, self.last) or self.error is not None)
                 self._raise()
+        state = None
+        if self._world > 1 and gathered_state(trainer.engine, trainer.policy):
+            state = whole_state(trainer.policy, trainer.env)  # the trainers' collective, before the request lock
         with self._request:
-            self.trainer._sync_engine()
+            trainer._sync_engine(state)
             with self._cond:
                 self.version = version
                 self._abort.clear()
@@ -221,7 +260,8 @@ class RolloutProducer:
         return time.perf_counter() - started
 
     def stop(self) -> None:
-        """End the thread (after the engine call in flight, if any, returns)."""
+        """End the thread (after the engine call in flight, if any, returns; with refill collectives
+        under torchrun, after the batches admitted, which it passes without generating)."""
         with self._cond:
             self.stopped = True
             self._abort.set()
@@ -229,6 +269,15 @@ class RolloutProducer:
         if self._thread.is_alive():
             self._thread.join()
         self.trainer._after_request = None
+        self.trainer._gather_counts = None
+
+    def _agreed_version(self, batch: Batch) -> int:
+        if self._world == 1:
+            return batch.version
+        answers = self.trainer.env.all_gather((batch.index, batch.version))
+        if len({index for index, _ in answers}) != 1:
+            raise RuntimeError(f"the ranks' producers are out of step: batches {[i for i, _ in answers]} taken together")
+        return min(v for _, v in answers)
 
     # ------------------------------------------------------------------------------------------
     # the producer's thread
@@ -245,9 +294,13 @@ class RolloutProducer:
             while True:
                 with self._cond:
                     self._cond.wait_for(lambda: self.stopped or self._admitted())
-                    if self.stopped:
+                    if self.stopped and not (self._drain and self._admitted()):
                         return
                 batch = self._make(self.next)
+                if batch is _PASSED:  # the run ends on some rank: every rank passes this batch alike
+                    with self._cond:
+                        self.next += 1
+                    continue
                 if batch is None:  # aborted: made again once the trainer's sync is done
                     with self._cond:
                         self._cond.wait_for(lambda: self.stopped or not self._abort.is_set())
@@ -261,21 +314,34 @@ class RolloutProducer:
                 self.error = exc
                 self._cond.notify_all()
 
-    def _make(self, index: int) -> Batch | None:
+    def _make(self, index: int) -> Any:
+        """Batch ``index``; None if it was aborted (made again), ``_PASSED`` if passed for good."""
         with self._request:
-            if self.stopped or self._abort.is_set():
-                return None
             version, cursor, started = self.version, self.trainer.cursor, time.perf_counter()
             try:
+                if self.stopped or self._abort.is_set():
+                    if self._gathers:  # the other ranks meet this batch's first all-gather: abort it there too
+                        self._gather_counts(self._env, 0)
+                    return None
                 rollouts, rounds = self.trainer._collect(index, env=self._env)
-            except _Aborted:
+            except BatchAborted as exc:
                 self.trainer.cursor = cursor  # the same tasks again, from the new weights
-                return None
+                return _PASSED if exc.final else None
         return Batch(index, rollouts, rounds, version, self.trainer.cursor, time.perf_counter() - started)
 
     def _check_abort(self) -> None:
         if self._abort.is_set():
-            raise _Aborted
+            raise BatchAborted
+
+    def _gather_counts(self, env: Any, count: int) -> list[int]:
+        """A refill round's all-gather under torchrun: the zero-signal counts, and whether any rank
+        aborts the batch (its trainer's sync) or stops (the run's end): then every rank does."""
+        flag = 2 if self.stopped else int(self._abort.is_set())
+        answers = env.all_gather((count, flag))
+        flags = [f for _, f in answers]
+        if any(flags):
+            raise BatchAborted(final=2 in flags)
+        return [int(c) for c, _ in answers]
 
     def _raise(self) -> None:
         """The producer's error, raised in the trainer's thread as itself (an ``EngineError`` stays one)."""

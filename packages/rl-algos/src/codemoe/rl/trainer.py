@@ -41,7 +41,12 @@ from codemoe.core.contracts import SamplingParams
 from codemoe.core.devices import check_device, resolve_device
 from codemoe.rl.advantages import AdvantageInput, AdvantageOutput
 from codemoe.rl.algorithm import Algorithm, value_loss
-from codemoe.rl.async_rollout import RolloutProducer, check_async_config, check_async_options, staleness_metrics
+from codemoe.rl.async_rollout import (
+    RolloutProducer,
+    check_async_config,
+    check_async_options,
+    staleness_metrics,
+)
 from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from codemoe.rl.critic import Critic
 from codemoe.rl.diagnostics import HealthConfig, HealthMonitor, update_cv
@@ -172,6 +177,7 @@ class RLTrainer:
         self._trained_cursor = 0  # the data stream's position after the last batch trained on (checkpointed)
         self._producer: RolloutProducer | None = None
         self._after_request: Callable[[], None] | None = None  # the producer's abort check, after each engine call
+        self._gather_counts: Callable[[Dist, int], list[int]] | None = None  # ... or its refill all-gather (torchrun)
         self._clock = threading.local()  # this thread's rollout seconds (generate, score), see _timed
         check_async_config(config, world=self.env.world, engine=engine, policy=self.policy)
 
@@ -325,7 +331,10 @@ class RLTrainer:
         rounds = 0
         while rounds < self.algo.config.dynamic_sampling.refill_rounds:
             bad = rollouts.zero_signal()
-            counts = [int(c) for c in env.all_gather(int(bad.sum()))]
+            if self._gather_counts is not None:  # a producer's, agreeing on aborts too (RolloutProducer)
+                counts = self._gather_counts(env, int(bad.sum()))
+            else:
+                counts = [int(c) for c in env.all_gather(int(bad.sum()))]
             if sum(counts) == 0:
                 break
             rounds += 1
@@ -521,11 +530,12 @@ class RLTrainer:
     # 5-7. weight sync, metrics, checkpoints
     # ------------------------------------------------------------------------------------------
 
-    def _sync_engine(self) -> None:
-        """The engine samples from the new weights next step (:func:`codemoe.rl.weight_sync.sync_engine`)."""
+    def _sync_engine(self, state: dict[str, torch.Tensor] | None = None) -> None:
+        """The engine samples from the new weights next step (:func:`codemoe.rl.weight_sync.sync_engine`;
+        ``state``: the whole state dict, gathered before)."""
         from codemoe.rl.weight_sync import sync_engine
 
-        sync_engine(self.engine, self.policy, self.env)
+        sync_engine(self.engine, self.policy, self.env, state)
 
     def _metrics(
         self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, update: dict[str, Any], rounds: int

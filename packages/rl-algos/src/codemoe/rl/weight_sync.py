@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from codemoe.core.contracts import EngineError
 
-__all__ = ["full_parameters", "sync_engine"]
+__all__ = ["full_parameters", "gathered_state", "sync_engine", "whole_state"]
 
 
 def full_parameters(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
@@ -39,8 +39,26 @@ def full_parameters(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
         yield name, value.detach()
 
 
-def sync_engine(engine: Any, policy: Any, env: Any) -> None:
-    """Make ``engine`` sample from ``policy``'s current weights (see the module docstring)."""
+def gathered_state(engine: Any, policy: Any) -> bool:
+    """Whether ``engine`` is sent the whole state dict (case 2 of the module docstring): a caller
+    may then gather it first (:func:`sync_engine`'s ``state``), so that the collective and the
+    update happen apart."""
+    own = getattr(engine, "model", None) is policy and hasattr(engine, "weights_changed")
+    return not own and not getattr(engine, "serves_every_rank", False)
+
+
+def whole_state(policy: Any, env: Any) -> dict[str, torch.Tensor]:
+    """The policy's whole (unsharded) state dict, on every rank (under FSDP2 a collective)."""
+    return _state(policy, env)
+
+
+def sync_engine(engine: Any, policy: Any, env: Any, state: dict[str, torch.Tensor] | None = None) -> None:
+    """Make ``engine`` sample from ``policy``'s current weights (see the module docstring).
+    ``state``: the whole state dict, already gathered by :func:`whole_state` (only for an engine
+    :func:`gathered_state` says takes one); this call then makes no collective."""
+    if state is not None:
+        engine.update_weights(state_dict=state)
+        return
     if getattr(engine, "model", None) is policy and hasattr(engine, "weights_changed"):
         engine.weights_changed()  # (a remote engine holds the policy too, for its config: not this case)
         return
