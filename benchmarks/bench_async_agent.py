@@ -8,14 +8,15 @@ tool calls, ``agent-stepwise`` reward on the graded episode; GRPO (``presets/alg
 with ``--group`` episodes per task and ``--prompts`` tasks per step; the ``tiny_agent`` model,
 untrained, with a tokenizer trained on the tasks' prompts, saved with codemoe's ``save_pretrained``
 and loaded by the server and the trainer alike. As in ``bench_episodes.py``'s ``run_tests`` case,
-each action's text becomes a tool call chosen from its first sampled token (``submit`` one time in
-three, else ``run_tests``; :class:`ToolCalls`), so episodes run the visible tests in the sandbox
-every turn until they submit: the load of an agent that tests its work. The token ids and
+each action's text becomes a tool call (``submit`` one time in three, else ``run_tests``, chosen by
+the request's sampling seed: the same on every side of a case, whatever the engine samples;
+:class:`ToolCalls`), so episodes run the visible tests in the sandbox every turn until they submit:
+the load of an agent that tests its work. The token ids and
 log-probs stay the engine's, so the trainer trains on what the engine sampled.
 
 Cases, each synchronous (``max_staleness: null``) then ``max_staleness: 1`` (``stale_groups:
-wait``, ``in_flight: finish``), from the same checkpoint, on the same tasks and seeds (which
-SGLang's CPU path ignores):
+wait``, ``in_flight: finish``), from the same checkpoint, on the same tasks and seeds (SGLang's CPU
+path ignores the seeds, so its sides sample other tokens, but they run the same tool calls):
 
 - ``sglang``: the ``sglang`` engine against ``SGLangServer`` (SGLang's CPU recipe, with room for
   the episodes' context), the weights pushed to the server after every update as the trainer does;
@@ -28,7 +29,11 @@ SGLang's CPU path ignores):
 
 The first ``--warmup`` steps of each run are left out (the first asynchronous step waits for two
 batches), and the last ``--tail`` (the last asynchronous step waits for no next batch before its
-weight sync); the table gives the median of the steps between.
+weight sync); the table gives the median of the steps between. Besides the step times it gives
+the CPU time per step of the trainer's process and of the whole machine (``/proc/stat``: the
+server or the engine's child, the sandbox's executions and anything else running count too), and
+from the synchronous step's machine CPU the shortest step the cores allow: the ceiling an overlap
+has where generation, the sandbox and the update all want the same cores.
 
     flock -x /tmp/codemoe-bench.lock .venv/bin/python benchmarks/bench_async_agent.py --json runs/bench_async_agent.json
 """
@@ -43,6 +48,7 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,8 +70,12 @@ SGLANG_ARGS = ("--context-length", "4096", "--max-total-tokens", "65536", "--max
 
 
 class ToolCalls:
-    """An engine whose samples' texts are tool calls chosen from their first token; everything else
-    (token ids, log-probs, routing, weight updates, ``submit``/``collect``) is the engine's.
+    """An engine whose samples' texts are tool calls chosen by the request's sampling seed and the
+    sample's place (``submit`` one time in three, else ``run_tests``); everything else (token ids,
+    log-probs, routing, weight updates, ``submit``/``collect``) is the engine's. The seeds are the
+    trainer's (the same step, task, sample and turn give the same seed), so every side of a case
+    runs the same tool calls, hence the same sandbox work and observations, even on an engine that
+    ignores sampling seeds (SGLang's CPU path): what differs is only the tokens sampled.
 
     ``encode`` is the tokenizer's, for the engines that have none of their own (the ``sglang``
     engine and the embedded engine in a child process): an episode's prompt and observations are
@@ -74,9 +84,17 @@ class ToolCalls:
 
     def __init__(self, engine: Any, tokenizer: Any) -> None:
         self.engine, self.tokenizer = engine, tokenizer
+        self._seeds: dict[int, int] = {}  # id(handle) -> the seed of the request submitted for it
+        if callable(getattr(engine, "submit", None)):
+            self.submit = self._submit  # only where the engine queues requests (run_episodes checks for it)
 
-    def __getattr__(self, name: str) -> Any:  # model, update_weights*, weights_changed, abort, submit, ...
+    def __getattr__(self, name: str) -> Any:  # model, update_weights*, weights_changed, abort, collect, ...
         return getattr(self.engine, name)
+
+    def _submit(self, prompt_ids: list[int], params: Any, **kwargs: Any) -> Any:
+        handle = self.engine.submit(prompt_ids, params, **kwargs)
+        self._seeds[id(handle)] = params.seed
+        return handle
 
     def encode(self, text: str | list[int]) -> list[int]:
         own = getattr(self.engine, "encode", None)
@@ -88,16 +106,26 @@ class ToolCalls:
         return list(getattr(encoded, "ids", encoded))
 
     def generate(self, prompts: list[Any], params: Any) -> list[Any]:
-        return [self._as_tool_calls(output) for output in self.engine.generate(prompts, params)]
+        outputs = self.engine.generate(prompts, params)
+        return [self._as_tool_calls(output, (params.seed, p)) for p, output in enumerate(outputs)]
 
     def collect(self, prompt_ids: list[int], handle: Any) -> Any:
-        return self._as_tool_calls(self.engine.collect(prompt_ids, handle))
+        return self._as_tool_calls(self.engine.collect(prompt_ids, handle), (self._seeds.pop(id(handle)), 0))
 
     @staticmethod
-    def _as_tool_calls(output: Any) -> Any:
-        for sample in output.samples:
-            sample.text = SUBMIT if sample.token_ids and sample.token_ids[0] % 3 == 0 else RUN_TESTS
+    def _as_tool_calls(output: Any, key: tuple[int, int]) -> Any:
+        for i, sample in enumerate(output.samples):
+            sample.text = SUBMIT if zlib.crc32(repr((*key, i)).encode()) % 3 == 0 else RUN_TESTS
         return output
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every process of the machine has spent (``/proc/stat``: all but idle and iowait):
+    the trainer, the engine's child or the server, the sandbox's workers and their executions."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def setup(args: argparse.Namespace, checkpoint: Path) -> tuple[Any, list[Any]]:
@@ -165,10 +193,13 @@ def run(name: str, k: int | None, engine_spec: Callable[[Any, Any], Any], checkp
         max_staleness=k,
     )
     rows: list[dict[str, float]] = []
+    busy = [machine_busy_seconds()]
 
     def on_step(step: int, metrics: dict[str, Any]) -> None:
         rows.append({key: float(v) for key, v in metrics.items() if isinstance(v, (int, float))})
         m = rows[-1]
+        busy.append(machine_busy_seconds())
+        m["machine_cpu_seconds"] = busy[-1] - busy[-2]  # since the previous step ended (the run's start)
         print(f"{name} step {step}: {m['step_seconds']:.2f} s (generation and episodes {m['gen_seconds']:.2f} s), "
               f"reward {m.get('reward_mean', float('nan')):.3f}, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
 
@@ -294,6 +325,12 @@ def main() -> None:
                       "anchor": round(median(sync, "cpu_seconds"), 3),
                       "ratio": round(median(sync, "cpu_seconds") / median(overlapped, "cpu_seconds"), 3),
                       "units": "CPU s per step (median)", "shape": shape})
+        machine_sync, machine_async = median(sync, "machine_cpu_seconds"), median(overlapped, "machine_cpu_seconds")
+        table.append({"case": f"RL step on agent episodes, {CASES[case]}: CPU time of the whole machine (every "
+                      "process: trainer, engine or server, sandbox, and anything else running)",
+                      "codemoe": round(machine_async, 3), "anchor": round(machine_sync, 3),
+                      "ratio": round(machine_sync / machine_async, 3), "units": "CPU s per step (median)",
+                      "shape": shape})
         whole_sync = sum(r["step_seconds"] for r in steps[f"{case}_sync"])
         whole_async = sum(r["step_seconds"] for r in steps[f"{case}_async"])
         table.append({"case": f"RL run, every step, {CASES[case]}: max_staleness 1 vs synchronous",
@@ -302,8 +339,10 @@ def main() -> None:
         # the synchronous step's two halves: a perfect overlap would take the longer one
         gen = median(sync, "gen_seconds")
         rest = statistics.median(r["step_seconds"] - r["gen_seconds"] for r in sync)
+        cpu_floor = machine_sync / (os.cpu_count() or 1)  # the synchronous step's work on every core at once
         halves[case] = {"generation_episodes_s": gen, "rest_s": rest, "perfect_overlap_s": max(gen, rest),
-                        "ceiling_ratio": (gen + rest) / max(gen, rest)}
+                        "ceiling_ratio": (gen + rest) / max(gen, rest), "cpu_floor_s": cpu_floor,
+                        "cpu_ceiling_ratio": (gen + rest) / max(gen, rest, cpu_floor)}
         waits[case] = {"rollout_wait_s": median(overlapped, "rollout_wait_seconds"),
                        "producer_s": median(overlapped, "producer_seconds"),
                        "sync_wait_s": median(overlapped, "sync_wait_seconds")}
@@ -317,7 +356,9 @@ def main() -> None:
         h, w = halves[case], waits[case]
         print(f"{CASES[case]}: synchronous step = generation and episodes {h['generation_episodes_s']:.3f} s + the rest "
               f"{h['rest_s']:.3f} s (median): a perfect overlap would take {h['perfect_overlap_s']:.3f} s, "
-              f"{h['ceiling_ratio']:.2f}x; asynchronous: the trainer waited {w['rollout_wait_s']:.3f} s per step for "
+              f"{h['ceiling_ratio']:.2f}x; its work takes {h['cpu_floor_s'] * (os.cpu_count() or 1):.3f} CPU s of the "
+              f"machine, so on {os.cpu_count()} cores no step is shorter than {h['cpu_floor_s']:.3f} s "
+              f"({h['cpu_ceiling_ratio']:.2f}x at most); asynchronous: the trainer waited {w['rollout_wait_s']:.3f} s per step for "
               f"rollouts, the producer spent {w['producer_s']:.3f} s per batch, the weight sync waited "
               f"{w['sync_wait_s']:.3f} s (medians)")
     curves = {name: [round(r.get("reward_mean", float("nan")), 4) for r in rows] for name, rows in steps.items()}

@@ -24,11 +24,13 @@ from .server_process import ServerProcess, venv_python
 __all__ = ["SGLangServer", "sglang_python"]
 
 # The CPU recipe: SGLang's CPU engine, fp32 (log-probs compare with a teacher-forced fp32 forward),
-# a small KV pool (the tiny test models need little), no overlap scheduler (CPU has no streams).
+# a small KV pool (the tiny test models need little), no overlap scheduler (CPU has no streams), and
+# a scheduler that blocks on its request sockets when it has nothing to run instead of polling them
+# in a loop (it kept a whole core busy between requests, a core the trainer and the sandbox share).
 CPU_ARGS = (
     "--device", "cpu", "--dtype", "float32", "--disable-overlap-schedule", "--context-length", "512",
     "--max-total-tokens", "4096", "--max-running-requests", "4", "--mem-fraction-static", "0.1",
-    "--attention-backend", "torch_native",
+    "--attention-backend", "torch_native", "--sleep-on-idle",
 )
 
 
