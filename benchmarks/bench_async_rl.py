@@ -12,7 +12,10 @@ process of its own (``process: true``, what an asynchronous stage on CPU gets by
 three train the same number of steps on the same samples; each is then evaluated on the held-out
 split (8 samples per task, temperature 1, hidden tests), the asynchronous ones against the
 synchronous one as baseline (paired bootstrap). The first ``--warmup`` steps of each RL run are
-left out of the step times; the table reports the median of the rest.
+left out of the step times; the table reports the median of the rest. The whole machine's CPU per
+step (``/proc/stat``, sampled beside the pipeline every 0.1 s and cut at each step's logged end:
+the sandbox's workers, an engine's child process and anything else running count too) gives, from
+the synchronous step's, the shortest step the machine's cores allow.
 
     flock -x /tmp/codemoe-bench.lock .venv/bin/python benchmarks/bench_async_rl.py --json runs/bench_async_rl.json
 """
@@ -26,9 +29,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from bisect import bisect_left
+from itertools import pairwise
 from pathlib import Path
 
 import yaml
+from bench_async_agent import machine_busy_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,6 +95,40 @@ def pipeline(out: Path, steps: int, threads: int) -> dict:
             "eval_async_process": {**evaluation, "checkpoint_from": "rl_async_process", "baseline": "eval_sync"},
         },
     }
+
+
+class MachineCPU(threading.Thread):
+    """Samples ``(time, the machine's busy CPU seconds)`` every ``interval`` s until :meth:`stop`."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.interval, self.samples, self._done = interval, [], threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.samples.append((time.time(), machine_busy_seconds()))
+            self._done.wait(self.interval)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+    def between(self, start: float, end: float) -> float:
+        """Busy CPU seconds between two times (the samples nearest them)."""
+        times = [t for t, _ in self.samples]
+
+        def at(t: float) -> float:
+            i = min(bisect_left(times, t), len(times) - 1)
+            if i > 0 and abs(times[i - 1] - t) < abs(times[i] - t):
+                i -= 1
+            return self.samples[i][1]
+
+        return at(end) - at(start)
+
+
+def machine_cpu(rows: list[dict], sampler: MachineCPU) -> list[float]:
+    """Each step's machine CPU after the first (from the previous step's logged end to its own)."""
+    return [sampler.between(a["time"], b["time"]) for a, b in pairwise(rows)]
 
 
 def step_metrics(run_dir: Path, stage: str) -> list[dict]:
@@ -178,7 +220,12 @@ def main() -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         spec = Path(tmp) / "bench_async_rl.yaml"
         spec.write_text(yaml.safe_dump(pipeline(Path(tmp) / "runs", args.steps, args.threads), sort_keys=False))
-        subprocess.run([sys.executable, "-m", "codemoe.core", "run", str(spec), "--no-progress"], check=True, cwd=ROOT)
+        sampler = MachineCPU()
+        sampler.start()
+        try:
+            subprocess.run([sys.executable, "-m", "codemoe.core", "run", str(spec), "--no-progress"], check=True, cwd=ROOT)
+        finally:
+            sampler.stop()
         run_dir = next(p for p in (Path(tmp) / "runs").iterdir() if (p / "state.json").is_file())
         results = json.loads((run_dir / "state.json").read_text())["finished"]
         steps = {name: step_metrics(run_dir, name) for name in ("rl_sync", *ASYNC)}
@@ -191,6 +238,9 @@ def main() -> None:
     sync = statistics.median(timed["rl_sync"])
     cpu = {name: statistics.median(m["cpu_seconds"] for m in rows[args.warmup :]) for name, rows in steps.items()}
     whole = {name: sum(m["step_seconds"] for m in rows) for name, rows in steps.items()}
+    # steps after the warm-up: machine_cpu's first value is the second step's
+    machine = {name: statistics.median(machine_cpu(rows, sampler)[args.warmup - 1 :]) for name, rows in steps.items()}
+    cpu_floor = machine["rl_sync"] / (os.cpu_count() or 1)
     cases = []
     for name, what in ASYNC.items():
         overlapped = statistics.median(timed[name])
@@ -208,6 +258,14 @@ def main() -> None:
                 "codemoe": round(cpu[name], 4),
                 "anchor": round(cpu["rl_sync"], 4),
                 "ratio": round(cpu["rl_sync"] / cpu[name], 3),
+                "units": "CPU s per step (median)",
+            },
+            {
+                "case": f"RL step, {what}: CPU time of the whole machine (every process: trainer, sandbox, "
+                "engine's child, and anything else running)",
+                "codemoe": round(machine[name], 4),
+                "anchor": round(machine["rl_sync"], 4),
+                "ratio": round(machine["rl_sync"] / machine[name], 3),
                 "units": "CPU s per step (median)",
             },
             {
@@ -247,7 +305,9 @@ def main() -> None:
         print(f"| {c['case']} | {c['codemoe']} | {c['anchor']} | **{c['ratio']}x** | {c['units']} |")
     print(
         f"synchronous step: generation and scoring {gen:.3f} s, the rest {train:.3f} s (median): a perfect "
-        f"overlap would take {max(gen, train):.3f} s, {(gen + train) / max(gen, train):.2f}x; load average "
+        f"overlap would take {max(gen, train):.3f} s, {(gen + train) / max(gen, train):.2f}x; its work takes "
+        f"{machine['rl_sync']:.3f} CPU s of the machine, so on {os.cpu_count()} cores no step is shorter than "
+        f"{cpu_floor:.3f} s ({sync / max(cpu_floor, max(gen, train)):.2f}x at most); load average "
         f"before / after: {load[0]} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
     )
     for name, what in ASYNC.items():
@@ -264,7 +324,8 @@ def main() -> None:
         payload = {
             "cases": cases,
             "learning": learning,
-            "sync_halves": {"generation_scoring_s": gen, "rest_s": train, "perfect_overlap_s": max(gen, train)},
+            "sync_halves": {"generation_scoring_s": gen, "rest_s": train, "perfect_overlap_s": max(gen, train),
+                            "machine_cpu_s": machine["rl_sync"], "cpu_floor_s": cpu_floor},
             "load_average": {"before": float(load[0]), "after": os.getloadavg()[0], "cores": os.cpu_count()},
             "steps": dict(timed),
         }
