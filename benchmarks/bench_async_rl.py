@@ -131,6 +131,13 @@ def machine_cpu(rows: list[dict], sampler: MachineCPU) -> list[float]:
     return [sampler.between(a["time"], b["time"]) for a, b in pairwise(rows)]
 
 
+def row(case: str, value: float, anchor: float, units: str, digits: int = 4) -> dict:
+    """A table row: codemoe's (asynchronous) value, the anchor's (synchronous) and their ratio (times:
+    anchor over codemoe, so higher is faster)."""
+    return {"case": case, "codemoe": round(value, digits), "anchor": round(anchor, digits),
+            "ratio": round(anchor / value, 3), "units": units}
+
+
 def step_metrics(run_dir: Path, stage: str) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [r for r in rows if r.get("stage") == stage and "step_seconds" in r]
@@ -243,51 +250,19 @@ def main() -> None:
     cpu_floor = machine["rl_sync"] / (os.cpu_count() or 1)
     cases = []
     for name, what in ASYNC.items():
-        overlapped = statistics.median(timed[name])
+        trainer_cpu = "CPU time of the trainer's process (every thread; not the sandbox workers, nor an engine's child process)"
+        machine_cpu_case = "CPU time of the whole machine (every process: trainer, sandbox, engine's child, and anything else running)"
         cases += [
-            {
-                "case": f"RL step, {what} vs synchronous",
-                "codemoe": round(overlapped, 4),
-                "anchor": round(sync, 4),
-                "ratio": round(sync / overlapped, 3),
-                "units": "s per step (median)",
-            },
-            {
-                "case": f"RL step, {what}: CPU time of the trainer's process (every thread; not the sandbox "
-                "workers, nor an engine's child process)",
-                "codemoe": round(cpu[name], 4),
-                "anchor": round(cpu["rl_sync"], 4),
-                "ratio": round(cpu["rl_sync"] / cpu[name], 3),
-                "units": "CPU s per step (median)",
-            },
-            {
-                "case": f"RL step, {what}: CPU time of the whole machine (every process: trainer, sandbox, "
-                "engine's child, and anything else running)",
-                "codemoe": round(machine[name], 4),
-                "anchor": round(machine["rl_sync"], 4),
-                "ratio": round(machine["rl_sync"] / machine[name], 3),
-                "units": "CPU s per step (median)",
-            },
-            {
-                "case": f"RL stage, whole, {what}",
-                "codemoe": round(whole[name], 2),
-                "anchor": round(whole["rl_sync"], 2),
-                "ratio": round(whole["rl_sync"] / whole[name], 3),
-                "units": "s",
-            },
+            row(f"RL step, {what} vs synchronous", statistics.median(timed[name]), sync, "s per step (median)"),
+            row(f"RL step, {what}: {trainer_cpu}", cpu[name], cpu["rl_sync"], "CPU s per step (median)"),
+            row(f"RL step, {what}: {machine_cpu_case}", machine[name], machine["rl_sync"], "CPU s per step (median)"),
+            row(f"RL stage, whole, {what}", whole[name], whole["rl_sync"], "s", digits=2),
         ]
     if served:
         sync_s = statistics.median(served["sglang_sync"][args.warmup :])
         async_s = statistics.median(served["sglang_async"][args.warmup :])
-        cases.append(
-            {
-                "case": "RL step against a real SGLang server, max_staleness 1 vs synchronous",
-                "codemoe": round(async_s, 4),
-                "anchor": round(sync_s, 4),
-                "ratio": round(sync_s / async_s, 3),
-                "units": "s per step (median)",
-            }
-        )
+        cases.append(row("RL step against a real SGLang server, max_staleness 1 vs synchronous", async_s, sync_s,
+                         "s per step (median)"))
         timed.update(served)
     sync_eval = results["eval_sync"]
     learning = {"samples_each": args.steps * 16 * 8, "pass@1_sync": sync_eval["pass@1"], "pass@1_sync_ci": sync_eval["pass@1_ci"]}
