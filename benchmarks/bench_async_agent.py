@@ -20,7 +20,8 @@ path ignores the seeds, so its sides sample other tokens, but they run the same 
 
 - ``sglang``: the ``sglang`` engine against ``SGLangServer`` (SGLang's CPU recipe, with room for
   the episodes' context), the weights pushed to the server after every update as the trainer does;
-  the server's torch uses every core (its default);
+  the server's torch uses every core (SGLang's own default; ``SGLangServer`` now starts it on half
+  the cores unless ``OMP_NUM_THREADS`` says otherwise, so this case sets it to every core);
 - ``sglang_1thread``: the same with the server's torch on one thread (``OMP_NUM_THREADS=1``), so
   that generation leaves a core to the trainer's update, as the embedded engine's one thread does;
 - ``embedded``: synchronously the embedded engine on the policy module itself (what the synchronous
@@ -62,7 +63,7 @@ CASES = {
     "sglang_1thread": "real SGLang server, its torch on 1 thread",
     "embedded": "embedded engine (async: in a child process)",
 }
-SERVER_ENV = {"sglang": {}, "sglang_1thread": {"OMP_NUM_THREADS": "1"}}
+SERVER_ENV = {"sglang": {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}, "sglang_1thread": {"OMP_NUM_THREADS": "1"}}
 # SGLang's CPU recipe is sized for one short prompt at a time; an episode's history is the tool
 # schemas and the task (about 1,000-1,500 tokens with this tokenizer) plus every action and
 # observation, and a step runs every episode of its tasks at once

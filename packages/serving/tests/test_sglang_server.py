@@ -239,3 +239,18 @@ def test_seeded_sampling_warns_where_the_server_ignores_seeds(endpoint, checkpoi
     deterministic = [w for w in seen if "deterministic" in str(w.message)]
     # codemoe serve honours every seed; SGLang's CPU recipe cannot run --enable-deterministic-inference
     assert len(deterministic) == (1 if kind == "sglang" else 0)
+
+
+def test_the_cpu_recipe_leaves_a_trainer_half_the_cores_and_the_scheduler_sleeps_when_idle(monkeypatch, tmp_path):
+    """Without OMP_NUM_THREADS the server's torch gets half the machine's cores (a server on every
+    core stalls its parallel ops on the cores a trainer beside it holds); a value the caller set
+    stands. The scheduler blocks on its sockets when idle instead of polling them."""
+    import os
+    import sys
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    server = SGLangServer(tmp_path, python=sys.executable)
+    assert server.env()["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 2) // 2))
+    assert "--sleep-on-idle" in server.args
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert SGLangServer(tmp_path, python=sys.executable).env()["OMP_NUM_THREADS"] == "3"
