@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from machine_cpu import machine_busy_seconds
 
 RUN_TESTS = '<tool_call>{"tool": "run_tests", "args": {}}</tool_call>'
 SUBMIT = '<tool_call>{"tool": "submit", "args": {"summary": "done"}}</tool_call>'
@@ -118,15 +119,6 @@ class ToolCalls:
         for i, sample in enumerate(output.samples):
             sample.text = SUBMIT if zlib.crc32(repr((*key, i)).encode()) % 3 == 0 else RUN_TESTS
         return output
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds every process of the machine has spent (``/proc/stat``: all but idle and iowait):
-    the trainer, the engine's child or the server, the sandbox's workers and their executions."""
-    with open("/proc/stat") as fh:
-        fields = [int(x) for x in fh.readline().split()[1:]]
-    idle = fields[3] + fields[4]
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def setup(args: argparse.Namespace, checkpoint: Path) -> tuple[Any, list[Any]]:

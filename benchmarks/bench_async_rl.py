@@ -36,7 +36,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import yaml
-from bench_async_agent import machine_busy_seconds
+from machine_cpu import machine_busy_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 

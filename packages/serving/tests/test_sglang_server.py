@@ -13,6 +13,8 @@ report with dense layers is checked against ``codemoe serve``, which reports the
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 import warnings
@@ -245,9 +247,6 @@ def test_the_cpu_recipe_leaves_a_trainer_half_the_cores_and_the_scheduler_sleeps
     """Without OMP_NUM_THREADS the server's torch gets half the machine's cores (a server on every
     core stalls its parallel ops on the cores a trainer beside it holds); a value the caller set
     stands. The scheduler blocks on its sockets when idle instead of polling them."""
-    import os
-    import sys
-
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     server = SGLangServer(tmp_path, python=sys.executable)
     assert server.env()["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 2) // 2))

@@ -74,7 +74,7 @@ from typing import Any
 import torch
 from codemoe.core.errors import ConfigError
 from codemoe.rl.rollout import Rollouts
-from codemoe.rl.weight_sync import gathered_state, whole_state
+from codemoe.rl.weight_sync import runs_policy, takes_whole_state, whole_state
 
 __all__ = [
     "IN_FLIGHT",
@@ -139,7 +139,7 @@ def check_async_config(config: Any, *, world: int, engine: Any, policy: Any) -> 
     check_async_options(config)
     if config.max_staleness is None:
         return
-    if getattr(engine, "model", None) is policy and hasattr(engine, "weights_changed"):
+    if runs_policy(engine, policy):
         raise ConfigError(
             "'max_staleness': the engine runs the trainer's policy module itself, so it would sample weights "
             "mid-update; build it on a copy of the policy (the rl stage does when max_staleness is set)"
@@ -249,7 +249,7 @@ class RolloutProducer:
                 self._cond.wait_for(lambda: self.made >= min(version + self.k, self.last) or self.error is not None)
                 self._raise()
         state = None
-        if self._world > 1 and gathered_state(trainer.engine, trainer.policy):
+        if self._world > 1 and takes_whole_state(trainer.engine, trainer.policy):
             state = whole_state(trainer.policy, trainer.env)  # the trainers' collective, before the request lock
         with self._request:
             trainer._sync_engine(state)

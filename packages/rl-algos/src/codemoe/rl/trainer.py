@@ -41,12 +41,7 @@ from codemoe.core.contracts import SamplingParams
 from codemoe.core.devices import check_device, resolve_device
 from codemoe.rl.advantages import AdvantageInput, AdvantageOutput
 from codemoe.rl.algorithm import Algorithm, value_loss
-from codemoe.rl.async_rollout import (
-    RolloutProducer,
-    check_async_config,
-    check_async_options,
-    staleness_metrics,
-)
+from codemoe.rl.async_rollout import RolloutProducer, check_async_config, check_async_options, staleness_metrics
 from codemoe.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from codemoe.rl.critic import Critic
 from codemoe.rl.diagnostics import HealthConfig, HealthMonitor, update_cv

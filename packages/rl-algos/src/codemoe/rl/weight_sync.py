@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from codemoe.core.contracts import EngineError
 
-__all__ = ["full_parameters", "gathered_state", "sync_engine", "whole_state"]
+__all__ = ["full_parameters", "runs_policy", "sync_engine", "takes_whole_state", "whole_state"]
 
 
 def full_parameters(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
@@ -39,32 +39,26 @@ def full_parameters(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
         yield name, value.detach()
 
 
-def gathered_state(engine: Any, policy: Any) -> bool:
+def takes_whole_state(engine: Any, policy: Any) -> bool:
     """Whether ``engine`` is sent the whole state dict (case 2 of the module docstring): a caller
-    may then gather it first (:func:`sync_engine`'s ``state``), so that the collective and the
-    update happen apart."""
-    own = getattr(engine, "model", None) is policy and hasattr(engine, "weights_changed")
-    return not own and not getattr(engine, "serves_every_rank", False)
-
-
-def whole_state(policy: Any, env: Any) -> dict[str, torch.Tensor]:
-    """The policy's whole (unsharded) state dict, on every rank (under FSDP2 a collective)."""
-    return _state(policy, env)
+    may then gather it first (:func:`whole_state`, :func:`sync_engine`'s ``state``), so that the
+    collective and the update happen apart."""
+    return not runs_policy(engine, policy) and not getattr(engine, "serves_every_rank", False)
 
 
 def sync_engine(engine: Any, policy: Any, env: Any, state: dict[str, torch.Tensor] | None = None) -> None:
     """Make ``engine`` sample from ``policy``'s current weights (see the module docstring).
     ``state``: the whole state dict, already gathered by :func:`whole_state` (only for an engine
-    :func:`gathered_state` says takes one); this call then makes no collective."""
+    :func:`takes_whole_state` says takes one); this call then makes no collective."""
     if state is not None:
         engine.update_weights(state_dict=state)
         return
-    if getattr(engine, "model", None) is policy and hasattr(engine, "weights_changed"):
+    if runs_policy(engine, policy):
         engine.weights_changed()  # (a remote engine holds the policy too, for its config: not this case)
         return
     shared = getattr(engine, "serves_every_rank", False)
     if not shared:
-        engine.update_weights(state_dict=_state(policy, env))  # each rank's own engine
+        engine.update_weights(state_dict=whole_state(policy, env))  # each rank's own engine
         return
     main = env.is_main if env.enabled else True
     error = None
@@ -79,11 +73,11 @@ def sync_engine(engine: Any, policy: Any, env: Any, state: dict[str, torch.Tenso
             pass
     elif main:
         try:
-            engine.update_weights(state_dict=_state(policy, env))
+            engine.update_weights(state_dict=whole_state(policy, env))
         except EngineError as exc:
             error = str(exc)
     else:
-        _state(policy, env)  # the gathers rank 0's state dict needs
+        whole_state(policy, env)  # the gathers rank 0's state dict needs
     if not env.enabled:
         if error:
             raise EngineError(error)
@@ -96,8 +90,13 @@ def sync_engine(engine: Any, policy: Any, env: Any, state: dict[str, torch.Tenso
         engine.weight_version = answers[0][0]
 
 
-def _state(policy: Any, env: Any) -> dict[str, torch.Tensor]:
+def whole_state(policy: Any, env: Any) -> dict[str, torch.Tensor]:
     """The policy's whole (unsharded) state dict, on every rank (under FSDP2 a collective)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(policy, options=StateDictOptions(full_state_dict=env.enabled))
+
+
+def runs_policy(engine: Any, policy: Any) -> bool:
+    """The engine runs the policy module itself (case 1): it only drops what it kept of the old weights."""
+    return getattr(engine, "model", None) is policy and hasattr(engine, "weights_changed")
