@@ -7,9 +7,11 @@ SFT 150 steps, GRPO with seed 2's weighted reward on the visible tests in the sa
 processes, the embedded engine), with the RL stage run three times from the one SFT checkpoint:
 synchronously (``max_staleness: null``: the engine runs the trainer's policy module), then with a
 producer one version ahead (``max_staleness: 1``, the default ``stale_groups: wait``, ``in_flight:
-finish``) twice: the embedded engine on the producer's thread (``process: false``) and in a child
-process of its own (``process: true``, what an asynchronous stage on CPU gets by default). All
-three train the same number of steps on the same samples; each is then evaluated on the held-out
+finish``) three times: the embedded engine on the producer's thread (``process: false``), in a
+child process of its own (``process: true``), and with the scorer (the sandbox's client and the
+reward recipe) in a child process too (``scorer_process: true``: what an asynchronous stage on CPU
+gets by default); the first two score in the trainer's process (``scorer_process: false``). All
+four train the same number of steps on the same samples; each is then evaluated on the held-out
 split (8 samples per task, temperature 1, hidden tests), the asynchronous ones against the
 synchronous one as baseline (paired bootstrap). The first ``--warmup`` steps of each RL run are
 left out of the step times; the table reports the median of the rest. The whole machine's CPU per
@@ -44,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ASYNC = {
     "rl_async": "max_staleness 1, the engine on a thread",
     "rl_async_process": "max_staleness 1, the engine in a child process",
+    "rl_async_scorer": "max_staleness 1, the engine and the scorer in child processes",
 }
 
 
@@ -88,11 +91,15 @@ def pipeline(out: Path, steps: int, threads: int) -> dict:
                 ],
             },
             "rl_sync": {**rl, "max_staleness": None},
-            "rl_async": {**rl, "max_staleness": 1, "engine": {"name": "embedded", "process": False}},
-            "rl_async_process": {**rl, "max_staleness": 1, "engine": {"name": "embedded", "process": True}},
+            "rl_async": {**rl, "max_staleness": 1, "engine": {"name": "embedded", "process": False}, "scorer_process": False},
+            "rl_async_process": {**rl, "max_staleness": 1, "engine": {"name": "embedded", "process": True},
+                                 "scorer_process": False},
+            "rl_async_scorer": {**rl, "max_staleness": 1, "engine": {"name": "embedded", "process": True},
+                                "scorer_process": True},
             "eval_sync": {**evaluation, "checkpoint_from": "rl_sync"},
             "eval_async": {**evaluation, "checkpoint_from": "rl_async", "baseline": "eval_sync"},
             "eval_async_process": {**evaluation, "checkpoint_from": "rl_async_process", "baseline": "eval_sync"},
+            "eval_async_scorer": {**evaluation, "checkpoint_from": "rl_async_scorer", "baseline": "eval_sync"},
         },
     }
 

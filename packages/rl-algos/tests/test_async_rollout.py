@@ -330,3 +330,16 @@ def test_the_rl_stage_runs_asynchronously_on_a_copy_of_the_policy(tmp_path):
     # up to kernel rounding (the lean decode step against the module forward, ~1e-6)
     assert steps[0]["logp_mismatch_max"] < 1e-3
     assert steps[1]["logp_mismatch_max"] > steps[0]["logp_mismatch_max"]  # sampled by the weights before the update
+
+    # the stage scored in a child process of its own (scorer_process: null, asynchronous); scoring in
+    # the trainer's process instead gives the same samples the same rewards, step for step
+    in_process = run_pipeline(
+        compose(tmp_path / "p.yaml", [f"run.dir={tmp_path / 'in_process'}", "stages.rl.scorer_process=false"],
+                registry_dir=REGISTRY),
+        build_registry(pm), Hooks(pm), show_progress=False,
+    )
+    again = [json.loads(line) for line in (in_process.run_dir / "metrics.jsonl").read_text().splitlines()]
+    again = [r for r in again if r["stage"] == "rl" and r["step"] is not None]
+    rewards = [{k: v for k, v in r.items() if k.startswith(("reward", "pass"))} for r in steps]
+    assert rewards == [{k: v for k, v in r.items() if k.startswith(("reward", "pass"))} for r in again]
+    assert any(r for r in rewards)

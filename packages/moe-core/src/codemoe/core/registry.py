@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codemoe.core.errors import RegistryError, did_you_mean
+from codemoe.core.errors import ConfigError, RegistryError, did_you_mean
 
-__all__ = ["Component", "Option", "Registry", "config_options"]
+__all__ = ["Component", "Option", "Registry", "build_portable", "config_options"]
 
 
 def _resolve(target: Any) -> Any:
@@ -232,6 +232,22 @@ class Registry:
 
         return validate_component(self, kind, spec, where=where)
 
+    def portable(self, kind: str, spec: Mapping[str, Any] | str, *, where: str = "") -> tuple[Any, Any]:
+        """``(factory, config)``: what another process needs to build the component of ``spec``
+        itself, with :func:`build_portable` (both pickle when the factory is a module-level name and
+        the config a dataclass of plain values). Refused with a ``ConfigError`` naming ``where`` for a
+        component whose factory builds nested components from this registry (``registry`` parameter)."""
+        from codemoe.core.config import spec_name
+
+        component = self.get(kind, spec_name(kind, spec, where=where), where=where)
+        if _takes_registry(_resolve(component.factory)):
+            raise ConfigError(
+                f"{kind} '{component.name}'{f' at {where!r}' if where else ''} builds nested components from the "
+                "registry, so it cannot be built in another process"
+            )
+        config = self.make_config(kind, spec, where=where) if component.config is not None else None
+        return component.factory, config
+
     def build(self, kind: str, spec: Mapping[str, Any] | str, *, where: str = "", **kwargs: Any) -> Any:
         """Validate ``spec`` and build the component; ``kwargs`` go to the factory.
 
@@ -250,6 +266,12 @@ class Registry:
         if component.config is None:
             return component.build(**kwargs)
         return component.build(config, **kwargs)
+
+
+def build_portable(factory: Callable[..., Any] | str, config: Any, **kwargs: Any) -> Any:
+    """Build a component from :meth:`Registry.portable`'s ``(factory, config)``, in any process."""
+    factory = _resolve(factory)
+    return factory(**kwargs) if config is None else factory(config, **kwargs)
 
 
 @functools.cache

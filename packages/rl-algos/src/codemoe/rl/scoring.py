@@ -4,6 +4,10 @@ verifier (kind ``executor``), the verdict weighed by the reward recipe (kind ``r
 Both come from the registry and meet this module only through ``codemoe.core.contracts``: it names
 what to check (:class:`~codemoe.core.contracts.ProgramCheck`), the verifier decides how. Hidden tests
 are never run here: they are the evaluation's.
+
+The module does not import torch (a scorer in a child process of its own,
+:mod:`codemoe.rl.scoring_process`, runs it without): :meth:`VerifierScorer.weigh` works on plain
+values, and :meth:`VerifierScorer.__call__` wraps its answers as the trainer's ``Score``.
 """
 
 from __future__ import annotations
@@ -12,9 +16,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from codemoe.core.contracts import ProgramCheck, Verifier
-from codemoe.rl.rollout import Score
 
-__all__ = ["VerifierScorer", "logged_values"]
+__all__ = ["ScoringItem", "VerifierScorer", "logged_values", "scoring_items"]
+
+# one task's samples to score: (task id, prompt, visible tests, each sample's completion text)
+ScoringItem = tuple[str, str, str, list[str]]
+# one sample's score as plain values: (reward, passed, logged components)
+Weighed = tuple[float, bool, dict[str, float]]
+
+
+def scoring_items(tasks: Sequence[Any], outputs: Sequence[Any]) -> list[ScoringItem]:
+    """What a scorer needs of ``tasks`` and the engine's ``outputs``, as plain values (no hidden
+    test, no token id): the program of a sample is its task's prompt followed by its text."""
+    return [
+        (task.id, task.prompt, task.visible_tests, [sample.text for sample in out.samples])
+        for task, out in zip(tasks, outputs, strict=True)
+    ]
 
 
 def logged_values(recipe: Any) -> dict[str, float]:
@@ -50,25 +67,34 @@ class VerifierScorer:
         self.once_per_program = once_per_program
         self.checked = self.samples = 0  # programs sent to the verifier and samples scored, over the run
 
-    def __call__(self, tasks: Sequence[Any], outputs: Sequence[Any]) -> list[Score]:
-        programs = [(task, task.prompt + sample.text) for task, out in zip(tasks, outputs) for sample in out.samples]
+    def __call__(self, tasks: Sequence[Any], outputs: Sequence[Any]) -> list[Any]:
+        from codemoe.rl.rollout import Score
+
+        return [
+            Score(reward=reward, passed=passed, components=components)
+            for reward, passed, components in self.weigh(scoring_items(tasks, outputs))
+        ]
+
+    def weigh(self, items: Sequence[ScoringItem]) -> list[Weighed]:
+        """One ``(reward, passed, components)`` per sample of ``items``, in order."""
+        programs = [(task_id, tests, prompt + text) for task_id, prompt, tests, texts in items for text in texts]
         first: dict[tuple[str, str, str], int] = {}  # (task id, tests, program) -> its check's number
         checks, of_sample = [], []
-        for task, program in programs:
-            key = (task.id, task.visible_tests, program)
+        for key in programs:
+            task_id, tests, program = key
             if not self.once_per_program or key not in first:
                 first[key] = len(checks)
-                checks.append(ProgramCheck(task_id=task.id, program=program, tests=task.visible_tests, index=len(checks)))
+                checks.append(ProgramCheck(task_id=task_id, program=program, tests=tests, index=len(checks)))
             of_sample.append(first[key])
         verdicts = self.verifier.check_programs(checks, timeout_s=self.timeout_s, memory_mb=self.memory_mb)
         self.checked, self.samples = self.checked + len(checks), self.samples + len(programs)
-        weighed: dict[int, Score] = {}  # a check's score: the recipe (its detectors parse the program) runs once
+        weighed: dict[int, Weighed] = {}  # a check's score: the recipe (its detectors parse the program) runs once
         scores = []
         for i in of_sample:
             if i not in weighed:
                 verdict = verdicts[i]
                 recipe = self.recipe(verdict.to_reward_input())
-                weighed[i] = Score(reward=float(recipe.total), passed=verdict.passed, components=logged_values(recipe))
-            score = weighed[i]
-            scores.append(Score(reward=score.reward, passed=score.passed, components=dict(score.components)))
+                weighed[i] = (float(recipe.total), bool(verdict.passed), logged_values(recipe))
+            reward, passed, components = weighed[i]
+            scores.append((reward, passed, dict(components)))
         return scores

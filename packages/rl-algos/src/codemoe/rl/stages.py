@@ -72,6 +72,11 @@ class RLStageConfig(RLConfig):
     # samples of a batch with the same whole program are checked once and share the verdict (false:
     # every sample is checked on its own; see codemoe.rl.scoring.VerifierScorer)
     check_once_per_program: bool = True
+    # score in a child process of its own (the sandbox's client and the reward recipe's hack detectors):
+    # with asynchronous rollouts its Python then runs beside the update instead of taking the GIL from
+    # it (codemoe.rl.scoring_process). null: in a child process when max_staleness is set and the stage
+    # scores single completions (no environment), in-process otherwise
+    scorer_process: bool | None = None
     # multi-step agent episodes instead of single completions: an environment spec (kind 'environment',
     # e.g. 'repo' over a repository suite such as agentic-core), with max_turns actions per episode
     environment: Any = field(default=None, metadata={"kind": "environment"})
@@ -79,6 +84,18 @@ class RLStageConfig(RLConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _one_start(self.checkpoint, self.checkpoint_from)
+        if self.scorer_process and self.environment is not None:
+            raise ConfigError(
+                "'scorer_process': true scores single completions in a child process; agent episodes "
+                "(environment set) are graded by their environment in the trainer's process: set it to null or false"
+            )
+
+    @property
+    def scores_in_process(self) -> bool:
+        """Whether the scorer runs in the trainer's process (``scorer_process`` resolved)."""
+        if self.scorer_process is None:
+            return self.max_staleness is None or self.environment is not None
+        return not self.scorer_process
 
 
 def _one_start(checkpoint: str, checkpoint_from: str | None) -> None:
@@ -281,22 +298,58 @@ class RLStage:
         torch.manual_seed(ctx.seed + cfg.seed)
         policy, tokenizer = load_pretrained(_start_checkpoint(ctx, stage, cfg, "sft"), registry=ctx.registry)
         _on_device(policy, cfg.device, f"stages.{stage.id}.device")  # before the engine, which runs it there
-        executor = ctx.registry.build("executor", cfg.executor, where=f"stages.{stage.id}.executor")
+        # a scorer in a child process builds its own executor there; the trainer's process needs one only
+        # to score in-process or to run agent episodes
+        recipe = ctx.registry.build("reward", cfg.reward, where=f"stages.{stage.id}.reward")
+        parts = self._scorer_parts(ctx, stage, recipe)
+        executor = None
+        if parts is None or cfg.environment is not None:
+            executor = ctx.registry.build("executor", cfg.executor, where=f"stages.{stage.id}.executor")
         trainer = None
         try:
             with ctx.progress(f"rl ({stage.id})", cfg.steps) as advance:
-                trainer = self._trainer(ctx, stage, env, policy, tokenizer, executor, advance)
+                trainer = self._trainer(ctx, stage, env, policy, tokenizer, executor, recipe, parts, advance)
                 result = trainer.fit()
         finally:
-            executor.close()  # the sandbox's worker processes end with the stage
+            for part in (executor, getattr(trainer, "scorer", None)):
+                close = getattr(part, "close", None)
+                if close is not None:  # the sandbox's worker processes (a scorer's child's too) end with the stage
+                    close()
             close = getattr(getattr(trainer, "engine", None), "close", None)
             if close is not None:  # an engine with a process of its own (embedded with process: true)
                 close()
         path = save_policy(trainer.policy, tokenizer, ctx.stage_dir(stage) / "checkpoint", env)
         return {"checkpoint": str(path), **result}
 
+    def _scorer_parts(self, ctx: Any, stage: Any, recipe: Any) -> bytes | None:
+        """What a scorer in a child process is built from (:func:`~codemoe.rl.scoring_process.portable_parts`),
+        or None to score in the trainer's process: ``scorer_process: false``, or null where it does not
+        apply (a synchronous stage, agent episodes) or the executor or recipe cannot cross to a child."""
+        from codemoe.core.errors import ConfigError
+        from codemoe.rl.scoring_process import portable_parts
+
+        cfg, where = self.config, f"stages.{stage.id}"
+        if cfg.scores_in_process:
+            return None
+        try:
+            factory, config = ctx.registry.portable("executor", cfg.executor, where=f"{where}.executor")
+            return portable_parts(factory, config, recipe, f"{where}.scorer_process")
+        except ConfigError:
+            if cfg.scorer_process:
+                raise
+            return None  # null: in-process, as a stage that cannot score elsewhere always did
+
     def _trainer(
-        self, ctx: Any, stage: Any, env: Any, policy: Any, tokenizer: Any, executor: Any, advance: Any
+        self,
+        ctx: Any,
+        stage: Any,
+        env: Any,
+        policy: Any,
+        tokenizer: Any,
+        executor: Any,
+        recipe: Any,
+        parts: bytes | None,
+        advance: Any,
     ) -> RLTrainer:
         """The trainer with every component resolved from the registry; the engine is built on the
         policy module itself (the embedded engine samples its live parameters, no copy), or with
@@ -311,14 +364,20 @@ class RLStage:
         engine = ctx.registry.build(
             "engine", _engine_spec(cfg, served), where=f"{where}.engine", model=served, tokenizer=tokenizer
         )
-        recipe = ctx.registry.build("reward", cfg.reward, where=f"{where}.reward")
         algorithm = ctx.registry.build("algorithm", cfg.algo, where=f"{where}.algo", registry=ctx.registry)
+        options = {"timeout_s": cfg.timeout_s, "once_per_program": cfg.check_once_per_program}
+        if parts is None:
+            scorer: Any = VerifierScorer(executor, recipe, **options)
+        else:
+            from codemoe.rl.scoring_process import ProcessScorer
+
+            scorer = ProcessScorer(parts, **options)
         return RLTrainer(
             cfg,
             algorithm,
             policy,
             engine,
-            VerifierScorer(executor, recipe, timeout_s=cfg.timeout_s, once_per_program=cfg.check_once_per_program),
+            scorer,
             _repository_tasks(_tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks), cfg.environment, where),
             pad_id=tokenizer.pad_token_id,
             checkpoint_dir=ctx.stage_dir(stage) / "checkpoints",

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import multiprocessing.context
 import os
 import pickle
 import signal
@@ -38,11 +37,11 @@ import threading
 import weakref
 from concurrent.futures import Future
 from dataclasses import asdict
-from multiprocessing import popen_spawn_posix, spawn
 from typing import Any
 
 import torch
 from codemoe.core.contracts import EngineError, GenerationOutput, RequestError, SamplingParams
+from codemoe.core.processes import SpawnProcess
 from codemoe.serving.embedded import EmbeddedEngine, EmbeddedEngineConfig, check_weights_fit, encode_prompt
 
 __all__ = ["ProcessEngine"]
@@ -77,7 +76,7 @@ class ProcessEngine:
         context = torch.multiprocessing.get_context("spawn")  # torch's reductions: parameters cross as shared memory
         self._conn, child_conn = context.Pipe()
         child_config = {**asdict(config), "process": False}
-        self._proc = _EngineProcess(
+        self._proc = SpawnProcess(
             target=_serve,
             args=(child_conn, model, tokenizer, child_config, threads),
             name="codemoe-engine",
@@ -209,37 +208,6 @@ class ProcessEngine:
         for future in list(self._pending.values()):
             future.set_exception(EngineError(self._dead))
         self._pending.clear()
-
-
-class _SpawnWithoutMain(popen_spawn_posix.Popen):
-    """``spawn``'s launcher, minus the re-import of the parent's ``__main__`` in the child: the child
-    needs only codemoe's modules, and a user's script without a ``__main__`` guard would otherwise
-    run again in it (and start another engine)."""
-
-    def _launch(self, process_obj: Any) -> None:
-        real = spawn.get_preparation_data
-
-        def without_main(name: str) -> dict[str, Any]:
-            data = real(name)
-            data.pop("init_main_from_path", None)
-            data.pop("init_main_from_name", None)
-            return data
-
-        with _SPAWNING:
-            spawn.get_preparation_data = without_main
-            try:
-                super()._launch(process_obj)
-            finally:
-                spawn.get_preparation_data = real
-
-
-_SPAWNING = threading.Lock()
-
-
-class _EngineProcess(multiprocessing.context.SpawnProcess):
-    @staticmethod
-    def _Popen(process_obj: Any) -> Any:
-        return _SpawnWithoutMain(process_obj)
 
 
 def _check_shared_memory(model: torch.nn.Module) -> None:
