@@ -48,10 +48,16 @@ ASYNC = {
     "rl_async_process": "max_staleness 1, the engine in a child process",
     "rl_async_scorer": "max_staleness 1, the engine and the scorer in child processes",
 }
+# with --free-running: the producer runs free (both in child processes), stale batches dropped or kept
+FREE = {
+    "rl_async_drop": "max_staleness 1, stale_groups drop",
+    "rl_async_keep": "max_staleness 1, stale_groups keep",
+}
 
 
-def pipeline(out: Path, steps: int, threads: int) -> dict:
-    """The quickstart with two RL stages from one SFT checkpoint, and an evaluation of each."""
+def pipeline(out: Path, steps: int, threads: int, free: bool = False) -> dict:
+    """The quickstart with its RL stage run from one SFT checkpoint in each way of ``ASYNC`` (and
+    ``FREE`` when ``free``) besides the synchronous one, and an evaluation of each."""
     rl = {
         "name": "rl",
         "checkpoint_from": "sft",
@@ -74,7 +80,7 @@ def pipeline(out: Path, steps: int, threads: int) -> dict:
         "temperature": 1.0,
         "max_new_tokens": 32,
     }
-    return {
+    spec = {
         "run": {"name": "bench-async-rl", "dir": str(out), "seed": 0},
         "stages": {
             "environment": {"torch_threads": threads},
@@ -102,6 +108,11 @@ def pipeline(out: Path, steps: int, threads: int) -> dict:
             "eval_async_scorer": {**evaluation, "checkpoint_from": "rl_async_scorer", "baseline": "eval_sync"},
         },
     }
+    for name in FREE if free else ():
+        policy = name.removeprefix("rl_async_")
+        spec["stages"][name] = {**rl, "max_staleness": 1, "stale_groups": policy, "engine": {"name": "embedded", "process": True}}
+        spec["stages"]["eval_" + name.removeprefix("rl_")] = {**evaluation, "checkpoint_from": name, "baseline": "eval_sync"}
+    return spec
 
 
 class MachineCPU(threading.Thread):
@@ -224,16 +235,22 @@ def main() -> None:
         default=0,
         help="also run this many steps of each against a real SGLang server (0: not)",
     )
+    parser.add_argument(
+        "--free-running",
+        action="store_true",
+        help="also run the producer free (stale_groups drop and keep), each evaluated against the synchronous run",
+    )
     parser.add_argument("--run-dir", type=Path, default=None, help="keep the pipeline run here (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
     load = (f"{os.getloadavg()[0]:.2f}",)
+    overlapped = {**ASYNC, **(FREE if args.free_running else {})}
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.run_dir or Path(scratch)
         tmp.mkdir(parents=True, exist_ok=True)
         spec = Path(tmp) / "bench_async_rl.yaml"
-        spec.write_text(yaml.safe_dump(pipeline(Path(tmp) / "runs", args.steps, args.threads), sort_keys=False))
+        spec.write_text(yaml.safe_dump(pipeline(Path(tmp) / "runs", args.steps, args.threads, args.free_running), sort_keys=False))
         sampler = MachineCPU()
         sampler.start()
         try:
@@ -242,7 +259,7 @@ def main() -> None:
             sampler.stop()
         run_dir = next(p for p in (Path(tmp) / "runs").iterdir() if (p / "state.json").is_file())
         results = json.loads((run_dir / "state.json").read_text())["finished"]
-        steps = {name: step_metrics(run_dir, name) for name in ("rl_sync", *ASYNC)}
+        steps = {name: step_metrics(run_dir, name) for name in ("rl_sync", *overlapped)}
         served = sglang_case(run_dir, args.sglang_steps, args.threads, Path(tmp)) if args.sglang_steps else {}
 
     timed = {name: [m["step_seconds"] for m in rows[args.warmup :]] for name, rows in steps.items()}
@@ -256,7 +273,7 @@ def main() -> None:
     machine = {name: statistics.median(machine_cpu(rows, sampler)[args.warmup - 1 :]) for name, rows in steps.items()}
     cpu_floor = machine["rl_sync"] / (os.cpu_count() or 1)
     cases = []
-    for name, what in ASYNC.items():
+    for name, what in overlapped.items():
         trainer_cpu = "CPU time of the trainer's process (every thread; not the sandbox workers, nor an engine's child process)"
         machine_cpu_case = "CPU time of the whole machine (every process: trainer, sandbox, engine's child, and anything else running)"
         cases += [
@@ -273,7 +290,7 @@ def main() -> None:
         timed.update(served)
     sync_eval = results["eval_sync"]
     learning = {"samples_each": args.steps * 16 * 8, "pass@1_sync": sync_eval["pass@1"], "pass@1_sync_ci": sync_eval["pass@1_ci"]}
-    for name in ASYNC:
+    for name in overlapped:
         ev = results["eval_" + name.removeprefix("rl_")]
         learning[name] = {
             "pass@1": ev["pass@1"],
@@ -292,13 +309,14 @@ def main() -> None:
         f"{cpu_floor:.3f} s ({sync / max(cpu_floor, max(gen, train)):.2f}x at most); load average "
         f"before / after: {load[0]} / {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
     )
-    for name, what in ASYNC.items():
+    for name, what in overlapped.items():
         rows = steps[name][args.warmup :]
         print(
             f"{what}: trainer waited {statistics.median(m.get('rollout_wait_seconds', 0.0) for m in rows):.3f} s per "
             f"step for rollouts (median); the producer spent {statistics.median(m.get('producer_seconds', 0.0) for m in rows):.3f} s per batch; "
             f"held-out pass@1 {learning[name]['pass@1']:.4f} {learning[name]['pass@1_ci']}, inside the synchronous CI: "
-            f"{learning[name]['within_sync_ci']}"
+            f"{learning[name]['within_sync_ci']}; staleness mean {statistics.mean(m.get('staleness_mean', 0.0) for m in steps[name]):.2f}, "
+            f"batches dropped as too stale {sum(m.get('stale_dropped', 0.0) for m in steps[name]):.0f}"
         )
     print(f"held-out pass@1 synchronous after {learning['samples_each']} samples: {learning['pass@1_sync']:.4f} {learning['pass@1_sync_ci']}")
     if args.json is not None:

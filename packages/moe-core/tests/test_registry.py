@@ -100,6 +100,27 @@ def test_lazy_import_targets_resolve_on_build():
     assert registry.get("fn", "dirname").build(p="/a/b") == "/a"
 
 
+def _nested(config: AddConfig, registry: Registry) -> Any:
+    return registry.build("op", "add")
+
+
+def test_portable_gives_what_another_process_builds_the_same_component_from():
+    import pickle
+
+    from codemoe.core.registry import build_portable
+
+    registry = make_registry()
+    registry.register("fn", "dirname", "os.path:dirname", summary="parent folder")
+    registry.register("op", "nested", _nested, AddConfig)
+    factory, config = pickle.loads(pickle.dumps(registry.portable("op", {"name": "add", "offset": 3})))
+    assert build_portable(factory, config, scale=2)(10) == 16  # validated options and runtime kwargs, as build()
+    assert build_portable(*pickle.loads(pickle.dumps(registry.portable("fn", "dirname"))), p="/a/b") == "/a"
+    with pytest.raises(ConfigError, match="'stages.p.offst': unknown option"):
+        registry.portable("op", {"name": "add", "offst": 3}, where="stages.p")
+    with pytest.raises(ConfigError, match="op 'nested' at 'stages.p' builds nested components"):
+        registry.portable("op", "nested", where="stages.p")
+
+
 def test_config_class_must_be_a_dataclass():
     registry = Registry()
     registry.register("fn", "bad", "os.path:dirname", "os.path:sep")
