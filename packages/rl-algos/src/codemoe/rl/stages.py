@@ -299,11 +299,11 @@ class RLStage:
         policy, tokenizer = load_pretrained(_start_checkpoint(ctx, stage, cfg, "sft"), registry=ctx.registry)
         _on_device(policy, cfg.device, f"stages.{stage.id}.device")  # before the engine, which runs it there
         # a scorer in a child process builds its own executor there; the trainer's process needs one only
-        # to score in-process or to run agent episodes
+        # to score in-process (agent episodes always do: their environment runs the tools here)
         recipe = ctx.registry.build("reward", cfg.reward, where=f"stages.{stage.id}.reward")
         parts = self._scorer_parts(ctx, stage, recipe)
         executor = None
-        if parts is None or cfg.environment is not None:
+        if parts is None:
             executor = ctx.registry.build("executor", cfg.executor, where=f"stages.{stage.id}.executor")
         trainer = None
         try:
