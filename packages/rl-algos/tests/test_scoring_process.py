@@ -3,6 +3,7 @@ a child that owns the sandbox's workers; its errors and its death reach the call
 
 from __future__ import annotations
 
+import operator
 import os
 import pickle
 import signal
@@ -48,13 +49,6 @@ OUTPUTS = [
         "    while True:\n        pass\n",  # runs out of time
     ]),
 ]
-
-
-class _Explodes:
-    """A picklable recipe that fails on every verdict (a bug in a user's recipe)."""
-
-    def __call__(self, reward_input):
-        raise ValueError("the recipe cannot weigh this")
 
 
 def _children(pid: int) -> set[int]:
@@ -116,9 +110,12 @@ def test_the_sandbox_workers_are_the_childs_and_end_with_it(registry, recipe):
 
 def test_an_error_in_the_childs_recipe_is_raised_here_as_itself(registry):
     factory, config = registry.portable("executor", {"name": "local", "workers": 1})
-    scorer = ProcessScorer(portable_parts(factory, config, _Explodes(), "stages.rl.scorer_process"))
+    # a recipe with a bug: it calls what a reward input does not have (a test module's own class would
+    # not do: under pytest's importlib mode the child cannot import it by name to unpickle it)
+    broken = operator.methodcaller("no_such_method")
+    scorer = ProcessScorer(portable_parts(factory, config, broken, "stages.rl.scorer_process"))
     try:
-        with pytest.raises(ValueError, match="cannot weigh"):
+        with pytest.raises(AttributeError, match="no attribute 'no_such_method'"):
             scorer(TASKS[:1], [_output(["    return x + 1\n"])])
     finally:
         scorer.close()
@@ -162,3 +159,41 @@ def test_scorer_process_true_with_agent_episodes_is_refused_by_key():
     assert RLStageConfig(max_staleness=1, environment={"name": "repo"}).scores_in_process is True
     assert RLStageConfig(max_staleness=1, scorer_process=False).scores_in_process is True
     assert RLStageConfig(scorer_process=True).scores_in_process is False
+
+
+def test_a_recipe_the_child_cannot_rebuild_is_scored_in_process_unless_the_child_is_asked_for(
+    registry, recipe, caplog
+):
+    """A recipe whose class lives only in the trainer's process (a script's ``__main__``, here a
+    module made at run time) pickles here but cannot be unpickled in the child: ``scorer_process:
+    null`` then scores in the trainer's process, saying why; ``true`` is an error that says why."""
+    import sys
+    import types
+
+    from codemoe.rl.stages import RLStage, RLStageConfig
+
+    module = types.ModuleType("codemoe_made_in_this_process")
+
+    class Recipe:
+        def __call__(self, reward_input):
+            return None
+
+    Recipe.__module__, Recipe.__qualname__ = module.__name__, "Recipe"
+    module.Recipe = Recipe
+    sys.modules[module.__name__] = module
+    ctx, stage = types.SimpleNamespace(registry=registry), types.SimpleNamespace(id="rl")
+    try:
+        with caplog.at_level("WARNING", logger="codemoe.rl"):
+            assert RLStage(RLStageConfig(max_staleness=1))._process_scorer(ctx, stage, Recipe()) is None
+        assert "stages.rl.scorer_process: scoring in the trainer's process" in caplog.text
+        assert "codemoe_made_in_this_process" in caplog.text
+        with pytest.raises(ScorerProcessError, match="did not start.*codemoe_made_in_this_process"):
+            RLStage(RLStageConfig(max_staleness=1, scorer_process=True))._process_scorer(ctx, stage, Recipe())
+    finally:
+        del sys.modules[module.__name__]
+    scorer = RLStage(RLStageConfig(max_staleness=1))._process_scorer(ctx, stage, recipe)
+    try:
+        assert isinstance(scorer, ProcessScorer)
+    finally:
+        scorer.close()
+    assert RLStage(RLStageConfig())._process_scorer(ctx, stage, recipe) is None  # synchronous: in-process

@@ -9,6 +9,7 @@ is gathered one parameter at a time into rank 0's host memory, which writes it.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 from codemoe.core.errors import ConfigError
 from codemoe.rl.sft import SFTConfig, SFTTrainer, encode_examples, episode_examples, trajectory_pairs
 from codemoe.rl.trainer import RLConfig, RLTrainer
+
+log = logging.getLogger("codemoe.rl")
 
 __all__ = ["RLStage", "RLStageConfig", "SFTStage", "SFTStageConfig", "TrajectoriesStage", "TrajectoriesStageConfig"]
 
@@ -301,43 +304,45 @@ class RLStage:
         # a scorer in a child process builds its own executor there; the trainer's process needs one only
         # to score in-process (agent episodes always do: their environment runs the tools here)
         recipe = ctx.registry.build("reward", cfg.reward, where=f"stages.{stage.id}.reward")
-        parts = self._scorer_parts(ctx, stage, recipe)
+        scorer = self._process_scorer(ctx, stage, recipe)
         executor = None
-        if parts is None:
+        if scorer is None:
             executor = ctx.registry.build("executor", cfg.executor, where=f"stages.{stage.id}.executor")
         trainer = None
         try:
             with ctx.progress(f"rl ({stage.id})", cfg.steps) as advance:
-                trainer = self._trainer(ctx, stage, env, policy, tokenizer, executor, recipe, parts, advance)
+                trainer = self._trainer(ctx, stage, env, policy, tokenizer, executor, recipe, scorer, advance)
                 result = trainer.fit()
         finally:
-            for part in (executor, getattr(trainer, "scorer", None)):
-                close = getattr(part, "close", None)
-                if close is not None:  # the sandbox's worker processes (a scorer's child's too) end with the stage
-                    close()
+            for part in (executor, scorer):
+                if part is not None:  # the sandbox's worker processes (a scorer's child's too) end with the stage
+                    part.close()
             close = getattr(getattr(trainer, "engine", None), "close", None)
             if close is not None:  # an engine with a process of its own (embedded with process: true)
                 close()
         path = save_policy(trainer.policy, tokenizer, ctx.stage_dir(stage) / "checkpoint", env)
         return {"checkpoint": str(path), **result}
 
-    def _scorer_parts(self, ctx: Any, stage: Any, recipe: Any) -> bytes | None:
-        """What a scorer in a child process is built from (:func:`~codemoe.rl.scoring_process.portable_parts`),
+    def _process_scorer(self, ctx: Any, stage: Any, recipe: Any) -> Any:
+        """The scorer in a child process of its own (:class:`~codemoe.rl.scoring_process.ProcessScorer`),
         or None to score in the trainer's process: ``scorer_process: false``, or null where it does not
-        apply (a synchronous stage, agent episodes) or the executor or recipe cannot cross to a child."""
-        from codemoe.core.errors import ConfigError
-        from codemoe.rl.scoring_process import portable_parts
+        apply (a synchronous stage, agent episodes) or where the executor or the recipe cannot be
+        rebuilt in a child (a factory that takes the registry, a recipe that does not pickle or whose
+        class the child cannot import, e.g. one defined in a script's ``__main__``)."""
+        from codemoe.rl.scoring_process import ProcessScorer, ScorerProcessError, portable_parts
 
         cfg, where = self.config, f"stages.{stage.id}"
         if cfg.scores_in_process:
             return None
         try:
             factory, config = ctx.registry.portable("executor", cfg.executor, where=f"{where}.executor")
-            return portable_parts(factory, config, recipe, f"{where}.scorer_process")
-        except ConfigError:
+            parts = portable_parts(factory, config, recipe, f"{where}.scorer_process")
+            return ProcessScorer(parts, timeout_s=cfg.timeout_s, once_per_program=cfg.check_once_per_program)
+        except (ConfigError, ScorerProcessError) as exc:
             if cfg.scorer_process:
                 raise
-            return None  # null: in-process, as a stage that cannot score elsewhere always did
+            log.warning("%s.scorer_process: scoring in the trainer's process (%s)", where, exc)
+            return None
 
     def _trainer(
         self,
@@ -348,7 +353,7 @@ class RLStage:
         tokenizer: Any,
         executor: Any,
         recipe: Any,
-        parts: bytes | None,
+        scorer: Any,
         advance: Any,
     ) -> RLTrainer:
         """The trainer with every component resolved from the registry; the engine is built on the
@@ -365,13 +370,8 @@ class RLStage:
             "engine", _engine_spec(cfg, served), where=f"{where}.engine", model=served, tokenizer=tokenizer
         )
         algorithm = ctx.registry.build("algorithm", cfg.algo, where=f"{where}.algo", registry=ctx.registry)
-        options = {"timeout_s": cfg.timeout_s, "once_per_program": cfg.check_once_per_program}
-        if parts is None:
-            scorer: Any = VerifierScorer(executor, recipe, **options)
-        else:
-            from codemoe.rl.scoring_process import ProcessScorer
-
-            scorer = ProcessScorer(parts, **options)
+        if scorer is None:
+            scorer = VerifierScorer(executor, recipe, timeout_s=cfg.timeout_s, once_per_program=cfg.check_once_per_program)
         return RLTrainer(
             cfg,
             algorithm,
