@@ -9,12 +9,14 @@ module of its ``target``.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.context
+import pickle
 import threading
 from multiprocessing import popen_spawn_posix, spawn
 from typing import Any
 
-__all__ = ["SpawnProcess"]
+__all__ = ["SpawnProcess", "close_child", "portable_exception"]
 
 _SPAWNING = threading.Lock()  # the launcher's hook below is process-wide while a child starts
 
@@ -46,3 +48,24 @@ class SpawnProcess(multiprocessing.context.SpawnProcess):
     @staticmethod
     def _Popen(process_obj: Any) -> Any:
         return _SpawnWithoutMain(process_obj)
+
+
+def close_child(conn: Any, proc: Any, wait_s: float = 10.0) -> None:
+    """End a child that serves ``conn`` until EOF: close this end, wait ``wait_s`` for it to exit
+    (it cleans up on the way), then kill it."""
+    with contextlib.suppress(OSError):
+        conn.close()
+    proc.join(wait_s)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+
+
+def portable_exception(exc: BaseException, fallback: type[Exception]) -> BaseException:
+    """``exc`` itself when it survives a pickle round trip (so the parent raises it as its own
+    type), else ``fallback`` with its type and message."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return fallback(f"{type(exc).__name__}: {exc}")

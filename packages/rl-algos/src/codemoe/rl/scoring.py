@@ -17,7 +17,7 @@ from typing import Any
 
 from codemoe.core.contracts import ProgramCheck, Verifier
 
-__all__ = ["ScoringItem", "VerifierScorer", "logged_values", "scoring_items"]
+__all__ = ["ScoringItem", "VerifierScorer", "Weighing", "logged_values", "scoring_items"]
 
 # one task's samples to score: (task id, prompt, visible tests, each sample's completion text)
 ScoringItem = tuple[str, str, str, list[str]]
@@ -41,7 +41,23 @@ def logged_values(recipe: Any) -> dict[str, float]:
     return {**recipe.components, **getattr(recipe, "metrics", {})}
 
 
-class VerifierScorer:
+class Weighing:
+    """The trainer's scorer contract, ``scorer(tasks, outputs) -> scores``, over a subclass's
+    :meth:`weigh` of plain values (in this process, or in a child's)."""
+
+    def weigh(self, items: Sequence[ScoringItem]) -> list[Weighed]:
+        raise NotImplementedError
+
+    def __call__(self, tasks: Sequence[Any], outputs: Sequence[Any]) -> list[Any]:
+        from codemoe.rl.rollout import Score
+
+        return [
+            Score(reward=reward, passed=passed, components=components)
+            for reward, passed, components in self.weigh(scoring_items(tasks, outputs))
+        ]
+
+
+class VerifierScorer(Weighing):
     """``scorer(tasks, outputs) -> scores`` for tasks with ``prompt``, ``visible_tests`` and ``id``.
 
     ``once_per_program`` (the default): samples of a batch whose whole program is the same (a
@@ -66,14 +82,6 @@ class VerifierScorer:
         self.timeout_s, self.memory_mb = timeout_s, memory_mb
         self.once_per_program = once_per_program
         self.checked = self.samples = 0  # programs sent to the verifier and samples scored, over the run
-
-    def __call__(self, tasks: Sequence[Any], outputs: Sequence[Any]) -> list[Any]:
-        from codemoe.rl.rollout import Score
-
-        return [
-            Score(reward=reward, passed=passed, components=components)
-            for reward, passed, components in self.weigh(scoring_items(tasks, outputs))
-        ]
 
     def weigh(self, items: Sequence[ScoringItem]) -> list[Weighed]:
         """One ``(reward, passed, components)`` per sample of ``items``, in order."""

@@ -28,7 +28,7 @@ How:
 
 from __future__ import annotations
 
-import contextlib
+import multiprocessing
 import os
 import pickle
 import signal
@@ -38,13 +38,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from codemoe.core.errors import ConfigError
-from codemoe.core.processes import SpawnProcess
+from codemoe.core.processes import SpawnProcess, close_child, portable_exception
 from codemoe.core.registry import build_portable
-from codemoe.rl.scoring import ScoringItem, VerifierScorer, scoring_items
+from codemoe.rl.scoring import ScoringItem, VerifierScorer, Weighing
 
 __all__ = ["ProcessScorer", "ScorerProcessError", "portable_parts"]
 
 _READY_TIMEOUT_S = 300.0  # the child imports the sandbox's client and starts the verifier's workers
+_CLOSE_WAIT_S = 30.0  # the child stops its verifier's workers on the way out
 
 
 class ScorerProcessError(RuntimeError):
@@ -64,7 +65,7 @@ def portable_parts(executor_factory: Any, executor_config: Any, recipe: Any, whe
         ) from exc
 
 
-class ProcessScorer:
+class ProcessScorer(Weighing):
     """``scorer(tasks, outputs) -> scores`` as :class:`~codemoe.rl.scoring.VerifierScorer` gives them,
     computed in a child process (see the module docstring). ``parts`` is :func:`portable_parts`'
     pickle; the other options are the in-process scorer's. One call at a time is served (the
@@ -79,8 +80,6 @@ class ProcessScorer:
         once_per_program: bool = True,
         ready_timeout_s: float = _READY_TIMEOUT_S,
     ) -> None:
-        import multiprocessing
-
         self.checked = self.samples = 0  # programs sent to the verifier and samples scored, over the run
         self._lock = threading.Lock()
         self._dead: str | None = None
@@ -92,21 +91,13 @@ class ProcessScorer:
         try:
             kind, value = self._receive(ready_timeout_s)
         except ScorerProcessError:
-            _close(self._conn, self._proc)
+            close_child(self._conn, self._proc, _CLOSE_WAIT_S)
             raise
         if kind != "ready":
-            _close(self._conn, self._proc)
+            close_child(self._conn, self._proc, _CLOSE_WAIT_S)
             raise ScorerProcessError(f"the scorer's child process did not start: {value}")
         self.pid: int = value
-        self._finalizer = weakref.finalize(self, _close, self._conn, self._proc)
-
-    def __call__(self, tasks: Sequence[Any], outputs: Sequence[Any]) -> list[Any]:
-        from codemoe.rl.rollout import Score
-
-        return [
-            Score(reward=reward, passed=passed, components=components)
-            for reward, passed, components in self.weigh(scoring_items(tasks, outputs))
-        ]
+        self._finalizer = weakref.finalize(self, close_child, self._conn, self._proc, _CLOSE_WAIT_S)
 
     def weigh(self, items: Sequence[ScoringItem]) -> list[tuple[float, bool, dict[str, float]]]:
         """:meth:`VerifierScorer.weigh`, in the child."""
@@ -143,27 +134,9 @@ class ProcessScorer:
         return ScorerProcessError(self._dead)
 
 
-def _close(conn: Any, proc: Any) -> None:
-    with contextlib.suppress(OSError):
-        conn.close()  # the child's loop ends at EOF and closes its verifier
-    proc.join(30)
-    if proc.is_alive():
-        proc.kill()
-        proc.join(5)
-
-
 # ----------------------------------------------------------------------------------------------
 # the child
 # ----------------------------------------------------------------------------------------------
-
-
-def _portable(exc: BaseException) -> BaseException:
-    """The exception itself when it survives a pickle round trip, else a RuntimeError naming it."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 def _serve(conn: Any, parts: bytes, options: dict[str, Any]) -> None:
@@ -192,7 +165,7 @@ def _serve(conn: Any, parts: bytes, options: dict[str, Any]) -> None:
             try:
                 scores = scorer.weigh(items)
             except BaseException as exc:
-                send("error", _portable(exc))
+                send("error", portable_exception(exc, RuntimeError))
                 continue
             send("ok", (scores, scorer.checked - before[0], scorer.samples - before[1]))
     finally:

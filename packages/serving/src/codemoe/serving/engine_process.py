@@ -28,7 +28,6 @@ runs on CPU only (CUDA tensors would cross by IPC handles, which nothing here te
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import pickle
@@ -41,7 +40,7 @@ from typing import Any
 
 import torch
 from codemoe.core.contracts import EngineError, GenerationOutput, RequestError, SamplingParams
-from codemoe.core.processes import SpawnProcess
+from codemoe.core.processes import SpawnProcess, close_child, portable_exception
 from codemoe.serving.embedded import EmbeddedEngine, EmbeddedEngineConfig, check_weights_fit, encode_prompt
 
 __all__ = ["ProcessEngine"]
@@ -91,13 +90,13 @@ class ProcessEngine:
             kind, facts = "exit", None
         if kind != "ready":
             self._proc.join(5)
-            _close(self._conn, self._proc)
+            close_child(self._conn, self._proc)
             why = facts if kind == "error" else f"exit code {self._proc.exitcode}" if kind == "exit" else "no answer"
             raise EngineError(f"the engine's child process did not start: {why}")
         self.max_context, self.eos_ids = facts["max_context"], facts["eos_ids"]
         self._reader = threading.Thread(target=self._read, name="codemoe-engine-reader", daemon=True)
         self._reader.start()
-        self._finalizer = weakref.finalize(self, _close, self._conn, self._proc)
+        self._finalizer = weakref.finalize(self, close_child, self._conn, self._proc)
 
     # ------------------------------------------------------------------------------------------
     # the engine contract
@@ -228,28 +227,9 @@ def _check_shared_memory(model: torch.nn.Module) -> None:
         )
 
 
-def _close(conn: Any, proc: Any) -> None:
-    with contextlib.suppress(OSError):
-        conn.close()  # the child's loop ends at EOF
-    proc.join(10)
-    if proc.is_alive():
-        proc.kill()
-        proc.join(5)
-
-
 # ----------------------------------------------------------------------------------------------
 # the child
 # ----------------------------------------------------------------------------------------------
-
-
-def _portable(exc: BaseException) -> BaseException:
-    """The exception itself when it survives a pickle round trip (a RequestError stays one), else an
-    EngineError with its type and message."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        return EngineError(f"{type(exc).__name__}: {exc}")
 
 
 def _serve(conn: Any, model: torch.nn.Module, tokenizer: Any, config: dict[str, Any], threads: int) -> None:
@@ -274,7 +254,7 @@ def _serve(conn: Any, model: torch.nn.Module, tokenizer: Any, config: dict[str, 
         try:
             value = fn(*args)
         except BaseException as exc:
-            send("error", rid, _portable(exc))
+            send("error", rid, portable_exception(exc, EngineError))
             return
         send("ok", rid, value)
 
@@ -293,7 +273,7 @@ def _serve(conn: Any, model: torch.nn.Module, tokenizer: Any, config: dict[str, 
             try:
                 parts = engine.submit(prompt_ids, params, seed=seed, prompt_index=prompt_index)
             except BaseException as exc:
-                send("error", rid, _portable(exc))
+                send("error", rid, portable_exception(exc, EngineError))
                 continue
             out = next(outputs)
             send("accepted", rid, out)
