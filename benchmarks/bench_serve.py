@@ -6,10 +6,13 @@ All sides serve the same ``ServingApp`` code over their own embedded engine on t
 - ``stdlib``: ``codemoe.serving.server.ApiServer``, the default (threaded standard-library server);
 - ``fastapi``: ``codemoe.serving.server_fastapi.FastApiServer`` (FastAPI + uvicorn, httptools);
 - ``before``: ``server.py`` as it was at ``--anchor-rev``, loaded from git (no ``TCP_NODELAY``, so a
-  keep-alive response's body waited for the client's delayed ACK; a listen backlog of 5).
+  keep-alive response's body waited for the client's delayed ACK; a listen backlog of 5);
+- ``unfair``: ``stdlib`` over an engine whose lock is a plain ``threading.RLock``, as the engine's
+  was before :class:`codemoe.serving.embedded.FairRLock` (a request thread driving the engine took
+  the lock back step after step while other requests waited to submit their prompts).
 
-Ratios: fastapi / stdlib (the issue's rule: FastAPI unless it costs more than 10% of throughput) and
-stdlib / before (what the two fixes are worth). Sides alternate, each keeps its best of ``--repeats``
+Ratios: fastapi / stdlib (the issue's rule: FastAPI unless it costs more than 10% of throughput),
+stdlib / before (what the two fixes are worth) and stdlib / unfair (what the fair lock is worth). Sides alternate, each keeps its best of ``--repeats``
 runs. Cases:
 
 - ``completions``: ``--clients`` threads, each on its own keep-alive connection, send completion
@@ -64,11 +67,13 @@ def checkpoint(folder: Path) -> Path:
     return save_pretrained(model, tokenizer, folder / "tiny")
 
 
-def serve(server_cls, model_dir: Path):
+def serve(server_cls, model_dir: Path, unfair: bool = False):
     from codemoe.serving.embedded import EmbeddedEngineConfig, build_embedded_engine
     from codemoe.serving.handlers import ServingApp
 
     engine = build_embedded_engine(EmbeddedEngineConfig(model_dir=str(model_dir)))
+    if unfair:
+        engine._lock = threading.RLock()
     return server_cls(ServingApp(engine, "tiny", str(model_dir)), "127.0.0.1", 0).start()
 
 
@@ -148,11 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     from codemoe.serving.server import ApiServer
     from codemoe.serving.server_fastapi import FastApiServer
 
-    sides = {"stdlib": ApiServer, "fastapi": FastApiServer, "before": anchor_module(args.anchor_rev).ApiServer}
+    sides = {"stdlib": ApiServer, "fastapi": FastApiServer, "before": anchor_module(args.anchor_rev).ApiServer,
+             "unfair": ApiServer}
     best: dict[str, dict[str, float]] = {side: {} for side in sides}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = checkpoint(Path(tmp))
-        servers = {side: serve(cls, model_dir) for side, cls in sides.items()}
+        servers = {side: serve(cls, model_dir, unfair=side == "unfair") for side, cls in sides.items()}
         try:
             for server in servers.values():  # warm-up: compile paths, fill the engine's caches
                 drive(server.url, args.clients, args.clients, False, args.new_tokens)
@@ -168,16 +174,20 @@ def main(argv: list[str] | None = None) -> int:
 
     units = {"completions": "generated tokens/s", "streaming": "generated tokens/s (SSE)", "health": "requests/s"}
     rows = []
-    print(f"{'case':<12} {'fastapi':>9} {'stdlib':>9} {'ratio':>6} {'before':>9} {'ratio':>6}  units")
+    print(f"{'case':<12} {'fastapi':>9} {'stdlib':>9} {'ratio':>6} {'before':>9} {'ratio':>6} {'unfair':>9} {'ratio':>6}  units")
     for case, unit in units.items():
-        fast, ours, before = best["fastapi"][case], best["stdlib"][case], best["before"][case]
+        fast, ours, before, unfair = (best[side][case] for side in ("fastapi", "stdlib", "before", "unfair"))
         rows.append({"case": case, "codemoe": round(fast, 1), "anchor": round(ours, 1), "ratio": round(fast / ours, 3),
-                     "stdlib_before": round(before, 1), "ratio_stdlib_vs_before": round(ours / before, 3), "units": unit})
-        print(f"{case:<12} {fast:>9.1f} {ours:>9.1f} {fast / ours:>5.2f}x {before:>9.1f} {ours / before:>5.2f}x  {unit}")
+                     "stdlib_before": round(before, 1), "ratio_stdlib_vs_before": round(ours / before, 3),
+                     "stdlib_unfair_lock": round(unfair, 1), "ratio_stdlib_vs_unfair_lock": round(ours / unfair, 3),
+                     "units": unit})
+        print(f"{case:<12} {fast:>9.1f} {ours:>9.1f} {fast / ours:>5.2f}x {before:>9.1f} {ours / before:>5.2f}x "
+              f"{unfair:>9.1f} {ours / unfair:>5.2f}x  {unit}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"benchmark": "bench_serve", "codemoe": "fastapi transport", "anchor": "stdlib transport",
                                          "before": f"stdlib server at {args.anchor_rev}",
+                                         "unfair": "stdlib server, engine lock a plain RLock",
                                          "clients": args.clients, "requests": args.requests, "cases": rows}, indent=2))
     return 0
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 from codemoe.core.moe import capture_routing
@@ -287,3 +290,48 @@ def test_cancel_and_abort_end_running_and_waiting_prompts(how, codemoe_model, to
     assert engine.health()["running"] == 0 and engine.health()["waiting"] == 0
     after = engine.generate(PROMPTS[:1], SamplingParams(n=1, max_new_tokens=6, ignore_eos=True))
     assert after[0].samples[0].finish_reason == "length" and len(after[0].samples[0].token_ids) == 6
+
+
+def test_a_cancel_from_another_thread_lands_after_the_step_in_progress(codemoe_model, tokenizer):
+    """While one thread drives a long generation step after step, a cancel from another thread is
+    served as soon as the step in progress ends: the sample keeps exactly the tokens drawn by then.
+    (An unfair lock let the driving thread take it back for hundreds of steps: a trainer's abort or
+    weight update waited behind a whole batch.) The driving thread holds the lock inside its fifth
+    token's callback until the cancel is queued for it, so the point where it lands is fixed."""
+    engine = EmbeddedEngine(codemoe_model, tokenizer)
+    canceller: list[threading.Thread] = []
+    drawn = []
+
+    def on_token(event):
+        drawn.append(event.token_id)
+        if len(drawn) == 5:  # inside the step that draws the fifth token, holding the lock
+            canceller.append(threading.Thread(target=engine.cancel, args=(parts,)))
+            canceller[0].start()
+            deadline = time.monotonic() + 60
+            while engine._lock.waiting < 1 and time.monotonic() < deadline:  # the cancel is queued
+                time.sleep(0.001)
+
+    ids = engine.encode(PROMPTS[0])
+    parts = engine.submit(ids, SamplingParams(n=1, max_new_tokens=200, ignore_eos=True), on_token=on_token)
+    out = engine.collect(ids, parts)
+    canceller[0].join()
+    assert out.samples[0].finish_reason == "abort" and len(out.samples[0].token_ids) == 5
+
+
+def test_the_engine_lock_is_handed_over_in_arrival_order():
+    from codemoe.serving.embedded import FairRLock
+
+    lock, order = FairRLock(), []
+    with lock, lock:  # re-entrant
+        waiter = threading.Thread(target=lambda: (lock.acquire(), order.append("waiter"), lock.release()))
+        waiter.start()
+        deadline = time.monotonic() + 60
+        while lock.waiting < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert lock.waiting == 1
+    with lock:  # asked after the waiter: served after it
+        order.append("owner again")
+    waiter.join()
+    assert order == ["waiter", "owner again"]
+    with pytest.raises(RuntimeError, match="does not hold"):
+        lock.release()

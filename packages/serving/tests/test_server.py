@@ -229,3 +229,22 @@ def test_a_client_that_leaves_mid_stream_stops_its_generation(server):
     while get(server, "/health")[1]["running"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert get(server, "/health")[1]["running"] == 0
+
+
+def test_an_abort_all_that_comes_before_a_request_submits_its_prompt_still_ends_it(reference, monkeypatch):
+    """``/abort_request`` with ``abort_all`` ends every ``/generate`` request received, also one
+    whose prompt is not yet in the engine (the request is parsed, not yet submitted): that prompt is
+    cancelled as it is submitted, and the request answers at once with no tokens."""
+    from codemoe.serving.handlers import ServingApp
+
+    app = ServingApp(EmbeddedEngine(reference.model, reference.tokenizer), "tiny-moe")
+    submit = app.engine.submit
+
+    def abort_first(*args, **kwargs):
+        assert app.abort_request({"abort_all": True}) == (200, None)
+        return submit(*args, **kwargs)
+
+    monkeypatch.setattr(app.engine, "submit", abort_first)
+    status, result = app.generate({"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}})
+    assert status == 200
+    assert result["meta_info"]["finish_reason"]["type"] == "abort" and result["output_ids"] == []

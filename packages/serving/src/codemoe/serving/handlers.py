@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
@@ -78,6 +78,14 @@ class _Prepared:
     seed: int
 
 
+@dataclass
+class _Live:
+    """A ``/generate`` request in flight: its prompts submitted so far, and whether it was aborted."""
+
+    jobs: list[tuple[list[int], Any]] = field(default_factory=list)
+    aborted: bool = False
+
+
 class ServingApp:
     """The endpoints of ``codemoe serve`` over one :class:`EmbeddedEngine`."""
 
@@ -88,7 +96,7 @@ class ServingApp:
         self.weight_version = "default"  # SGLang's: set by a weight update that names one
         # (decoder layers, those with a codemoe MoE block): SGLang reports routed experts for every layer
         self._layers = _decoder_layers(engine.model)
-        self._live: dict[str, list[Any]] = {}  # /generate requests in flight, by id (for /abort_request)
+        self._live: dict[str, _Live] = {}  # /generate requests in flight, by id (for /abort_request)
         self._live_lock = threading.Lock()
         self._tensors: _TensorSession | None = None  # the open /begin_weight_update session
         self._expected: dict[str, set[str]] | None = None  # checkpoint names by layer, once asked
@@ -274,9 +282,11 @@ class ServingApp:
         req = _parse(AbortRequest, body)
         with self._live_lock:
             chosen = list(self._live.values()) if req.abort_all else [self._live[req.rid]] if req.rid in self._live else []
-        for jobs in chosen:
-            for _, parts in jobs:
-                self.engine.cancel(parts)
+            for live in chosen:  # prompts of these requests not yet submitted are cancelled as they are
+                live.aborted = True
+            submitted = [parts for live in chosen for _, parts in live.jobs]
+        for parts in submitted:
+            self.engine.cancel(parts)
         return 200, None
 
     def flush_cache(self, _body: Any) -> Result:
@@ -476,17 +486,17 @@ class ServingApp:
             samplings, per_prompt = req.per_prompt_sampling(len(prompts))
         except ValueError as exc:
             raise HttpError(400, str(exc)) from None
-        jobs: list[tuple[list[int], Any]] = []
+        live = _Live()
         rid = req.rid if isinstance(req.rid, str) and req.rid else uuid.uuid4().hex
         with self._live_lock:
-            self._live[rid] = jobs
+            self._live[rid] = live
         try:
-            return self._generate(req, rid, jobs, prompts, samplings, per_prompt, batch)
+            return self._generate(req, rid, live, prompts, samplings, per_prompt, batch)
         finally:
             with self._live_lock:
                 self._live.pop(rid, None)
 
-    def _generate(self, req: GenerateRequest, rid: str, jobs: list, prompts: list, samplings: list,
+    def _generate(self, req: GenerateRequest, rid: str, live: _Live, prompts: list, samplings: list,
                   per_prompt: bool, batch: bool) -> Result:
         for i, (prompt, sp) in enumerate(zip(prompts, samplings)):
             params = SamplingParams(
@@ -503,9 +513,13 @@ class ServingApp:
             # a shared sampling dict numbers the prompts; per-prompt dicts carry their own seeds
             index = 0 if per_prompt else i
             parts = self.engine.submit(prepared.prompts[0], params, seed=prepared.seed, prompt_index=index)
-            jobs.append((prepared.prompts[0], parts))
-        outputs = [self.engine.collect(ids, parts) for ids, parts in jobs]
-        results = [self._generate_result(out, sample, req, f"{rid}-{n}" if len(jobs) > 1 or batch else rid)
+            with self._live_lock:  # an abort either sees these parts or is seen here
+                live.jobs.append((prepared.prompts[0], parts))
+                aborted = live.aborted
+            if aborted:
+                self.engine.cancel(parts)
+        outputs = [self.engine.collect(ids, parts) for ids, parts in live.jobs]
+        results = [self._generate_result(out, sample, req, f"{rid}-{n}" if len(live.jobs) > 1 or batch else rid)
                    for n, out in enumerate(outputs) for sample in out.samples]
         return 200, results if batch or len(results) > 1 else results[0]
 
