@@ -134,6 +134,34 @@ def test_a_child_that_dies_fails_the_call_in_flight_and_every_later_one(registry
     scorer.close()
 
 
+def test_a_child_that_stops_answering_is_killed_at_the_batchs_deadline(registry, recipe):
+    """A child that neither answers nor dies (here stopped with SIGSTOP) does not hold the trainer
+    forever: past the batch's deadline (every program's timeout twice over, plus the slack: 1 + 2 x
+    0.5 s here) it is killed, the call fails naming the deadline, and so does every later one. Its
+    sandbox workers end with it."""
+    scorer = _scorer(registry, recipe, timeout_s=0.5, answer_slack_s=1.0)
+    workers = _children(scorer.pid)
+    os.kill(scorer.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    with pytest.raises(ScorerProcessError, match=r"did not answer within 2 s and was killed \(exit code -9\)"):
+        scorer(TASKS[:1], OUTPUTS[:1])
+    assert time.monotonic() - started < 10
+    with pytest.raises(ScorerProcessError, match="was killed"):
+        scorer(TASKS, OUTPUTS)
+    scorer.close()
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in workers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except FileNotFoundError:
+        return False
+
+
 def test_what_cannot_cross_to_a_child_is_a_config_error_naming_the_key(registry):
     factory, config = registry.portable("executor", "local")
     with pytest.raises(ConfigError, match=r"'stages\.rl\.scorer_process'.*does not pickle.*scorer_process: false"):

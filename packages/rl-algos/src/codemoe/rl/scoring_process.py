@@ -21,7 +21,9 @@ How:
   are those of :class:`~codemoe.rl.scoring.VerifierScorer` in-process, to the bit.
 - An error in the child's scoring is raised here as itself when it survives a pickle round trip
   (else a ``RuntimeError`` with its type and message); a child that dies fails the call in flight
-  and every later one, naming its exit code.
+  and every later one, naming its exit code. A child that neither answers nor dies (stopped, or
+  stuck) is killed once a batch's deadline passes: what its every program running out its
+  timeout one after another, twice over, would take, plus ``answer_slack_s``.
 - The child exits when this process closes the pipe (:meth:`ProcessScorer.close`, or this process
   ends); its verifier's worker processes are closed with it.
 """
@@ -79,8 +81,10 @@ class ProcessScorer(Weighing):
         memory_mb: int = 1024,
         once_per_program: bool = True,
         ready_timeout_s: float = _READY_TIMEOUT_S,
+        answer_slack_s: float = 60.0,
     ) -> None:
         self.checked = self.samples = 0  # programs sent to the verifier and samples scored, over the run
+        self._timeout_s, self._answer_slack_s = timeout_s, answer_slack_s
         self._lock = threading.Lock()
         self._dead: str | None = None
         options = {"timeout_s": timeout_s, "memory_mb": memory_mb, "once_per_program": once_per_program}
@@ -108,7 +112,8 @@ class ProcessScorer(Weighing):
                 self._conn.send_bytes(pickle.dumps(list(items), protocol=pickle.HIGHEST_PROTOCOL))
             except (OSError, ValueError) as exc:
                 raise self._died(f"cannot be reached ({exc})") from exc
-            kind, value = self._receive(None)
+            deadline = self._answer_slack_s + 2 * self._timeout_s * len(items)
+            kind, value = self._receive(deadline, kill=True)
         if kind == "error":
             raise value
         scores, checked, samples = value
@@ -120,8 +125,11 @@ class ProcessScorer(Weighing):
         self._dead = self._dead or "the scorer was closed"
         self._finalizer()
 
-    def _receive(self, timeout: float | None) -> tuple[str, Any]:
-        if timeout is not None and not self._conn.poll(timeout):
+    def _receive(self, timeout: float, *, kill: bool = False) -> tuple[str, Any]:
+        if not self._conn.poll(timeout):
+            if kill:  # a batch's answer overdue: the child is stuck, and no later call could trust it
+                self._proc.kill()
+                raise self._died(f"did not answer within {timeout:.0f} s and was killed")
             raise ScorerProcessError(f"the scorer's child process did not answer within {timeout:.0f} s")
         try:
             return pickle.loads(self._conn.recv_bytes())
