@@ -85,3 +85,29 @@ def spine() -> tuple[Any, Any, Hooks]:
     return pm, build_registry(pm), Hooks(pm)
 
 
+
+
+@pytest.fixture
+def off_policy_records():
+    """``off_policy_records(lag)``: four RL steps as an asynchronous stage logs them (``lag``), or as
+    a synchronous one on the policy itself."""
+    return _off_policy_records
+
+
+def _off_policy_records(lag: bool) -> list[dict]:
+    """Four RL steps as an asynchronous stage logs them (``lag``), or as a synchronous one on the
+    policy itself: no lag, no log-prob gap, every routing decision agreed."""
+    out = []
+    for step in range(1, 5):
+        record = {"stage": "rl", "step": step, "is_weight_mean": 1.0, "is_weight_min": 1.0, "is_weight_max": 1.0,
+                  "is_truncated_frac": 0.0, "is_masked_frac": 0.0, "logp_mismatch_mean": 0.0,
+                  "logp_mismatch_max": 0.0, "routing_agreement": 1.0}
+        if lag:
+            staleness = 0 if step == 1 else 1
+            record.update({"staleness_mean": float(staleness), f"staleness/{staleness}": 1.0,
+                           "stale_dropped": 1.0 if step == 3 else 0.0, "is_weight_min": 0.5 - 0.1 * step,
+                           "is_weight_max": 1.5 + 0.1 * step, "is_truncated_frac": 0.01 * step,
+                           "logp_mismatch_mean": 0.01 * step, "logp_mismatch_max": 0.5 * step,
+                           "routing_agreement": 1.0 - 0.01 * step})
+        out.append(record)
+    return out

@@ -117,3 +117,15 @@ def test_write_plots_writes_each_png_and_skips_what_was_not_logged(tmp_path: Pat
     assert sorted(made) == ["expert_load", "kl_entropy", "loss", "pass_at_1", "reward"]
     assert all(path.read_bytes()[:4] == b"\x89PNG" for path in made.values())
     assert write_plots([{"stage": "env", "step": None, "torch_threads": 1}], tmp_path / "none") == {}
+
+
+def test_off_policy_panels_are_labelled_and_drawn_only_for_off_policy_runs(tmp_path: Path, off_policy_records):
+    from codemoe.evals.plots import off_policy_figure
+
+    lag, weights, gap, routing = off_policy_figure(off_policy_records(lag=True)).axes
+    assert [ax.get_title() for ax in (lag, weights, gap, routing)] == [
+        "Policy lag", "Importance weights", "Engine vs trainer log-probs", "Routing agreement"]
+    assert [line.get_label() for line in weights.lines] == ["is_weight_mean", "is_weight_min", "is_weight_max"]
+    assert list(gap.lines[1].get_ydata()) == [0.5, 1.0, 1.5, 2.0]
+    assert off_policy_figure(off_policy_records(lag=False)) is None
+    assert "off_policy" not in write_plots(off_policy_records(lag=False), tmp_path)

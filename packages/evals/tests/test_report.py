@@ -70,3 +70,26 @@ def test_report_command_rebuilds_the_report(run, capsys) -> None:
     (run.run_dir / "report.md").unlink()
     assert main(["eval", "report", str(run.run_dir)]) == 0
     assert "absolute: +20.0 points" in (run.run_dir / "report.md").read_text()
+
+
+def test_an_asynchronous_stage_reports_its_policy_lag_weights_and_gaps(tmp_path: Path, off_policy_records) -> None:
+    """Known answers from four logged steps: lags 0, 1, 1, 1; one batch dropped; IS weights with
+    mean 1.0 between 0.1 and 1.9 over the run; 2.5% of tokens truncated on average; the log-prob
+    gap and routing agreement of the first 2 steps against the last 2 (half the run, as the
+    training table's trends). A synchronous run on the policy itself has no such section."""
+    from codemoe.evals.report import build_report
+
+    def records(lag: bool) -> str:
+        return "".join(json.dumps(record) + "\n" for record in off_policy_records(lag))
+
+    (tmp_path / "async").mkdir()
+    (tmp_path / "async" / "metrics.jsonl").write_text(records(lag=True))
+    report = build_report(tmp_path / "async", results={}).read_text()
+    assert "## Off-policy rollouts" in report
+    assert ("| rl | 0: 25.0%, 1: 75.0% | 1 | 1.000 [0.100, 1.900] | 2.50% / 0.00% | 0.0150 -> 0.0350 "
+            "| 0.750 -> 1.750 | 0.985 -> 0.965 |") in report
+    assert "![off_policy](plots/off_policy.png)" in report
+    (tmp_path / "sync").mkdir()
+    (tmp_path / "sync" / "metrics.jsonl").write_text(records(lag=False))
+    report = build_report(tmp_path / "sync", results={}).read_text()
+    assert "Off-policy" not in report and "off_policy" not in report

@@ -1,5 +1,6 @@
 """Plots of a run with matplotlib (Agg backend, files only): training loss, reward with its spread,
-pass@1 with confidence intervals, expert load, KL and entropy.
+pass@1 with confidence intervals, expert load, KL and entropy, and off-policy rollouts (policy lag,
+importance weights, engine/trainer gaps).
 
 Each ``<name>_figure`` builds one matplotlib figure (None when the run logged nothing for it) and
 ``plot_<name>`` writes it as a PNG and returns its path. Every axis is labelled. Two choices make the plots readable rather than merely drawn:
@@ -25,10 +26,12 @@ __all__ = [
     "fitted_limits",
     "kl_entropy_figure",
     "loss_figure",
+    "off_policy_figure",
     "pass_at_1_figure",
     "plot_expert_load",
     "plot_kl_entropy",
     "plot_loss",
+    "plot_off_policy",
     "plot_pass_at_1",
     "plot_reward",
     "reward_figure",
@@ -259,6 +262,41 @@ def kl_entropy_figure(records: Sequence[dict[str, Any]]) -> Any:
     return fig
 
 
+def off_policy_figure(records: Sequence[dict[str, Any]]) -> Any:
+    """Four panels over steps for RL stages with off-policy rollouts (a policy lag, or an engine
+    whose log-probs differ from the trainer's): policy lag and drops, IS weights, the log-prob gap,
+    routing agreement. None for on-policy runs on the policy itself."""
+    lag, gap = series(records, "staleness_mean"), series(records, "logp_mismatch_max")
+    stages = [sid for sid in dict.fromkeys([*lag, *gap]) if sid in lag or any(gap[sid][1])]
+    if not stages:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.2))
+    panels = (
+        (axes[0], ("staleness_mean", "stale_dropped"), "Policy lag", "versions / batches dropped"),
+        (axes[1], ("is_weight_mean", "is_weight_min", "is_weight_max"), "Importance weights", "weight"),
+        (axes[2], ("logp_mismatch_mean", "logp_mismatch_max"), "Engine vs trainer log-probs", "|gap| (nats/token)"),
+        (axes[3], ("routing_agreement",), "Routing agreement", "share of decisions"),
+    )
+    for ax, quantities, title, ylabel in panels:
+        for sid in stages:
+            for style, quantity in zip(_STYLES, quantities):
+                curve = series(records, quantity, sid).get(sid)
+                if curve:
+                    ax.plot(*curve, style, label=f"{sid} {quantity}" if len(stages) > 1 else quantity)
+        ax.set(title=title, xlabel="step", ylabel=ylabel)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_off_policy(records: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    """:func:`off_policy_figure` as a PNG."""
+    return _save(off_policy_figure(records), path)
+
+
 def plot_loss(records: Sequence[dict[str, Any]], path: Path) -> Path | None:
     """:func:`loss_figure` as a PNG."""
     return _save(loss_figure(records), path)
@@ -297,6 +335,7 @@ def write_plots(
         "pass_at_1": plot_pass_at_1(records, folder / "pass_at_1.png", evals),
         "expert_load": plot_expert_load(records, folder / "expert_load.png"),
         "kl_entropy": plot_kl_entropy(records, folder / "kl_entropy.png"),
+        "off_policy": plot_off_policy(records, folder / "off_policy.png"),
     }
     return {name: path for name, path in made.items() if path is not None}
 

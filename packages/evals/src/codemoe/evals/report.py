@@ -1,6 +1,7 @@
 """``report.md`` for a run: evaluations with CIs, the improvement, per-family scores, agent metrics
-(and their change) of agent evaluations, training curves and expert load, human-review links, and
-the plots (written next to it in ``plots/``)."""
+(and their change) of agent evaluations, training curves, off-policy rollouts (policy lag, importance
+weights, engine/trainer gaps) and expert load, human-review links, and the plots (written next to it
+in ``plots/``)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ _CAPTIONS = {
     "expert_load": "Share of each layer's routed tokens per expert over training, one colour scale for every "
     "layer: white is the uniform share 1/E (marked on the colour bar), red more, blue less.",
     "kl_entropy": "KL to the reference policy and the policy's entropy per token.",
+    "off_policy": "Off-policy rollouts per step: the batch's policy lag (and batches dropped), the importance "
+    "weights' mean and range, the engine's log-probs against the trainer's (mean and largest gap per token), "
+    "and the share of routing decisions they agree on.",
 }
 
 
@@ -123,14 +127,7 @@ def _training_table(records: list[dict[str, Any]]) -> list[str]:
     curves = {q: series(records, q) for q in quantities}
     stages = sorted({sid for c in curves.values() for sid in c})
     for sid in stages:
-        cells = [sid]
-        for q in quantities:
-            if sid in curves[q]:
-                values = curves[q][sid][1]
-                w = max(1, min(5, len(values) // 2))  # mean of the first / last w steps: single steps are noisy
-                cells.append(f"{sum(values[:w]) / w:.3f} -> {sum(values[-w:]) / w:.3f}")
-            else:
-                cells.append("-")
+        cells = [sid, *(_trend(curves[q][sid][1] if sid in curves[q] else [], 3) for q in quantities)]
         rows.append("| " + " | ".join(cells) + " |")
     if not rows:
         return []
@@ -154,6 +151,58 @@ def _expert_lines(records: list[dict[str, Any]]) -> list[str]:
         shares = [v / total for v in row]
         lines.append(f"| {layer} | {min(shares):.3f} | {max(shares):.3f} | {max(shares) * len(shares):.2f} |")
     return lines
+
+
+_OFF_POLICY = ("staleness_mean", "stale_dropped", "is_weight_mean", "is_weight_min", "is_weight_max",
+               "is_truncated_frac", "is_masked_frac", "logp_mismatch_mean", "logp_mismatch_max", "routing_agreement")
+
+
+def _trend(values: list[float], digits: int) -> str:
+    """Mean of the first / last ``w`` steps (5, or half a short run): single steps are noisy."""
+    if not values:
+        return "-"
+    w = max(1, min(5, len(values) // 2))
+    return f"{sum(values[:w]) / w:.{digits}f} -> {sum(values[-w:]) / w:.{digits}f}"
+
+
+def _off_policy_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Per RL stage whose samples were not all the trainer's own policy's (a policy lag, or an engine
+    whose log-probs or routing differ): the staleness histogram, batches dropped, the IS weights
+    and the engine/trainer gaps, first 5 steps -> last 5 (means) where a trend matters."""
+    curves = {q: series(records, q) for q in _OFF_POLICY}
+    rows = []
+    for sid in sorted({sid for c in curves.values() for sid in c}):
+        v = {q: curves[q][sid][1] if sid in curves[q] else [] for q in _OFF_POLICY}
+        if not v["staleness_mean"] and not any(v["logp_mismatch_max"]) and all(a == 1.0 for a in v["routing_agreement"]):
+            continue  # on-policy, and the engine is the policy itself: nothing to show
+        histogram: dict[int, float] = {}
+        for record in records:
+            if record.get("stage") == sid and record.get("step") is not None:
+                for key, value in record.items():
+                    if key.startswith("staleness/") and value:
+                        lag = int(key.split("/")[1])
+                        histogram[lag] = histogram.get(lag, 0.0) + value
+        total = sum(histogram.values())
+        lags = ", ".join(f"{k}: {n / total:.1%}" for k, n in sorted(histogram.items())) if total else "-"
+        weights = v["is_weight_mean"]
+        band = (f"{sum(weights) / len(weights):.3f} [{min(v['is_weight_min']):.3f}, {max(v['is_weight_max']):.3f}]"
+                if weights else "-")
+        cut = [sum(v[q]) / len(v[q]) if v[q] else 0.0 for q in ("is_truncated_frac", "is_masked_frac")]
+        rows.append(f"| {sid} | {lags} | {sum(v['stale_dropped']):.0f} | {band} | {cut[0]:.2%} / {cut[1]:.2%} | "
+                    f"{_trend(v['logp_mismatch_mean'], 4)} | {_trend(v['logp_mismatch_max'], 3)} | "
+                    f"{_trend(v['routing_agreement'], 3)} |")
+    if not rows:
+        return []
+    return [
+        "Steps by the policy lag of their batch (versions), batches dropped as too stale, the importance "
+        "weights (mean over steps [lowest, highest]), the share of tokens truncated / masked, and the engine's "
+        "log-probs and routing against the trainer's (first 5 steps -> last 5, means):",
+        "",
+        "| stage | lag: share of steps | dropped | IS weight | truncated / masked | log-prob gap, mean | log-prob gap, max "
+        "| routing agreement |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def build_report(
@@ -205,6 +254,9 @@ def build_report(
     training = _training_table(records)
     if training:
         out += ["## Training", "", *training, ""]
+    off_policy = _off_policy_lines(records)
+    if off_policy:
+        out += ["## Off-policy rollouts", "", *off_policy, ""]
     experts = _expert_lines(records)
     if experts:
         out += ["## Expert load", "", *experts, ""]
