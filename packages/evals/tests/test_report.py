@@ -93,3 +93,19 @@ def test_an_asynchronous_stage_reports_its_policy_lag_weights_and_gaps(tmp_path:
     (tmp_path / "sync" / "metrics.jsonl").write_text(records(lag=False))
     report = build_report(tmp_path / "sync", results={}).read_text()
     assert "Off-policy" not in report and "off_policy" not in report
+
+
+def test_compare_seeds_command_over_runs(run, capsys) -> None:
+    """Two copies of the same run a side (as two seeds that agree): every run's pass@1, the means
+    (25% = 10/40 tasks against 45% = 18/40), and the interval; a path that is no run is an error."""
+    from codemoe.core.cli import main
+
+    runs = [str(run.run_dir)] * 2
+    assert main(["eval", "compare-seeds", "--baseline", *runs, "--stage-a", "eval_sft", "--candidate", *runs,
+                 "--stage-b", "eval_rl"]) == 0
+    out = capsys.readouterr().out
+    assert "40 tasks, 2 runs against 2 (bootstrap over tasks and runs, 95% CI)" in out
+    assert out.count(":eval_sft: 25.0%") == 2 and out.count(":eval_rl: 45.0%") == 2
+    assert "absolute: +20.0 points" in out and "(excludes zero)" in out and "a lower bound" in out
+    assert main(["eval", "compare-seeds", "--baseline", *runs, "--candidate", str(run.run_dir / "nowhere")]) == 2
+    assert "eval compare-seeds:" in capsys.readouterr().err

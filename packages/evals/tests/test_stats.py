@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from codemoe.evals.stats import bootstrap_mean, improvement
+from codemoe.evals.stats import bootstrap_mean, improvement, improvement_over_runs
 
 
 def test_constant_values_give_a_zero_width_interval() -> None:
@@ -61,3 +61,33 @@ def test_a_relative_change_from_a_zero_baseline_is_written_as_undefined_not_nan(
     assert "nan" not in text and "relative: undefined (A's pass@1 is 0.0%)" in text
     some = format_improvement("sft", "rl", improvement({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.5}, resamples=50))
     assert "relative: +50.0%" in some
+
+
+def test_one_run_a_side_over_runs_is_the_paired_comparison_draw_for_draw() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    baseline = {f"t{i}": float(rng.random()) for i in range(30)}
+    candidate = {f"t{i}": float(rng.random()) for i in range(30)}
+    assert improvement_over_runs([baseline], [candidate]) == improvement(baseline, candidate)
+
+
+def test_the_seed_to_seed_spread_widens_the_interval() -> None:
+    """Known answer. Two baseline runs score 0.2 and 0.6 on every task, two candidate runs 0.5: the
+    tasks tell nothing apart, the runs do. A draw of baseline runs averages 0.2, 0.4 or 0.6 (1/4,
+    1/2, 1/4), so the gain is +0.3, +0.1 or -0.1: the 95% interval is [-0.1, +0.3], which includes
+    zero, though each run's own paired comparison has a zero-width interval on one side of it."""
+    tasks = [f"t{i}" for i in range(10)]
+    low, high, mid = ({t: v for t in tasks} for v in (0.2, 0.6, 0.5))
+    imp = improvement_over_runs([low, high], [mid, mid])
+    assert imp.absolute.value == pytest.approx(0.1)
+    assert (imp.absolute.low, imp.absolute.high) == (pytest.approx(-0.1), pytest.approx(0.3))
+    assert not imp.absolute.excludes_zero()
+    assert improvement(low, mid).absolute.excludes_zero() and improvement(high, mid).absolute.excludes_zero()
+
+
+def test_runs_compared_over_seeds_must_share_their_tasks() -> None:
+    with pytest.raises(ValueError, match="candidate run 2 graded other tasks than baseline run 1 \\(1 against 2\\)"):
+        improvement_over_runs([{"a": 1.0, "b": 0.0}], [{"a": 1.0, "b": 1.0}, {"a": 1.0}])
+    with pytest.raises(ValueError, match="at least one run"):
+        improvement_over_runs([], [{"a": 1.0}])

@@ -213,6 +213,23 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare_seeds(args: argparse.Namespace) -> int:
+    from codemoe.evals.compare import compare_seeds, format_seeds
+
+    try:
+        a, b, imp = compare_seeds(args.baseline, args.candidate, stage_a=args.stage_a, stage_b=args.stage_b, k=args.k,
+                                  confidence=args.confidence, resamples=args.resamples)
+    except (FileNotFoundError, ValueError) as exc:  # a path that is no evaluation; runs of other task sets
+        raise ConfigError(f"eval compare-seeds: {exc}") from None
+    if args.json:
+        runs = {"a": [{"run": label, "pass": value} for label, value in a],
+                "b": [{"run": label, "pass": value} for label, value in b]}
+        print(json.dumps({"k": args.k, "runs": runs, **imp.as_dict()}, indent=2))
+    else:
+        print(format_seeds(a, b, imp, args.k))
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from codemoe.evals.report import build_report
 
@@ -360,6 +377,24 @@ def add_eval_command(subparsers: Any) -> None:
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_cmd_compare)
+
+    p = sub.add_parser(
+        "compare-seeds",
+        help="pass@k of several runs (training seeds) of config B vs several of config A, CIs over tasks and runs",
+        description="Compare two configs over several training runs each (one per seed): the interval "
+        "resamples the tasks and each side's runs, so it carries the seed-to-seed spread that a "
+        "comparison of two single runs leaves out. Every run must have graded the same tasks. Example: "
+        "codemoe eval compare-seeds --baseline runs/qs-sync-* --candidate runs/qs-async-*",
+    )
+    p.add_argument("--baseline", nargs="+", type=Path, required=True, help="runs (or eval folders) of config A")
+    p.add_argument("--candidate", nargs="+", type=Path, required=True, help="runs (or eval folders) of config B")
+    p.add_argument("--stage-a", help="eval stage id in every baseline run (default: each run's last)")
+    p.add_argument("--stage-b", help="eval stage id in every candidate run (default: each run's last)")
+    p.add_argument("--k", type=int, default=1, help="pass@k to compare (default 1)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence level (default 0.95)")
+    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_cmd_compare_seeds)
 
     p = sub.add_parser("report", help="(re)write report.md and plots of a run directory")
     p.add_argument("run_dir")

@@ -14,10 +14,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from codemoe.evals.stats import Improvement, improvement
+from codemoe.evals.stats import Improvement, improvement, improvement_over_runs
 from codemoe.evals.summary import EVAL_FILE, load_summary, per_task_pass
 
-__all__ = ["compare_runs", "compare_summaries", "eval_stages", "format_improvement", "resolve_pair", "resolve_summary"]
+__all__ = [
+    "compare_runs",
+    "compare_seeds",
+    "compare_summaries",
+    "eval_stages",
+    "format_improvement",
+    "format_seeds",
+    "resolve_pair",
+    "resolve_summary",
+]
 
 
 def eval_stages(run_dir: Path, results: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
@@ -92,6 +101,51 @@ def compare_runs(
     """Improvement of B over A; with one run, compares two of its eval stages (first vs last)."""
     (label_a, a), (label_b, b) = resolve_pair(run_a, run_b, stage_a=stage_a, stage_b=stage_b)
     return label_a, label_b, compare_summaries(a, b, k=k, confidence=confidence, resamples=resamples)
+
+
+def compare_seeds(
+    baseline: list[Path],
+    candidate: list[Path],
+    *,
+    stage_a: str | None = None,
+    stage_b: str | None = None,
+    k: int = 1,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+) -> tuple[list[tuple[str, float]], list[tuple[str, float]], Improvement]:
+    """pass@k of several runs of a candidate config against several of a baseline (one per training
+    seed; :func:`codemoe.evals.stats.improvement_over_runs`): ((label, pass@k) per baseline run,
+    the same per candidate run, the improvement). Each path is read as ``compare`` reads one (a run's
+    last eval stage unless ``stage_a`` / ``stage_b`` names one, an eval stage folder, an eval.json)."""
+    sides = []
+    for paths, stage in ((baseline, stage_a), (candidate, stage_b)):
+        runs = [resolve_summary(Path(p), stage) for p in paths]
+        sides.append([(label, per_task_pass(summary, k)) for label, summary in runs])
+    imp = improvement_over_runs([t for _, t in sides[0]], [t for _, t in sides[1]], confidence=confidence,
+                                resamples=resamples)
+    scores = [[(label, sum(tasks.values()) / len(tasks)) for label, tasks in side] for side in sides]
+    return scores[0], scores[1], imp
+
+
+def format_seeds(a: list[tuple[str, float]], b: list[tuple[str, float]], imp: Improvement, k: int = 1) -> str:
+    """:func:`compare_seeds`' result: every run's pass@k, then the comparison over runs and tasks."""
+    pct = 100 * imp.absolute.confidence
+    verdict = "excludes zero" if imp.absolute.excludes_zero() else "includes zero"
+    lines = [f"pass@{k}, {imp.tasks} tasks, {len(a)} runs against {len(b)} "
+             f"(bootstrap over tasks and runs, {pct:.0f}% CI)"]
+    for side, runs in (("A", a), ("B", b)):
+        lines += [f"  {side} {label}: {_pct(value)}" for label, value in runs]
+    lines += [
+        f"  A, {len(a)} runs: {_pct(imp.baseline.value)} [{_pct(imp.baseline.low)}, {_pct(imp.baseline.high)}]",
+        f"  B, {len(b)} runs: {_pct(imp.candidate.value)} [{_pct(imp.candidate.low)}, {_pct(imp.candidate.high)}]",
+        f"  absolute: {_signed(imp.absolute.value)} points [{_signed(imp.absolute.low)}, {_signed(imp.absolute.high)}] "
+        f"({verdict})",
+        (f"  relative: {_signed(imp.relative.value)}% [{_signed(imp.relative.low)}, {_signed(imp.relative.high)}]"
+         if math.isfinite(imp.relative.value) else f"  relative: undefined (A's pass@{k} is {_pct(imp.baseline.value)})"),
+    ]
+    if min(len(a), len(b)) < 5:
+        lines.append("  (with fewer than 5 runs a side the interval is narrower than the truth: a lower bound)")
+    return "\n".join(lines)
 
 
 def format_improvement(label_a: str, label_b: str, imp: Improvement, k: int = 1) -> str:

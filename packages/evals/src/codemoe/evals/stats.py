@@ -6,6 +6,12 @@ tasks and samples. Intervals are percentile bootstrap intervals. When two runs g
 tasks the bootstrap is paired (the same task indices are drawn for both), which is what makes a
 small but consistent gain detectable.
 
+Two single runs compared this way say how sure the difference is *for those two trained models*; a
+training run is itself a draw (its seed picks the samples RL learns from), and two runs of the same
+config can differ by more than the paired interval of either pair. :func:`improvement_over_runs`
+compares several runs per side (one per training seed): each bootstrap draw resamples the tasks
+(shared by every run) and, on each side, the runs, so the interval carries the seed-to-seed spread.
+
 The seeds' headline "+61%" is a *relative* improvement: 32% -> 51.5% is +19.5 points absolute and
 ``0.515 / 0.32 - 1 = 0.609`` relative. Both are reported, each with its interval.
 """
@@ -17,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["Estimate", "Improvement", "bootstrap_mean", "improvement"]
+__all__ = ["Estimate", "Improvement", "bootstrap_mean", "improvement", "improvement_over_runs"]
 
 
 @dataclass(frozen=True)
@@ -125,4 +131,53 @@ def improvement(
         relative=_interval(_relative(c_means, b_means), relative_value, confidence),
         paired=paired,
         tasks=int(b.size),
+    )
+
+
+def improvement_over_runs(
+    baseline: Sequence[Mapping[str, float]],
+    candidate: Sequence[Mapping[str, float]],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Improvement:
+    """Compare per-task scores of several runs per side (training seeds of one config each).
+
+    A score is the mean over the side's runs of their mean over tasks. Each bootstrap draw picks
+    the tasks (the same for every run: all must have graded the same tasks) and, per side, as many
+    runs as it has, with replacement. With one run per side this is :func:`improvement`, draw for
+    draw. With few runs the interval is narrower than the truth (a bootstrap of 3 values cannot
+    reach beyond them): read it as a lower bound of the uncertainty.
+    """
+    if not baseline or not candidate:
+        raise ValueError("both sides need at least one run")
+    ids = sorted(baseline[0])
+    if not ids:
+        raise ValueError("the runs need at least one graded task to be compared")
+    for side, runs in (("baseline", baseline), ("candidate", candidate)):
+        for i, run in enumerate(runs):
+            if set(run) != set(ids):
+                raise ValueError(
+                    f"{side} run {i + 1} graded other tasks than baseline run 1 ({len(run)} against {len(ids)}): "
+                    "runs compared over seeds must share their task set"
+                )
+    b = np.array([[run[t] for t in ids] for run in baseline], dtype=np.float64)  # b: [runs, tasks]
+    c = np.array([[run[t] for t in ids] for run in candidate], dtype=np.float64)  # c: [runs, tasks]
+    rng = np.random.default_rng(seed)
+    tasks = rng.integers(0, len(ids), size=(resamples, len(ids)))  # as improvement() draws them
+    b_runs = rng.integers(0, b.shape[0], size=(resamples, b.shape[0]))
+    c_runs = rng.integers(0, c.shape[0], size=(resamples, c.shape[0]))
+    # each run's mean over each draw's tasks: [resamples, runs]; then the draw's runs, averaged
+    b_means = np.take_along_axis(b[:, tasks].mean(axis=2).T, b_runs, axis=1).mean(axis=1)
+    c_means = np.take_along_axis(c[:, tasks].mean(axis=2).T, c_runs, axis=1).mean(axis=1)
+    b_mean, c_mean = float(b.mean()), float(c.mean())
+    relative_value = c_mean / b_mean - 1.0 if b_mean > 0 else float("nan")
+    return Improvement(
+        baseline=_interval(b_means, b_mean, confidence),
+        candidate=_interval(c_means, c_mean, confidence),
+        absolute=_interval(c_means - b_means, c_mean - b_mean, confidence),
+        relative=_interval(_relative(c_means, b_means), relative_value, confidence),
+        paired=True,
+        tasks=len(ids),
     )
