@@ -15,6 +15,11 @@ How the bound ``max_staleness: K`` is kept (``stale_groups``):
 - ``drop`` / ``keep``: the producer runs free, ``K + 1`` batches ahead at most, always from the
   newest weights; a batch older than K when the trainer takes it is dropped (the producer makes
   another: over-sampling) or kept (trained on, the ``is_correction`` strategy re-weighting it).
+  Under ``drop`` the producer does not start a batch that is sure to be dropped: one that, taken
+  after the batches ahead of it that will be kept, would be older than K even if nothing else
+  delayed it; it waits for the next weights instead (on one rank a batch is then never dropped,
+  and no generation is thrown away). With refill collectives under torchrun it starts such a batch
+  anyway, as every rank's producer must pass the same batches when the run stops.
 
 The engine's weights change only between the producer's batches (a batch's refill rounds all see
 one version): the trainer's weight sync takes the producer's request lock. With ``in_flight:
@@ -187,6 +192,7 @@ class RolloutProducer:
         self.version = version  # what the engine holds
         self.made = first - 1  # the newest complete batch
         self.taken = first - 1  # batches the trainer took (dropped ones included), as numbered
+        self.step = first - 1  # the step the trainer took its last batch for
         self.buffer: collections.deque[Batch] = collections.deque()
         self.error: BaseException | None = None
         self.stopped = False
@@ -232,6 +238,9 @@ class RolloutProducer:
             if self.stale == "drop" and step - 1 - batch.version > self.k:
                 dropped += 1
                 continue
+            with self._cond:
+                self.step = step
+                self._cond.notify_all()
             return batch, dropped, time.perf_counter() - started
 
     def publish(self, version: int) -> float:
@@ -286,7 +295,26 @@ class RolloutProducer:
     def _admitted(self) -> bool:
         if self.stale == "wait":
             return self.next <= min(self.version + 1 + self.k, self.last)
-        return self.next - 1 - self.taken < self.k + 1  # batches made and not taken, this one included
+        waiting = self.next - 1 - self.taken  # batches made and not taken
+        if waiting >= self.k + 1:  # this one included, K + 1 at most
+            return False
+        if self._gathers:  # every rank passes the same batches (the module docstring)
+            return True
+        # enough batches wait for the steps left (were one dropped, the count falls and this is asked again)
+        if waiting >= self.last - self.step:
+            return False
+        return not (self.stale == "drop" and self._doomed())
+
+    def _doomed(self) -> bool:
+        """Whether a batch started now, from the weights the engine holds, is sure to be dropped: the
+        trainer takes the buffered batches first, each kept one a step, so this one comes at that
+        step at the earliest, and its age then already exceeds K (the trainer's agreed versions
+        under torchrun can only make it older)."""
+        step = self.step + 1
+        for batch in self.buffer:
+            if step - 1 - batch.version <= self.k:  # kept: trained on at this step
+                step += 1
+        return step - 1 - self.version > self.k
 
     def _run(self) -> None:
         torch.set_num_threads(self._threads)
