@@ -85,8 +85,6 @@ def spine() -> tuple[Any, Any, Hooks]:
     return pm, build_registry(pm), Hooks(pm)
 
 
-
-
 @pytest.fixture
 def off_policy_records():
     """``off_policy_records(lag)``: four RL steps as an asynchronous stage logs them (``lag``), or as

@@ -85,3 +85,51 @@ def test_moe_and_dense_variants_have_equal_active_parameters(registry_dir: Path)
         counts[name] = count_parameters(dict(cfg.stages.sft.model), vocab_size=cfg.stages.sft.vocab_size)
     assert counts["moe"].total > 2 * counts["dense"].total
     assert counts["moe"].active / counts["dense"].active == pytest.approx(1.0, abs=0.01)
+
+
+def test_seeds_run_every_variant_once_each_and_compare_over_runs_and_tasks(
+    spine, write_pipeline, tmp_path: Path, registry_dir: Path
+):
+    """``seeds`` runs each variant once per value of ``seed_key`` (here the eval stage's solved count,
+    16 and 24 of 40 tasks, standing in for training runs that came out differently); a variant's
+    pass@1 is the mean over its runs (0.4 and 0.6: 0.5), and its difference to the baseline is taken
+    over runs and tasks, so its interval is wider than either run's own paired comparison."""
+    from codemoe.evals.ablation import ablation_markdown, format_plan, plan_ablations
+    from codemoe.evals.stats import improvement
+
+    _, registry, hooks = spine
+    path = tmp_path / "seeds.yaml"
+    path.write_text(f"""
+name: rl-vs-sft
+pipeline: {write_pipeline(PIPELINE)}
+baseline: without_rl
+seeds: [16, 24]
+seed_key: stages.eval_rl.solved
+variants:
+  with_rl: {{eval_stage: eval_rl}}
+  without_rl: {{eval_stage: eval_sft}}
+""")
+    spec = load_ablation(path)
+    plan = plan_ablations([spec], registry, registry_dir=registry_dir, out_dir=tmp_path / "runs")
+    assert len(plan.runs) == 2 and "run 2 rl-vs-sft-with_rl-seed24" in format_plan(plan)  # both arms read each run
+    result = run_ablation(spec, registry, hooks, registry_dir=registry_dir, show_progress=False, out_dir=tmp_path / "runs")
+    rows = result["variants"]
+    assert [s["pass@1"] for s in rows["with_rl"]["seeds"]] == [pytest.approx(0.4), pytest.approx(0.6)]
+    assert rows["with_rl"]["pass@1"]["value"] == pytest.approx(0.5)
+    diff = rows["with_rl"]["vs_baseline"]["absolute"]
+    assert diff["value"] == pytest.approx(0.3)
+    single = improvement({f"t{i}": float(i < 8) for i in range(40)}, {f"t{i}": float(i < 16) for i in range(40)})
+    assert diff["high"] - diff["low"] > single.absolute.high - single.absolute.low
+    assert "| 160 x 2 seeds |" in ablation_markdown([result]) and "2 seeds" in format_ablation(result)
+
+
+def test_seeds_must_be_distinct_values_that_change_every_variant(spine, tmp_path: Path, write_pipeline, registry_dir):
+    for bad in ("seeds: 3", "seeds: [1, 1]"):
+        with pytest.raises(ConfigError, match="seeds must be a list of distinct values"):
+            load_ablation(_spec(tmp_path, write_pipeline(PIPELINE), bad))
+    from codemoe.evals.ablation import plan_ablations
+
+    # variant 'bigger' sets the seed key itself: both seeds give it one run
+    spec = load_ablation(_spec(tmp_path, write_pipeline(PIPELINE), "seeds: [16, 24]\nseed_key: stages.eval_rl.solved"))
+    with pytest.raises(ConfigError, match="variant 'bigger': two of seeds \\[16, 24\\] give it the same run"):
+        plan_ablations([spec], spine[1], registry_dir=registry_dir, out_dir=tmp_path / "runs")

@@ -29,6 +29,14 @@ checkpoint for instance, as it would read its own. A variant that changes a shar
 with the key it changes; so is a shared stage that reads a stage that is not shared (its
 ``checkpoint_from`` or ``trajectories_from``, say).
 
+A single run per variant says how sure a difference is for those trained models, not for the
+configs: two training runs of one config can differ by more than that (the quickstart's RL stage
+scored 75.0% and 66.0% held-out with seeds 0 and 1). ``seeds: [0, 1, 2]`` runs every variant once
+per value, set by the override ``seed_key`` (default ``run.seed``; ``stages.rl.seed`` keeps shared
+SFT stages shared), and each variant's pass@k and its difference to the baseline are then taken
+over its runs and the tasks together (:func:`codemoe.evals.stats.improvement_over_runs`); the
+agent metrics (format errors) stay those of each variant's first run.
+
 An ablation of the agentic pipeline runs for an hour: ``resume`` (``--resume``) takes up the runs
 an earlier call left in the same folder, each where it stopped (``codemoe run --resume``), if its
 saved config is the planned one; without it every call starts fresh runs.
@@ -56,7 +64,8 @@ from codemoe.core.errors import ConfigError
 from codemoe.core.runs import create_run_dir, run_pipeline
 from codemoe.evals.agent_metrics import compare_agent
 from codemoe.evals.compare import compare_summaries, eval_stages
-from codemoe.evals.summary import load_summary
+from codemoe.evals.stats import improvement_over_runs
+from codemoe.evals.summary import load_summary, per_task_pass
 from omegaconf import DictConfig, OmegaConf
 
 __all__ = [
@@ -100,6 +109,8 @@ class AblationSpec:
     k: int = 1  # pass@k compared
     max_active_ratio: float = 0.0  # > 0: fail when variants' active parameters differ by more than this factor
     share: list[str] = field(default_factory=list)  # stage ids run once for every variant (see the module doc)
+    seeds: list[Any] = field(default_factory=list)  # each variant runs once per value (see the module doc)
+    seed_key: str = "run.seed"  # the override each of ``seeds`` sets
 
 
 # -- reading specs
@@ -143,6 +154,8 @@ def load_ablation(path: Path | str) -> AblationSpec:
     spec = AblationSpec(**{**data, "name": str(data.get("name", path.stem)), "variants": variants})
     if spec.baseline not in variants:
         raise ConfigError(f"{path}: baseline '{spec.baseline}' is not a variant; variants: {', '.join(variants)}")
+    if not isinstance(spec.seeds, list) or len(set(map(str, spec.seeds))) < len(spec.seeds):
+        raise ConfigError(f"{path}: seeds must be a list of distinct values (e.g. [0, 1, 2]), not {spec.seeds!r}")
     return spec
 
 
@@ -185,7 +198,8 @@ class AblationPlan:
 
     specs: list[AblationSpec]
     runs: list[PlannedRun]
-    arms: dict[tuple[str, str], tuple[int, str]]  # (ablation, variant) -> (run index, eval stage or "")
+    arms: dict[tuple[str, str], tuple[int, str]]  # (ablation, variant) -> (run index, eval stage or ""), first seed
+    seed_runs: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # (ablation, variant) -> run per seed
 
 
 @dataclass
@@ -211,19 +225,32 @@ def plan_ablations(
     runs: list[PlannedRun] = []
     keys: list[str] = []
     arms: dict[tuple[str, str], tuple[int, str]] = {}
+    seed_runs: dict[tuple[str, str], list[int]] = {}
     for spec in specs:
-        composed = {name: _compose_arm(spec, name, registry, registry_dir, overrides, out_dir) for name in spec.variants}
-        _check_shared(spec, composed)
-        _check_planned_active(spec, composed, registry)
-        for name, arm in composed.items():
-            key = _fingerprint(arm.plain)
-            if key not in keys:
-                keys.append(key)
-                OmegaConf.update(arm.cfg, "run.name", f"{spec.name}-{name}")
-                runs.append(_new_run(runs, arm, spec.share))
-            arms[(spec.name, name)] = (keys.index(key), spec.variants[name].eval_stage)
-            runs[keys.index(key)].arms.append((spec.name, name))
-    return AblationPlan(list(specs), runs, arms)
+        for seed in spec.seeds or [None]:
+            extra = [*overrides, f"{spec.seed_key}={seed}"] if seed is not None else list(overrides)
+            composed = {name: _compose_arm(spec, name, registry, registry_dir, extra, out_dir) for name in spec.variants}
+            _check_shared(spec, composed)
+            _check_planned_active(spec, composed, registry)
+            for name, arm in composed.items():
+                key = _fingerprint(arm.plain)
+                if key not in keys:
+                    keys.append(key)
+                    suffix = f"-seed{seed}" if seed is not None else ""
+                    OmegaConf.update(arm.cfg, "run.name", f"{spec.name}-{name}{suffix}")
+                    runs.append(_new_run(runs, arm, spec.share))
+                arms.setdefault((spec.name, name), (keys.index(key), spec.variants[name].eval_stage))
+                seed_runs.setdefault((spec.name, name), []).append(keys.index(key))
+                runs[keys.index(key)].arms.append((spec.name, name))
+    for spec in specs:
+        for name in spec.variants:
+            indices = seed_runs[(spec.name, name)]
+            if len(set(indices)) < len(indices):
+                raise ConfigError(
+                    f"ablation '{spec.name}', variant '{name}': two of seeds {spec.seeds} give it the same run, so "
+                    f"{spec.seed_key} changes nothing in it (do its overrides set that key?)"
+                )
+    return AblationPlan(list(specs), runs, arms, seed_runs)
 
 
 def _compose_arm(
@@ -432,7 +459,11 @@ def _earlier_run(run: PlannedRun) -> Path | None:
 
 
 def _compare(spec: AblationSpec, plan: AblationPlan, contexts: list[Any]) -> dict[str, Any]:
-    arms = {name: _arm_result(spec, name, *plan.arms[(spec.name, name)], contexts) for name in spec.variants}
+    stage_of = {name: plan.arms[(spec.name, name)][1] for name in spec.variants}
+    seeded = {name: [_arm_result(spec, name, index, stage_of[name], contexts)
+                     for index in plan.seed_runs.get((spec.name, name), [plan.arms[(spec.name, name)][0]])]
+              for name in spec.variants}
+    arms = {name: results[0] for name, results in seeded.items()}
     base = arms[spec.baseline]
     table: dict[str, Any] = {}
     for name, arm in arms.items():
@@ -441,6 +472,14 @@ def _compare(spec: AblationSpec, plan: AblationPlan, contexts: list[Any]) -> dic
         row["tasks"], row["samples"] = arm["summary"]["tasks"], arm["summary"]["samples"]
         if name != spec.baseline:
             row["vs_baseline"] = compare_summaries(base["summary"], arm["summary"], k=spec.k).as_dict()
+        if spec.seeds:  # over the runs and the tasks together
+            per_task = [per_task_pass(r["summary"], spec.k) for r in seeded[name]]
+            base_tasks = [per_task_pass(r["summary"], spec.k) for r in seeded[spec.baseline]]
+            row[f"pass@{spec.k}"] = improvement_over_runs(per_task, per_task).baseline.as_dict()
+            row["seeds"] = [{"seed": seed, "run_dir": r["run_dir"], f"pass@{spec.k}": sum(t.values()) / len(t)}
+                            for seed, r, t in zip(spec.seeds, seeded[name], per_task, strict=True)]
+            if name != spec.baseline:
+                row["vs_baseline"] = improvement_over_runs(base_tasks, per_task).as_dict()
         agent, base_agent = arm["summary"].get("agent"), base["summary"].get("agent")
         if agent and base_agent:  # agent evaluations: format errors move where the resolve rate may not
             row["format_errors"] = agent["metrics"]["format_errors"]
@@ -539,7 +578,8 @@ def format_ablations(results: Sequence[dict[str, Any]]) -> str:
                 line += f"  format errors/episode {_num(row['format_errors'])}"
                 if row.get("format_errors_vs_baseline"):
                     line += f" ({_num(row['format_errors_vs_baseline'], True)})"
-            lines.append(f"{line}  {row['tasks']} tasks {row['samples']} samples  {params}".rstrip())
+            runs = f"  {len(row['seeds'])} seeds" if row.get("seeds") else ""
+            lines.append(f"{line}  {row['tasks']} tasks {row['samples']} samples{runs}  {params}".rstrip())
     return "\n".join(lines)
 
 
@@ -571,7 +611,7 @@ def ablation_markdown(results: Sequence[dict[str, Any]]) -> str:
                 _num(row.get("format_errors")),
                 _num(row.get("format_errors_vs_baseline"), True),
                 str(row["tasks"]),
-                str(row["samples"]),
+                str(row["samples"]) + (f" x {len(row['seeds'])} seeds" if row.get("seeds") else ""),
                 *(f"{row[p]:,}" if p in row else "" for p in reversed(_PARAM_KEYS)),
             ]
             lines.append("| " + " | ".join(cells) + " |")
