@@ -230,6 +230,14 @@ def _cmd_compare_seeds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _comparison_options(p: argparse.ArgumentParser) -> None:
+    """What ``compare`` and ``compare-seeds`` both take."""
+    p.add_argument("--k", type=int, default=1, help="pass@k to compare (default 1)")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence level (default 0.95)")
+    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from codemoe.evals.report import build_report
 
@@ -372,10 +380,7 @@ def add_eval_command(subparsers: Any) -> None:
     p.add_argument("run_b", nargs="?", help="candidate (default: the last eval stage of RUN_A vs its first)")
     p.add_argument("--stage-a", help="eval stage id in RUN_A (default: its last, or first with one run)")
     p.add_argument("--stage-b", help="eval stage id in RUN_B (default: its last)")
-    p.add_argument("--k", type=int, default=1, help="pass@k to compare (default 1)")
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    _comparison_options(p)
     p.set_defaults(handler=_cmd_compare)
 
     p = sub.add_parser(
@@ -390,10 +395,7 @@ def add_eval_command(subparsers: Any) -> None:
     p.add_argument("--candidate", nargs="+", type=Path, required=True, help="runs (or eval folders) of config B")
     p.add_argument("--stage-a", help="eval stage id in every baseline run (default: each run's last)")
     p.add_argument("--stage-b", help="eval stage id in every candidate run (default: each run's last)")
-    p.add_argument("--k", type=int, default=1, help="pass@k to compare (default 1)")
-    p.add_argument("--confidence", type=float, default=0.95, help="confidence level (default 0.95)")
-    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    _comparison_options(p)
     p.set_defaults(handler=_cmd_compare_seeds)
 
     p = sub.add_parser("report", help="(re)write report.md and plots of a run directory")

@@ -122,7 +122,12 @@ def improvement(
         c = np.array(list(candidate.values()), dtype=np.float64)
         b_means = b[rng.integers(0, b.size, size=(resamples, b.size))].mean(axis=1)
         c_means = c[rng.integers(0, c.size, size=(resamples, c.size))].mean(axis=1)
-    b_mean, c_mean = float(b.mean()), float(c.mean())
+    return _improvement(b_means, c_means, float(b.mean()), float(c.mean()), confidence, paired, int(b.size))
+
+
+def _improvement(b_means: np.ndarray, c_means: np.ndarray, b_mean: float, c_mean: float, confidence: float,
+                 paired: bool, tasks: int) -> Improvement:
+    """The two sides' bootstrap means (one per draw) and point values as an :class:`Improvement`."""
     relative_value = c_mean / b_mean - 1.0 if b_mean > 0 else float("nan")
     return Improvement(
         baseline=_interval(b_means, b_mean, confidence),
@@ -130,7 +135,7 @@ def improvement(
         absolute=_interval(c_means - b_means, c_mean - b_mean, confidence),
         relative=_interval(_relative(c_means, b_means), relative_value, confidence),
         paired=paired,
-        tasks=int(b.size),
+        tasks=tasks,
     )
 
 
@@ -171,13 +176,4 @@ def improvement_over_runs(
     # each run's mean over each draw's tasks: [resamples, runs]; then the draw's runs, averaged
     b_means = np.take_along_axis(b[:, tasks].mean(axis=2).T, b_runs, axis=1).mean(axis=1)
     c_means = np.take_along_axis(c[:, tasks].mean(axis=2).T, c_runs, axis=1).mean(axis=1)
-    b_mean, c_mean = float(b.mean()), float(c.mean())
-    relative_value = c_mean / b_mean - 1.0 if b_mean > 0 else float("nan")
-    return Improvement(
-        baseline=_interval(b_means, b_mean, confidence),
-        candidate=_interval(c_means, c_mean, confidence),
-        absolute=_interval(c_means - b_means, c_mean - b_mean, confidence),
-        relative=_interval(_relative(c_means, b_means), relative_value, confidence),
-        paired=True,
-        tasks=len(ids),
-    )
+    return _improvement(b_means, c_means, float(b.mean()), float(c.mean()), confidence, True, len(ids))
