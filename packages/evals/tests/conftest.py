@@ -94,12 +94,13 @@ def off_policy_records():
 
 def _off_policy_records(lag: bool) -> list[dict]:
     """Four RL steps as an asynchronous stage logs them (``lag``), or as a synchronous one on the
-    policy itself: no lag, no log-prob gap, every routing decision agreed."""
+    policy itself: no lag, log-prob gaps of float error (up to 2e-5 nats, as the synchronous
+    quickstart logs them), one near-tied routing decision in 2,000 flipped."""
     out = []
     for step in range(1, 5):
         record = {"stage": "rl", "step": step, "is_weight_mean": 1.0, "is_weight_min": 1.0, "is_weight_max": 1.0,
-                  "is_truncated_frac": 0.0, "is_masked_frac": 0.0, "logp_mismatch_mean": 0.0,
-                  "logp_mismatch_max": 0.0, "routing_agreement": 1.0}
+                  "is_truncated_frac": 0.0, "is_masked_frac": 0.0, "logp_mismatch_mean": 1e-6,
+                  "logp_mismatch_max": 2e-5 * step / 4, "routing_agreement": 0.9995 if step == 2 else 1.0}
         if lag:
             staleness = 0 if step == 1 else 1
             record.update({"staleness_mean": float(staleness), f"staleness/{staleness}": 1.0,

@@ -129,3 +129,15 @@ def test_off_policy_panels_are_labelled_and_drawn_only_for_off_policy_runs(tmp_p
     assert list(gap.lines[1].get_ydata()) == [0.5, 1.0, 1.5, 2.0]
     assert off_policy_figure(off_policy_records(lag=False)) is None
     assert "off_policy" not in write_plots(off_policy_records(lag=False), tmp_path)
+
+
+def test_a_synchronous_stage_on_another_engine_is_off_policy_and_float_error_is_not(off_policy_records):
+    """No lag logged, but an engine whose log-probs differ by tenths of a nat (a server's kernels)
+    or that disagrees on more than 1 routing decision in 1,000: off-policy. Float error is not."""
+    from codemoe.evals.curves import off_policy_stages
+
+    on_policy = off_policy_records(lag=False)
+    assert off_policy_stages(on_policy) == []
+    gap = [{**r, "logp_mismatch_max": 0.3} if r["step"] == 3 else r for r in on_policy]
+    routing = [{**r, "routing_agreement": 0.99} if r["step"] == 3 else r for r in on_policy]
+    assert off_policy_stages(gap) == off_policy_stages(routing) == ["rl"]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Series", "expert_load", "labels", "read_metrics", "series"]
+__all__ = ["Series", "expert_load", "labels", "off_policy_stages", "read_metrics", "series"]
 
 Series = tuple[list[int], list[float]]  # (steps, values)
 
@@ -114,3 +114,24 @@ def _load_grid(record: dict[str, Any]) -> list[list[float]] | None:
     layers = max(layer for layer, _ in cells) + 1
     experts = max(expert for _, expert in cells) + 1
     return [[cells.get((layer, e), 0.0) for e in range(experts)] for layer in range(layers)]
+
+
+# An engine that is the trainer's policy gives its log-probs up to float error (2e-5 nats at most
+# over the synchronous quickstart's 600 steps: another order of the same fp32 sums) and may flip a
+# near-tied routing decision; a policy lag or another engine moves them by tenths of a nat.
+_GAP_NATS = 1e-3
+_AGREEMENT = 0.999
+
+
+def off_policy_stages(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Stages whose rollouts were not all the trainer's own policy's: a policy lag was logged
+    (``staleness_mean``), or the engine's log-probs or routing differ from the trainer's by more
+    than float error (a gap over 1e-3 nats, or under 99.9% of routing decisions agreed)."""
+    lag, gap, agreement = (series(records, q) for q in ("staleness_mean", "logp_mismatch_max", "routing_agreement"))
+    stages = dict.fromkeys([*lag, *gap, *agreement])
+    return [
+        sid for sid in stages
+        if sid in lag
+        or any(v > _GAP_NATS for v in gap.get(sid, ([], []))[1])
+        or any(v < _AGREEMENT for v in agreement.get(sid, ([], []))[1])
+    ]

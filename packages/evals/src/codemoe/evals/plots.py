@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from codemoe.evals.curves import expert_load, labels, series
+from codemoe.evals.curves import expert_load, labels, off_policy_stages, series
 
 __all__ = [
     "expert_load_figure",
@@ -266,8 +266,7 @@ def off_policy_figure(records: Sequence[dict[str, Any]]) -> Any:
     """Four panels over steps for RL stages with off-policy rollouts (a policy lag, or an engine
     whose log-probs differ from the trainer's): policy lag and drops, IS weights, the log-prob gap,
     routing agreement. None for on-policy runs on the policy itself."""
-    lag, gap = series(records, "staleness_mean"), series(records, "logp_mismatch_max")
-    stages = [sid for sid in dict.fromkeys([*lag, *gap]) if sid in lag or any(gap[sid][1])]
+    stages = off_policy_stages(records)
     if not stages:
         return None
     plt = _pyplot()

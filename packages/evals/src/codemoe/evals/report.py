@@ -11,7 +11,7 @@ from typing import Any
 
 from codemoe.evals.agent_metrics import METRICS, compare_agent, format_change, format_estimate
 from codemoe.evals.compare import compare_summaries, eval_stages, format_improvement
-from codemoe.evals.curves import expert_load, read_metrics, series
+from codemoe.evals.curves import expert_load, off_policy_stages, read_metrics, series
 from codemoe.evals.plots import write_plots
 from codemoe.evals.summary import load_summary
 
@@ -171,10 +171,8 @@ def _off_policy_lines(records: list[dict[str, Any]]) -> list[str]:
     and the engine/trainer gaps, first 5 steps -> last 5 (means) where a trend matters."""
     curves = {q: series(records, q) for q in _OFF_POLICY}
     rows = []
-    for sid in sorted({sid for c in curves.values() for sid in c}):
+    for sid in sorted(off_policy_stages(records)):  # on-policy, on the policy itself: nothing to show
         v = {q: curves[q][sid][1] if sid in curves[q] else [] for q in _OFF_POLICY}
-        if not v["staleness_mean"] and not any(v["logp_mismatch_max"]) and all(a == 1.0 for a in v["routing_agreement"]):
-            continue  # on-policy, and the engine is the policy itself: nothing to show
         histogram: dict[int, float] = {}
         for record in records:
             if record.get("stage") == sid and record.get("step") is not None:
