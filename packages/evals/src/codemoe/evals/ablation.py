@@ -465,21 +465,21 @@ def _compare(spec: AblationSpec, plan: AblationPlan, contexts: list[Any]) -> dic
               for name in spec.variants}
     arms = {name: results[0] for name, results in seeded.items()}
     base = arms[spec.baseline]
+    per_task = {name: [per_task_pass(r["summary"], spec.k) for r in results] for name, results in seeded.items()}
     table: dict[str, Any] = {}
     for name, arm in arms.items():
         row = {key: arm[key] for key in ("run_dir", "eval_stage", *_PARAM_KEYS) if key in arm}
-        row[f"pass@{spec.k}"] = arm["summary"]["overall"][f"pass@{spec.k}"]
         row["tasks"], row["samples"] = arm["summary"]["tasks"], arm["summary"]["samples"]
-        if name != spec.baseline:
-            row["vs_baseline"] = compare_summaries(base["summary"], arm["summary"], k=spec.k).as_dict()
-        if spec.seeds:  # over the runs and the tasks together
-            per_task = [per_task_pass(r["summary"], spec.k) for r in seeded[name]]
-            base_tasks = [per_task_pass(r["summary"], spec.k) for r in seeded[spec.baseline]]
-            row[f"pass@{spec.k}"] = improvement_over_runs(per_task, per_task).baseline.as_dict()
+        if spec.seeds:  # over the runs and the tasks together; one side's estimate is its own side of a comparison
+            row[f"pass@{spec.k}"] = improvement_over_runs(per_task[name], per_task[name]).baseline.as_dict()
             row["seeds"] = [{"seed": seed, "run_dir": r["run_dir"], f"pass@{spec.k}": sum(t.values()) / len(t)}
-                            for seed, r, t in zip(spec.seeds, seeded[name], per_task, strict=True)]
+                            for seed, r, t in zip(spec.seeds, seeded[name], per_task[name], strict=True)]
             if name != spec.baseline:
-                row["vs_baseline"] = improvement_over_runs(base_tasks, per_task).as_dict()
+                row["vs_baseline"] = improvement_over_runs(per_task[spec.baseline], per_task[name]).as_dict()
+        else:
+            row[f"pass@{spec.k}"] = arm["summary"]["overall"][f"pass@{spec.k}"]
+            if name != spec.baseline:
+                row["vs_baseline"] = compare_summaries(base["summary"], arm["summary"], k=spec.k).as_dict()
         agent, base_agent = arm["summary"].get("agent"), base["summary"].get("agent")
         if agent and base_agent:  # agent evaluations: format errors move where the resolve rate may not
             row["format_errors"] = agent["metrics"]["format_errors"]

@@ -130,7 +130,6 @@ def compare_seeds(
 def format_seeds(a: list[tuple[str, float]], b: list[tuple[str, float]], imp: Improvement, k: int = 1) -> str:
     """:func:`compare_seeds`' result: every run's pass@k, then the comparison over runs and tasks."""
     pct = 100 * imp.absolute.confidence
-    verdict = "excludes zero" if imp.absolute.excludes_zero() else "includes zero"
     lines = [f"pass@{k}, {imp.tasks} tasks, {len(a)} runs against {len(b)} "
              f"(bootstrap over tasks and runs, {pct:.0f}% CI)"]
     for side, runs in (("A", a), ("B", b)):
@@ -138,10 +137,7 @@ def format_seeds(a: list[tuple[str, float]], b: list[tuple[str, float]], imp: Im
     lines += [
         f"  A, {len(a)} runs: {_pct(imp.baseline.value)} [{_pct(imp.baseline.low)}, {_pct(imp.baseline.high)}]",
         f"  B, {len(b)} runs: {_pct(imp.candidate.value)} [{_pct(imp.candidate.low)}, {_pct(imp.candidate.high)}]",
-        f"  absolute: {_signed(imp.absolute.value)} points [{_signed(imp.absolute.low)}, {_signed(imp.absolute.high)}] "
-        f"({verdict})",
-        (f"  relative: {_signed(imp.relative.value)}% [{_signed(imp.relative.low)}, {_signed(imp.relative.high)}]"
-         if math.isfinite(imp.relative.value) else f"  relative: undefined (A's pass@{k} is {_pct(imp.baseline.value)})"),
+        *_difference_lines(imp, k),
     ]
     if min(len(a), len(b)) < 5:
         lines.append("  (with fewer than 5 runs a side the interval is narrower than the truth: a lower bound)")
@@ -151,19 +147,24 @@ def format_seeds(a: list[tuple[str, float]], b: list[tuple[str, float]], imp: Im
 def format_improvement(label_a: str, label_b: str, imp: Improvement, k: int = 1) -> str:
     """A short human-readable account of the comparison."""
     pct = 100 * imp.absolute.confidence
-    verdict = "excludes zero" if imp.absolute.excludes_zero() else "includes zero"
     return "\n".join(
         [
             f"pass@{k}, {imp.tasks} tasks ({'paired' if imp.paired else 'unpaired'} bootstrap, {pct:.0f}% CI)",
             f"  A {label_a}: {_pct(imp.baseline.value)} [{_pct(imp.baseline.low)}, {_pct(imp.baseline.high)}]",
             f"  B {label_b}: {_pct(imp.candidate.value)} [{_pct(imp.candidate.low)}, {_pct(imp.candidate.high)}]",
-            f"  absolute: {_signed(imp.absolute.value)} points "
-            f"[{_signed(imp.absolute.low)}, {_signed(imp.absolute.high)}] ({verdict})",
-            (f"  relative: {_signed(imp.relative.value)}% [{_signed(imp.relative.low)}, {_signed(imp.relative.high)}]"
-             if math.isfinite(imp.relative.value) else
-             f"  relative: undefined (A's pass@{k} is {_pct(imp.baseline.value)})"),
+            *_difference_lines(imp, k),
         ]
     )
+
+
+def _difference_lines(imp: Improvement, k: int) -> list[str]:
+    """The absolute (points) and relative differences with their intervals."""
+    verdict = "excludes zero" if imp.absolute.excludes_zero() else "includes zero"
+    relative = (f"  relative: {_signed(imp.relative.value)}% [{_signed(imp.relative.low)}, {_signed(imp.relative.high)}]"
+                if math.isfinite(imp.relative.value) else
+                f"  relative: undefined (A's pass@{k} is {_pct(imp.baseline.value)})")
+    return [f"  absolute: {_signed(imp.absolute.value)} points [{_signed(imp.absolute.low)}, {_signed(imp.absolute.high)}] "
+            f"({verdict})", relative]
 
 
 def _pct(x: float) -> str:
