@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from codemoe.evals.stats import bootstrap_mean, improvement, improvement_over_runs
+from codemoe.evals.stats import bootstrap_mean, bootstrap_over_runs, improvement, improvement_over_runs
 
 
 def test_constant_values_give_a_zero_width_interval() -> None:
@@ -91,3 +91,24 @@ def test_runs_compared_over_seeds_must_share_their_tasks() -> None:
         improvement_over_runs([{"a": 1.0, "b": 0.0}], [{"a": 1.0, "b": 1.0}, {"a": 1.0}])
     with pytest.raises(ValueError, match="at least one run"):
         improvement_over_runs([], [{"a": 1.0}])
+
+
+def test_one_configs_score_over_runs() -> None:
+    """Known answers. Runs scoring 0.2 and 0.6 on every task: a draw of two runs averages 0.2, 0.4
+    or 0.6, so the 95% interval is [0.2, 0.6] around 0.4. One run is bootstrap_mean's interval, and
+    a side of improvement_over_runs is this estimate, draw for draw."""
+    import numpy as np
+
+    tasks = [f"t{i}" for i in range(10)]
+    low, high = ({t: v for t in tasks} for v in (0.2, 0.6))
+    est = bootstrap_over_runs([low, high])
+    assert (est.value, est.low, est.high) == (pytest.approx(0.4), pytest.approx(0.2), pytest.approx(0.6))
+    rng = np.random.default_rng(2)
+    run = {f"t{i:02d}": float(rng.random()) for i in range(30)}
+    assert bootstrap_over_runs([run]) == bootstrap_mean([run[t] for t in sorted(run)])
+    other = {t: float(rng.random()) for t in run}
+    assert bootstrap_over_runs([run, other]) == improvement_over_runs([run, other], [other]).baseline
+    with pytest.raises(ValueError, match="a run 2 graded other tasks"):
+        bootstrap_over_runs([run, {"t00": 1.0}])
+    with pytest.raises(ValueError, match="at least one run"):
+        bootstrap_over_runs([])

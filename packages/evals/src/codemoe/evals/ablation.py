@@ -64,7 +64,7 @@ from codemoe.core.errors import ConfigError
 from codemoe.core.runs import create_run_dir, run_pipeline
 from codemoe.evals.agent_metrics import compare_agent
 from codemoe.evals.compare import compare_summaries, eval_stages
-from codemoe.evals.stats import improvement_over_runs
+from codemoe.evals.stats import bootstrap_over_runs, improvement_over_runs
 from codemoe.evals.summary import load_summary, per_task_pass
 from omegaconf import DictConfig, OmegaConf
 
@@ -470,8 +470,8 @@ def _compare(spec: AblationSpec, plan: AblationPlan, contexts: list[Any]) -> dic
     for name, arm in arms.items():
         row = {key: arm[key] for key in ("run_dir", "eval_stage", *_PARAM_KEYS) if key in arm}
         row["tasks"], row["samples"] = arm["summary"]["tasks"], arm["summary"]["samples"]
-        if spec.seeds:  # over the runs and the tasks together; one side's estimate is its own side of a comparison
-            row[f"pass@{spec.k}"] = improvement_over_runs(per_task[name], per_task[name]).baseline.as_dict()
+        if spec.seeds:  # over the runs and the tasks together
+            row[f"pass@{spec.k}"] = bootstrap_over_runs(per_task[name]).as_dict()
             row["seeds"] = [{"seed": seed, "run_dir": r["run_dir"], f"pass@{spec.k}": sum(t.values()) / len(t)}
                             for seed, r, t in zip(spec.seeds, seeded[name], per_task[name], strict=True)]
             if name != spec.baseline:

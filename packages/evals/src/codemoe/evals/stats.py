@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["Estimate", "Improvement", "bootstrap_mean", "improvement", "improvement_over_runs"]
+__all__ = ["Estimate", "Improvement", "bootstrap_mean", "bootstrap_over_runs", "improvement", "improvement_over_runs"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,47 @@ def _improvement(b_means: np.ndarray, c_means: np.ndarray, b_mean: float, c_mean
     )
 
 
+def _run_matrix(runs: Sequence[Mapping[str, float]], ids: list[str], side: str) -> np.ndarray:
+    """Per-task scores of ``runs`` as ``[runs, tasks]`` in the order of ``ids``; every run must have graded ``ids``."""
+    for i, run in enumerate(runs):
+        if set(run) != set(ids):
+            raise ValueError(
+                f"{side} run {i + 1} graded other tasks than baseline run 1 ({len(run)} against {len(ids)}): "
+                "runs compared over seeds must share their task set"
+            )
+    return np.array([[run[t] for t in ids] for run in runs], dtype=np.float64)
+
+
+def _first_ids(runs: Sequence[Mapping[str, float]], what: str) -> list[str]:
+    if not runs:
+        raise ValueError(what)
+    ids = sorted(runs[0])
+    if not ids:
+        raise ValueError("the runs need at least one graded task to be compared")
+    return ids
+
+
+def _means_over_runs(scores: np.ndarray, tasks: np.ndarray, picks: np.ndarray) -> np.ndarray:
+    """Per draw: each run's mean over the draw's ``tasks`` ([resamples, tasks]), then the mean of the
+    draw's ``picks`` of runs ([resamples, runs]): ``[resamples]``."""
+    return np.take_along_axis(scores[:, tasks].mean(axis=2).T, picks, axis=1).mean(axis=1)
+
+
+def bootstrap_over_runs(
+    runs: Sequence[Mapping[str, float]], *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> Estimate:
+    """One config's score over several runs (training seeds) and the tasks together: the mean over its
+    runs of their mean over tasks, each draw resampling the tasks and then the runs. The same draws as
+    the baseline side of :func:`improvement_over_runs` with this seed; one run gives
+    :func:`bootstrap_mean`'s interval. Few runs make it a lower bound of the uncertainty."""
+    ids = _first_ids(runs, "a score over runs needs at least one run")
+    scores = _run_matrix(runs, ids, "a")
+    rng = np.random.default_rng(seed)
+    tasks = rng.integers(0, len(ids), size=(resamples, len(ids)))
+    picks = rng.integers(0, scores.shape[0], size=(resamples, scores.shape[0]))
+    return _interval(_means_over_runs(scores, tasks, picks), float(scores.mean()), confidence)
+
+
 def improvement_over_runs(
     baseline: Sequence[Mapping[str, float]],
     candidate: Sequence[Mapping[str, float]],
@@ -155,25 +196,14 @@ def improvement_over_runs(
     draw. With few runs the interval is narrower than the truth (a bootstrap of 3 values cannot
     reach beyond them): read it as a lower bound of the uncertainty.
     """
-    if not baseline or not candidate:
+    if not candidate:
         raise ValueError("both sides need at least one run")
-    ids = sorted(baseline[0])
-    if not ids:
-        raise ValueError("the runs need at least one graded task to be compared")
-    for side, runs in (("baseline", baseline), ("candidate", candidate)):
-        for i, run in enumerate(runs):
-            if set(run) != set(ids):
-                raise ValueError(
-                    f"{side} run {i + 1} graded other tasks than baseline run 1 ({len(run)} against {len(ids)}): "
-                    "runs compared over seeds must share their task set"
-                )
-    b = np.array([[run[t] for t in ids] for run in baseline], dtype=np.float64)  # b: [runs, tasks]
-    c = np.array([[run[t] for t in ids] for run in candidate], dtype=np.float64)  # c: [runs, tasks]
+    ids = _first_ids(baseline, "both sides need at least one run")
+    b = _run_matrix(baseline, ids, "baseline")  # b: [runs, tasks]
+    c = _run_matrix(candidate, ids, "candidate")  # c: [runs, tasks]
     rng = np.random.default_rng(seed)
     tasks = rng.integers(0, len(ids), size=(resamples, len(ids)))  # as improvement() draws them
     b_runs = rng.integers(0, b.shape[0], size=(resamples, b.shape[0]))
     c_runs = rng.integers(0, c.shape[0], size=(resamples, c.shape[0]))
-    # each run's mean over each draw's tasks: [resamples, runs]; then the draw's runs, averaged
-    b_means = np.take_along_axis(b[:, tasks].mean(axis=2).T, b_runs, axis=1).mean(axis=1)
-    c_means = np.take_along_axis(c[:, tasks].mean(axis=2).T, c_runs, axis=1).mean(axis=1)
+    b_means, c_means = _means_over_runs(b, tasks, b_runs), _means_over_runs(c, tasks, c_runs)
     return _improvement(b_means, c_means, float(b.mean()), float(c.mean()), confidence, True, len(ids))
