@@ -198,7 +198,7 @@ def test_a_recipe_the_child_cannot_rebuild_is_scored_in_process_unless_the_child
     import sys
     import types
 
-    from codemoe.rl.stages import RLStage, RLStageConfig
+    from codemoe.rl.stages import RLStageConfig, process_scorer
 
     module = types.ModuleType("codemoe_made_in_this_process")
 
@@ -209,19 +209,18 @@ def test_a_recipe_the_child_cannot_rebuild_is_scored_in_process_unless_the_child
     Recipe.__module__, Recipe.__qualname__ = module.__name__, "Recipe"
     module.Recipe = Recipe
     sys.modules[module.__name__] = module
-    ctx, stage = types.SimpleNamespace(registry=registry), types.SimpleNamespace(id="rl")
     try:
         with caplog.at_level("WARNING", logger="codemoe.rl"):
-            assert RLStage(RLStageConfig(max_staleness=1))._process_scorer(ctx, stage, Recipe()) is None
+            assert process_scorer(RLStageConfig(max_staleness=1), registry, "stages.rl", Recipe()) is None
         assert "stages.rl.scorer_process: scoring in the trainer's process" in caplog.text
         assert "codemoe_made_in_this_process" in caplog.text
         with pytest.raises(ScorerProcessError, match="did not start.*codemoe_made_in_this_process"):
-            RLStage(RLStageConfig(max_staleness=1, scorer_process=True))._process_scorer(ctx, stage, Recipe())
+            process_scorer(RLStageConfig(max_staleness=1, scorer_process=True), registry, "stages.rl", Recipe())
     finally:
         del sys.modules[module.__name__]
-    scorer = RLStage(RLStageConfig(max_staleness=1))._process_scorer(ctx, stage, recipe)
+    scorer = process_scorer(RLStageConfig(max_staleness=1), registry, "stages.rl", recipe)
     try:
         assert isinstance(scorer, ProcessScorer)
     finally:
         scorer.close()
-    assert RLStage(RLStageConfig())._process_scorer(ctx, stage, recipe) is None  # synchronous: in-process
+    assert process_scorer(RLStageConfig(), registry, "stages.rl", recipe) is None  # synchronous: in-process

@@ -21,7 +21,10 @@ from codemoe.rl.trainer import RLConfig, RLTrainer
 
 log = logging.getLogger("codemoe.rl")
 
-__all__ = ["RLStage", "RLStageConfig", "SFTStage", "SFTStageConfig", "TrajectoriesStage", "TrajectoriesStageConfig"]
+__all__ = [
+    "RLStage", "RLStageConfig", "SFTStage", "SFTStageConfig", "TrajectoriesStage", "TrajectoriesStageConfig",
+    "process_scorer",
+]
 
 # A completion is a function body: it ends where top-level code would start (the suites' convention).
 STOP_SEQUENCES = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert "]
@@ -285,6 +288,28 @@ class SFTStage:
         return {"checkpoint": str(path), "examples": len(examples), **result}
 
 
+def process_scorer(cfg: RLStageConfig, registry: Any, where: str, recipe: Any) -> Any:
+    """The scorer an rl stage configured by ``cfg`` runs in a child process of its own
+    (:class:`~codemoe.rl.scoring_process.ProcessScorer`), or None to score in the trainer's process:
+    ``scorer_process: false``, or null where it does not apply (a synchronous stage, agent episodes)
+    or where the executor or the recipe cannot be rebuilt in a child (a factory that takes the
+    registry, a recipe that does not pickle or whose class the child cannot import, e.g. one defined
+    in a script's ``__main__``); ``where`` names the stage in errors and warnings (``stages.rl``)."""
+    from codemoe.rl.scoring_process import ProcessScorer, ScorerProcessError, portable_parts
+
+    if cfg.scores_in_process:
+        return None
+    try:
+        factory, config = registry.portable("executor", cfg.executor, where=f"{where}.executor")
+        parts = portable_parts(factory, config, recipe, f"{where}.scorer_process")
+        return ProcessScorer(parts, timeout_s=cfg.timeout_s, once_per_program=cfg.check_once_per_program)
+    except (ConfigError, ScorerProcessError) as exc:
+        if cfg.scorer_process:
+            raise
+        log.warning("%s.scorer_process: scoring in the trainer's process (%s)", where, exc)
+        return None
+
+
 class RLStage:
     """RL on a suite's train split: engine, executor, reward recipe and algorithm from the registry."""
 
@@ -304,7 +329,7 @@ class RLStage:
         # a scorer in a child process builds its own executor there; the trainer's process needs one only
         # to score in-process (agent episodes always do: their environment runs the tools here)
         recipe = ctx.registry.build("reward", cfg.reward, where=f"stages.{stage.id}.reward")
-        scorer = self._process_scorer(ctx, stage, recipe)
+        scorer = process_scorer(cfg, ctx.registry, f"stages.{stage.id}", recipe)
         executor = None
         if scorer is None:
             executor = ctx.registry.build("executor", cfg.executor, where=f"stages.{stage.id}.executor")
@@ -322,27 +347,6 @@ class RLStage:
                 close()
         path = save_policy(trainer.policy, tokenizer, ctx.stage_dir(stage) / "checkpoint", env)
         return {"checkpoint": str(path), **result}
-
-    def _process_scorer(self, ctx: Any, stage: Any, recipe: Any) -> Any:
-        """The scorer in a child process of its own (:class:`~codemoe.rl.scoring_process.ProcessScorer`),
-        or None to score in the trainer's process: ``scorer_process: false``, or null where it does not
-        apply (a synchronous stage, agent episodes) or where the executor or the recipe cannot be
-        rebuilt in a child (a factory that takes the registry, a recipe that does not pickle or whose
-        class the child cannot import, e.g. one defined in a script's ``__main__``)."""
-        from codemoe.rl.scoring_process import ProcessScorer, ScorerProcessError, portable_parts
-
-        cfg, where = self.config, f"stages.{stage.id}"
-        if cfg.scores_in_process:
-            return None
-        try:
-            factory, config = ctx.registry.portable("executor", cfg.executor, where=f"{where}.executor")
-            parts = portable_parts(factory, config, recipe, f"{where}.scorer_process")
-            return ProcessScorer(parts, timeout_s=cfg.timeout_s, once_per_program=cfg.check_once_per_program)
-        except (ConfigError, ScorerProcessError) as exc:
-            if cfg.scorer_process:
-                raise
-            log.warning("%s.scorer_process: scoring in the trainer's process (%s)", where, exc)
-            return None
 
     def _trainer(
         self,
