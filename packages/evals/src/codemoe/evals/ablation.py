@@ -465,7 +465,8 @@ def _compare(spec: AblationSpec, plan: AblationPlan, contexts: list[Any]) -> dic
               for name in spec.variants}
     arms = {name: results[0] for name, results in seeded.items()}
     base = arms[spec.baseline]
-    per_task = {name: [per_task_pass(r["summary"], spec.k) for r in results] for name, results in seeded.items()}
+    per_task = ({name: [per_task_pass(r["summary"], spec.k) for r in results] for name, results in seeded.items()}
+                if spec.seeds else {})  # read only where the comparison is over runs
     table: dict[str, Any] = {}
     for name, arm in arms.items():
         row = {key: arm[key] for key in ("run_dir", "eval_stage", *_PARAM_KEYS) if key in arm}

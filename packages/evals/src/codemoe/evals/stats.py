@@ -139,24 +139,21 @@ def _improvement(b_means: np.ndarray, c_means: np.ndarray, b_mean: float, c_mean
     )
 
 
-def _run_matrix(runs: Sequence[Mapping[str, float]], ids: list[str], side: str) -> np.ndarray:
-    """Per-task scores of ``runs`` as ``[runs, tasks]`` in the order of ``ids``; every run must have graded ``ids``."""
+def _run_matrix(runs: Sequence[Mapping[str, float]], side: str, ids: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """Per-task scores of ``runs`` as ``[runs, tasks]`` and the task ids (sorted) they are in: those of
+    ``ids``, else of the first run. Every run must have graded those tasks."""
+    if not runs:
+        raise ValueError("both sides need at least one run" if side else "a score over runs needs at least one run")
+    ids = ids if ids is not None else sorted(runs[0])
+    if not ids:
+        raise ValueError("the runs need at least one graded task to be compared")
     for i, run in enumerate(runs):
         if set(run) != set(ids):
             raise ValueError(
-                f"{side} run {i + 1} graded other tasks than baseline run 1 ({len(run)} against {len(ids)}): "
-                "runs compared over seeds must share their task set"
+                f"{side + ' ' if side else ''}run {i + 1} graded other tasks than {'baseline ' if side else ''}run 1 "
+                f"({len(run)} against {len(ids)}): runs compared over seeds must share their task set"
             )
-    return np.array([[run[t] for t in ids] for run in runs], dtype=np.float64)
-
-
-def _first_ids(runs: Sequence[Mapping[str, float]], what: str) -> list[str]:
-    if not runs:
-        raise ValueError(what)
-    ids = sorted(runs[0])
-    if not ids:
-        raise ValueError("the runs need at least one graded task to be compared")
-    return ids
+    return np.array([[run[t] for t in ids] for run in runs], dtype=np.float64), ids
 
 
 def _means_over_runs(scores: np.ndarray, tasks: np.ndarray, picks: np.ndarray) -> np.ndarray:
@@ -172,8 +169,7 @@ def bootstrap_over_runs(
     runs of their mean over tasks, each draw resampling the tasks and then the runs. The same draws as
     the baseline side of :func:`improvement_over_runs` with this seed; one run gives
     :func:`bootstrap_mean`'s interval. Few runs make it a lower bound of the uncertainty."""
-    ids = _first_ids(runs, "a score over runs needs at least one run")
-    scores = _run_matrix(runs, ids, "a")
+    scores, ids = _run_matrix(runs, "")
     rng = np.random.default_rng(seed)
     tasks = rng.integers(0, len(ids), size=(resamples, len(ids)))
     picks = rng.integers(0, scores.shape[0], size=(resamples, scores.shape[0]))
@@ -196,11 +192,8 @@ def improvement_over_runs(
     draw. With few runs the interval is narrower than the truth (a bootstrap of 3 values cannot
     reach beyond them): read it as a lower bound of the uncertainty.
     """
-    if not candidate:
-        raise ValueError("both sides need at least one run")
-    ids = _first_ids(baseline, "both sides need at least one run")
-    b = _run_matrix(baseline, ids, "baseline")  # b: [runs, tasks]
-    c = _run_matrix(candidate, ids, "candidate")  # c: [runs, tasks]
+    b, ids = _run_matrix(baseline, "baseline")  # b: [runs, tasks]
+    c, _ = _run_matrix(candidate, "candidate", ids)  # c: [runs, tasks]
     rng = np.random.default_rng(seed)
     tasks = rng.integers(0, len(ids), size=(resamples, len(ids)))  # as improvement() draws them
     b_runs = rng.integers(0, b.shape[0], size=(resamples, b.shape[0]))
