@@ -137,6 +137,32 @@ def test_path_tricks_fail_for_every_file_tool(env, task, path):
             assert HIDDEN_MARKER not in text
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "cinema/" + "o" * 5000,  # a policy that loops on one token: one component far above NAME_MAX
+        "/".join(["abc"] * 600),  # short components, far too long in all
+        "stats/__init__.py/inner.py",  # a file where a folder must be
+        "loop/x.py",  # a symlink to itself
+    ],
+)
+def test_paths_the_filesystem_refuses_are_tool_errors_and_the_episode_goes_on(env, path):
+    os.symlink("loop", env.workspace.root / "loop")
+    for tool, args in (("read_file", {"path": path}), ("list_files", {"path": path}),
+                       ("search", {"pattern": "def", "path": path}),
+                       ("write_file", {"path": path, "content": "x"}),
+                       ("edit", {"path": path, "old": "a", "new": "b"})):
+        text, record = call(env, tool, **args)
+        assert not record.ok and not record.format_error, (tool, path, text)
+        assert record.error_kind in ("invalid_path", "not_found", "os_error", "is_dir"), (tool, record.error_kind)
+        assert len(record.message) < 400  # the message names the path without echoing 5000 characters
+    assert not env.episode.done
+    text, record = call(env, "read_file", path="stats/__init__.py")
+    assert record.ok, text
+    text, record = call(env, "list_files")  # the loop is in the listing's way
+    assert record.ok and "stats/__init__.py" in text and "loop" not in text
+
+
 def test_symlinks_out_of_the_workspace_are_dead_ends(env, task):
     root = env.workspace.root
     os.symlink(_hidden_dir(task), root / "leak")

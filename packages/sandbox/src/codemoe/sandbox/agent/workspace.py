@@ -18,6 +18,8 @@ from pathlib import Path, PurePosixPath
 __all__ = ["ToolError", "Workspace"]
 
 _SKIP_DIRS = {".git", "__pycache__", ".pytest_cache"}
+NAME_MAX = 255  # bytes in one path component (Linux)
+PATH_MAX = 1024  # characters in a workspace path: far above any repository's, far below the kernel's 4096
 
 
 class ToolError(Exception):
@@ -29,6 +31,11 @@ class ToolError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters for an error message."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class Workspace:
@@ -54,12 +61,20 @@ class Workspace:
             raise ToolError("denied", f"{rel}: absolute paths are not allowed; use a path relative to the repository root")
         if ".." in pure.parts:
             raise ToolError("denied", f"{rel}: '..' is not allowed; paths stay inside the repository")
+        if len(rel) > PATH_MAX or any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in pure.parts):
+            raise ToolError("invalid_path", f"{_short(rel)}: path too long (at most {NAME_MAX} bytes a component, "
+                                            f"{PATH_MAX} characters in all)")
         path = self.root.joinpath(*pure.parts)
-        real = path.resolve()
-        if real != self.root and self.root not in real.parents:
-            raise ToolError("denied", f"{rel}: resolves outside the repository")
-        if must_exist and not path.exists():
-            raise ToolError("not_found", f"{rel}: no such file or directory")
+        try:
+            real = path.resolve()
+            if real != self.root and self.root not in real.parents:
+                raise ToolError("denied", f"{rel}: resolves outside the repository")
+            if must_exist and not path.exists():
+                raise ToolError("not_found", f"{rel}: no such file or directory")
+        except OSError as exc:  # a name the filesystem refuses: the agent's error, not ours
+            raise ToolError("invalid_path", f"{_short(rel)}: {exc.strerror or exc}") from None
+        except RuntimeError:  # Path.resolve's symlink loop (Python < 3.13)
+            raise ToolError("invalid_path", f"{_short(rel)}: too many levels of symbolic links") from None
         return path
 
     def relative(self, path: Path) -> str:
@@ -87,7 +102,10 @@ class Workspace:
                     yield path
 
     def _inside(self, path: Path) -> bool:
-        real = path.resolve()
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):  # a symlink loop leads nowhere, least of all inside
+            return False
         return self.root in real.parents
 
     def read_text(self, rel: str) -> str:
@@ -99,6 +117,8 @@ class Workspace:
             return path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             raise ToolError("binary", f"{rel} is not UTF-8 text") from None
+        except OSError as exc:
+            raise ToolError("os_error", f"{rel}: {exc.strerror or exc}") from None
 
     def write_text(self, rel: str, content: str) -> bool:
         """Write ``content`` to ``rel`` (creating folders); returns whether the file is new."""
@@ -111,8 +131,11 @@ class Workspace:
         if path.is_dir():
             raise ToolError("is_dir", f"{rel} is a directory")
         created = not path.exists()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content, encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+        except OSError as exc:  # a file where a folder must be, a full disk: the call fails, the episode goes on
+            raise ToolError("os_error", f"{rel}: {exc.strerror or exc}") from None
         return created
 
     def snapshot(self) -> dict[str, str]:
