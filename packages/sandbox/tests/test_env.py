@@ -77,6 +77,8 @@ def test_flailing_agent_pays_for_format_errors_and_is_stopped_by_anti_spin(env, 
     assert not episode.resolved
     penalty = build_reward({"name": "weighted_sum", "components": {"format_errors": {}}})
     assert penalty(episode.to_reward_input()).total == pytest.approx(-0.5 * 6)
+    failed = build_reward("tool_errors")(episode.to_reward_input())  # the well-formed calls that failed
+    assert failed.evidence == ("shell: not_allowed", "edit: not_found")
     result = seed1(episode.to_reward_input())
     assert result.total == pytest.approx(-0.01 * 11)
 

@@ -222,6 +222,17 @@ def test_steps_and_tool_call_format_errors():
     assert value.value == 2.0
     assert value.explanation == "2/3 tool call(s) malformed: edit: bad JSON, <unparsed>"
     assert build_reward("step_cost")(inp).value == 3.0
+    assert build_reward("tool_errors")(inp).value == 0.0  # malformed calls are format errors, not tool errors
+
+
+def test_tool_errors_count_well_formed_calls_that_failed():
+    calls = [ToolCall("read_file", failure="not_found"), ToolCall("read_file"), ToolCall("edit", failure="no_match"),
+             ToolCall("edit", ok=False, error="bad JSON"), ToolCall("shell", failure="not_allowed")]
+    value = build_reward("tool_errors")(RewardInput(tool_calls=calls, steps=5))
+    assert value.value == 3.0
+    assert value.explanation == "3/5 tool call(s) failed: read_file: not_found, edit: no_match and 1 more"
+    assert build_reward({"name": "weighted_sum", "components": {"tool_errors": {}}})(
+        RewardInput(tool_calls=calls)).total == pytest.approx(-0.3)
 
 
 # -- building recipes, and reward inputs from executor results

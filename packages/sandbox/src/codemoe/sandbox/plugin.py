@@ -99,6 +99,13 @@ COMPONENTS: list[tuple[str, str, str, str, str]] = [
     ),
     (
         "reward",
+        "tool_errors",
+        "codemoe.sandbox.rewards.verifiable:ToolErrors",
+        "codemoe.sandbox.rewards.verifiable:ToolErrorsConfig",
+        "well-formed tool calls that failed: missing file, unmatched edit, denied path (count)",
+    ),
+    (
+        "reward",
         "format_errors",
         "codemoe.sandbox.rewards.verifiable:FormatErrors",
         "codemoe.sandbox.rewards.verifiable:FormatErrorsConfig",

@@ -90,7 +90,8 @@ class Episode:
         from codemoe.sandbox.rewards.types import RewardInput, ToolCall
 
         calls = [ToolCall(name=r.tool or "<unparsed>", ok=not r.format_error,
-                          error=r.message if r.format_error else "") for r in self.log]
+                          error=r.message if r.format_error else "",
+                          failure="" if r.ok or r.format_error else (r.error_kind or "failed")) for r in self.log]
         return RewardInput(
             task_id=self.task_id,
             visible_before=dict(self.visible_before),

@@ -44,6 +44,8 @@ class ToolCall:
     name: str  # the tool the agent called
     ok: bool = True  # False when the call was malformed (bad JSON, unknown tool, bad arguments)
     error: str = ""  # why the call was rejected
+    # a well-formed call that failed: the tool's error kind (not_found, no_match, denied ...), else ""
+    failure: str = ""
 
 
 @dataclass

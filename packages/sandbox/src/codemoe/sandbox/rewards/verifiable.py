@@ -34,6 +34,8 @@ __all__ = [
     "TaskComplete",
     "TestPassRate",
     "TestsConfig",
+    "ToolErrors",
+    "ToolErrorsConfig",
     "compile_errors",
 ]
 
@@ -122,6 +124,13 @@ class FormatErrorsConfig(RewardConfig):
     """Options of ``format_errors``."""
 
     weight: float = -0.5  # a malformed tool call costs half a compile error
+
+
+@dataclass
+class ToolErrorsConfig(RewardConfig):
+    """Options of ``tool_errors``."""
+
+    weight: float = -0.1  # a failed call costs ten steps
 
 
 class _ScoresTests(RewardComponent):
@@ -256,6 +265,24 @@ class StepCost(RewardComponent):
 
     def __call__(self, inp: RewardInput) -> RewardValue:
         return RewardValue(self.name, float(inp.steps), f"{inp.steps} step(s)")
+
+
+class ToolErrors(RewardComponent):
+    """Number of well-formed tool calls that failed: a path that does not exist, an edit whose old
+    text is not in the file, a denied path, a command off the allow-list.
+
+    The cost of acting on what is not in the repository. A policy that writes a name it never read
+    (a memorised path where the context has a new one) pays for each miss, so within a group the
+    episodes that read the right file earn more before any of them resolves the task.
+    """
+
+    name = "tool_errors"
+    config_class = ToolErrorsConfig
+
+    def __call__(self, inp: RewardInput) -> RewardValue:
+        bad = [f"{c.name}: {c.failure}" for c in inp.tool_calls if c.ok and c.failure]
+        text = f"{len(bad)}/{len(inp.tool_calls)} tool call(s) failed" + (f": {_short(bad, 2)}" if bad else "")
+        return RewardValue(self.name, float(len(bad)), text, tuple(bad))
 
 
 class FormatErrors(RewardComponent):
