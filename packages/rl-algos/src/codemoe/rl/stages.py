@@ -9,8 +9,10 @@ is gathered one parameter at a time into rank 0's host memory, which writes it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,6 +144,13 @@ class TrajectoriesStageConfig:
     environment: Any = field(default_factory=lambda: {"name": "repo"}, metadata={"kind": "environment"})
     executor: Any = field(default_factory=lambda: {"name": "local"}, metadata={"kind": "executor"})
     agent: Any = field(default_factory=lambda: {"name": "oracle"}, metadata={"kind": "scripted_agent"})
+    # episodes at once, each in its own environment on the shared executor (whose workers run their
+    # tests in parallel); 0: one per CPU. The file is the same whatever the number: task order.
+    concurrency: int = 0
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 0:
+            raise ConfigError(f"concurrency: {self.concurrency} is negative; give 0 (one per CPU) or more")
 
 
 class TrajectoriesStage:
@@ -154,30 +163,69 @@ class TrajectoriesStage:
         self.config = config
 
     def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
-        from codemoe.core.contracts import play, repository_task
-
         cfg, where = self.config, f"stages.{stage.id}"
         tasks = _repository_tasks(_tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks), cfg.environment, where)
         # every rank records the same episodes (the next stage reads them on every rank); rank 0's file is the run's
         name = "trajectories.jsonl" if ctx.is_main else f"trajectories-rank{os.environ.get('RANK', '0')}.jsonl"
         path = ctx.stage_dir(stage) / name
-        path.unlink(missing_ok=True)
-        spec = {"name": cfg.environment} if isinstance(cfg.environment, str) else dict(cfg.environment)
-        spec["trajectory_path"] = str(path)
+        workers = max(1, min(cfg.concurrency or os.cpu_count() or 1, len(tasks)))
+        shards = [path] if workers == 1 else [path.with_name(f"{path.stem}.part{k}.jsonl") for k in range(workers)]
+        for file in {path, *shards}:
+            file.unlink(missing_ok=True)
         executor = ctx.registry.build("executor", cfg.executor, where=f"{where}.executor")
-        resolved = 0
         try:
-            env = ctx.registry.build("environment", spec, where=f"{where}.environment", executor=executor)
             with ctx.progress(f"{stage.id}: episodes", len(tasks)) as advance:
-                for task in tasks:
-                    inner = repository_task(task)
-                    agent = ctx.registry.build("scripted_agent", cfg.agent, where=f"{where}.agent", task=inner)
-                    resolved += play(env, inner, agent).resolved
-                    advance()
-            env.close_workspace()
+                resolved = self._record(ctx, cfg, where, tasks, shards, executor, advance)
         finally:
             executor.close()
+        if len(shards) > 1:  # one file in task order, as one environment would have written it
+            order = {task.id: i for i, task in enumerate(tasks)}
+            lines = [line for shard in shards if shard.exists() for line in shard.read_text(encoding="utf-8").splitlines()]
+            lines.sort(key=lambda line: order[json.loads(line)["task_id"]])
+            path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            for shard in shards:
+                shard.unlink(missing_ok=True)
         return {"trajectories": str(path), "episodes": len(tasks), "resolved": resolved}
+
+    @staticmethod
+    def _record(ctx: Any, cfg: TrajectoriesStageConfig, where: str, tasks: list[Any], shards: list[Path],
+                executor: Any, advance: Any) -> int:
+        """Play every task, ``len(shards)`` episodes at once (environment ``k`` appends to ``shards[k]``);
+        the number resolved."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from codemoe.core.contracts import play, repository_task
+
+        spec = {"name": cfg.environment} if isinstance(cfg.environment, str) else dict(cfg.environment)
+        pending = iter(tasks)
+        lock, failed = threading.Lock(), threading.Event()  # one episode's error stops the others' next task
+
+        def worker(shard: Path) -> int:
+            env = ctx.registry.build("environment", {**spec, "trajectory_path": str(shard)},
+                                     where=f"{where}.environment", executor=executor)
+            done = 0
+            try:
+                while not failed.is_set():
+                    with lock:
+                        task = next(pending, None)
+                    if task is None:
+                        break
+                    inner = repository_task(task)
+                    agent = ctx.registry.build("scripted_agent", cfg.agent, where=f"{where}.agent", task=inner)
+                    done += play(env, inner, agent).resolved
+                    with lock:
+                        advance()
+            except BaseException:
+                failed.set()
+                raise
+            finally:
+                env.close_workspace()
+            return done
+
+        if len(shards) == 1:
+            return worker(shards[0])
+        with ThreadPoolExecutor(max_workers=len(shards), thread_name_prefix="codemoe-trajectories") as pool:
+            return sum(future.result() for future in [pool.submit(worker, shard) for shard in shards])
 
 
 def _repository_tasks(tasks: list[Any], environment: Any, where: str) -> list[Any]:
