@@ -7,11 +7,13 @@ generated tasks and replays reference trajectories in the real sandbox.
 from __future__ import annotations
 
 import collections
+import itertools
+import random
 import re
 
 import pytest
 from codemoe.evals.repo_families import FAMILIES, plural
-from codemoe.evals.repo_vocabulary import POOLS, split_of, split_pool
+from codemoe.evals.repo_vocabulary import POOLS, coin_random, split_of, split_pool
 from codemoe.evals.synthetic_repos import SyntheticReposConfig, SyntheticReposSuite, draw_instances, unified_diff
 
 GENERIC_PATHS = {"pyproject.toml", "README.md", "vendor/__init__.py"}  # the same in every repository that has them
@@ -79,21 +81,31 @@ def test_no_word_of_the_heldout_vocabulary_occurs_in_a_training_repository_and_b
         assert not _words(inst) & train_words, (inst.type, _words(inst) & train_words)
 
 
-def test_coined_train_names_share_no_word_with_any_pool_and_almost_none_with_each_other():
+@pytest.mark.parametrize("mode", ["coined", "random"])
+def test_coined_train_names_share_no_word_with_any_pool_and_almost_none_with_each_other(mode):
     all_words = {form for words in POOLS.values() for w in words for form in (w, plural(w))}
     held = [w for kind in POOLS for w in split_pool(kind, "heldout") if len(w) >= 4]  # 'ops' is in 'stops'
 
-    coined = _draw("train", count=450, train_names="coined")
+    coined = _draw("train", count=450, train_names=mode)
     for _, inst in coined:
         assert not _words(inst) & all_words, (inst.type, _words(inst) & all_words)
         assert not any(h in name for h in held for names in inst.names.values() for name in names), inst.names
     packages = collections.Counter(next(iter(inst.names["package"])) for _, inst in coined)
     assert len(packages) >= 0.85 * len(coined)  # most repositories are named by words never seen before
     # the held-out split is unchanged: the same tasks as with pool words for training
-    assert [tid for tid, _ in _draw("heldout", count=45, train_names="coined")] == [tid for tid, _ in _draw("heldout", count=45)]
+    assert [tid for tid, _ in _draw("heldout", count=45, train_names=mode)] == [tid for tid, _ in _draw("heldout", count=45)]
     # the draw is as deterministic as the pool-word one, and every coined task fails where it says
-    assert [tid for tid, _ in coined[:30]] == [tid for tid, _ in _draw("train", count=30, train_names="coined")]
+    assert [tid for tid, _ in coined[:30]] == [tid for tid, _ in _draw("train", count=30, train_names=mode)]
     assert all(inst.fail_to_pass for _, inst in coined)
+
+
+def test_random_names_are_letters_no_name_predicts():
+    names = [coin_random(random.Random(seed)) for seed in range(2000)]
+    assert all(6 <= len(n) <= 10 and n.isalpha() and n.islower() for n in names)
+    # uniform letters: every letter about as often after "e" as after any other (a coined name's chain
+    # would put a few followers far ahead); 26 letters, so about 1/26 each
+    follows = collections.Counter(b for n in names for a, b in itertools.pairwise(n) if a == "e")
+    assert len(follows) == 26 and max(follows.values()) < 3 * min(follows.values())
 
 
 def test_another_seed_draws_a_fresh_heldout_set():
@@ -125,7 +137,7 @@ def test_bad_options_name_the_key():
         SyntheticReposSuite(SyntheticReposConfig(families=["refactor"]), task_format=None)
     with pytest.raises(ValueError, match="train_tasks must be >= 0, got -1"):
         SyntheticReposSuite(SyntheticReposConfig(train_tasks=-1), task_format=None)
-    with pytest.raises(ValueError, match="train_names must be one of words, coined, got 'made-up'"):
+    with pytest.raises(ValueError, match="train_names must be one of words, coined, random, got 'made-up'"):
         SyntheticReposSuite(SyntheticReposConfig(train_names="made-up"), task_format=None)
     with pytest.raises(ValueError, match="step_budget must be >= 5, got 2"):
         SyntheticReposSuite(SyntheticReposConfig(step_budget=2), task_format=None)

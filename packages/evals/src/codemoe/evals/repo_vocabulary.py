@@ -13,9 +13,10 @@ import functools
 import hashlib
 import keyword
 import random
+import string
 from dataclasses import dataclass
 
-__all__ = ["NAME_MODES", "POOLS", "Words", "coin", "plural", "split_of", "split_pool"]
+__all__ = ["NAME_MODES", "POOLS", "Words", "coin", "coin_random", "plural", "split_of", "split_pool"]
 
 _SALT = "codemoe/synthetic-repos/vocabulary/v1"
 HELDOUT_SHARE = 4  # one word in this many is held out
@@ -67,7 +68,7 @@ def plural(noun: str) -> str:
     return noun + "s"
 
 
-NAME_MODES = ("words", "coined")
+NAME_MODES = ("words", "coined", "random")
 # a coined name is none of these, in either form a family writes
 _ALL_WORDS = frozenset(form for pool in POOLS.values() for word in pool for form in (word, plural(word)))
 _ORDER = 2  # letters of context in the chain that coins names
@@ -116,6 +117,16 @@ def coin(rng: random.Random) -> str:
             return word
 
 
+def coin_random(rng: random.Random) -> str:
+    """A made-up name of 6 to 10 letters drawn uniformly (``qzmvtkro``): unlike :func:`coin`'s, no
+    letter of it follows from the ones before, so nothing learned from other names predicts it and
+    only copying it from the context writes it. Never a keyword, never holding a held-out word."""
+    while True:
+        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(6, 10)))
+        if not keyword.iskeyword(word) and word not in _ALL_WORDS and not any(held in word for held in _heldout_words()):
+            return word
+
+
 @dataclass
 class Words:
     """Draws names for one repository from one split's pools (distinct within the repository).
@@ -130,10 +141,11 @@ class Words:
 
     def pick(self, kind: str, count: int = 1) -> list[str]:
         """``count`` distinct words of pool ``kind`` in this split (or coined words)."""
-        if self.names == "coined":
+        if self.names in ("coined", "random"):
+            make = coin if self.names == "coined" else coin_random
             coined: list[str] = []
             while len(coined) < count:
-                word = coin(self.rng)
+                word = make(self.rng)
                 if word not in coined:
                     coined.append(word)
             return coined

@@ -64,7 +64,7 @@ class SyntheticReposConfig:
     train_tasks: int = 2000  # tasks in the 'train' split, families round-robin
     heldout_tasks: int = 400  # tasks in the 'heldout' split, families round-robin
     families: list[str] = field(default_factory=list)  # task types to include; empty: all nine
-    train_names: str = "words"  # 'coined': every train repository named by made-up words (teaches copying)
+    train_names: str = "words"  # 'coined' (made-up, English-like) or 'random' (uniform letters): names only copying writes
     step_budget: int = 20  # actions per episode written into every task
     path: str = ""  # where task folders are written; "" = $CODEMOE_CACHE_DIR (or ~/.cache/codemoe)/synthetic-repos
     format: Any = field(default_factory=lambda: {"name": "repo"}, metadata={"kind": "task_format"})  # reads the folders
@@ -156,7 +156,7 @@ class SyntheticReposSuite:
     def root(self) -> Path:
         """The folder holding this seed's task folders, one sub-folder per split."""
         base = Path(self.config.path) if self.config.path else _cache_root()
-        coined = "-coined" if self.config.train_names == "coined" else ""
+        coined = "" if self.config.train_names == "words" else f"-{self.config.train_names}"
         return base / f"{_fingerprint()}-seed{self.config.seed}-budget{self.config.step_budget}{coined}"
 
     def instances(self, split: str) -> list[tuple[str, RepoInstance]]:
