@@ -71,9 +71,7 @@ def serve(server_cls, model_dir: Path, unfair: bool = False):
     from codemoe.serving.embedded import EmbeddedEngineConfig, build_embedded_engine
     from codemoe.serving.handlers import ServingApp
 
-    engine = build_embedded_engine(EmbeddedEngineConfig(model_dir=str(model_dir)))
-    if unfair:
-        engine._lock = threading.RLock()
+    engine = build_embedded_engine(EmbeddedEngineConfig(model_dir=str(model_dir), fair_lock=not unfair))
     return server_cls(ServingApp(engine, "tiny", str(model_dir)), "127.0.0.1", 0).start()
 
 

@@ -141,3 +141,5 @@ def test_a_synchronous_stage_on_another_engine_is_off_policy_and_float_error_is_
     gap = [{**r, "logp_mismatch_max": 0.3} if r["step"] == 3 else r for r in on_policy]
     routing = [{**r, "routing_agreement": 0.99} if r["step"] == 3 else r for r in on_policy]
     assert off_policy_stages(gap) == off_policy_stages(routing) == ["rl"]
+    # an engine with a float error of its own (bf16: tenths of a nat) is judged against its bounds
+    assert off_policy_stages(gap, gap_nats=0.5) == off_policy_stages(routing, agreement_min=0.98) == []

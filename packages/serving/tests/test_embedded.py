@@ -308,7 +308,7 @@ def test_a_cancel_from_another_thread_lands_after_the_step_in_progress(codemoe_m
             canceller.append(threading.Thread(target=engine.cancel, args=(parts,)))
             canceller[0].start()
             deadline = time.monotonic() + 60
-            while engine._lock.waiting < 1 and time.monotonic() < deadline:  # the cancel is queued
+            while engine.threads_waiting < 1 and time.monotonic() < deadline:  # the cancel is queued
                 time.sleep(0.001)
 
     ids = engine.encode(PROMPTS[0])
@@ -316,6 +316,15 @@ def test_a_cancel_from_another_thread_lands_after_the_step_in_progress(codemoe_m
     out = engine.collect(ids, parts)
     canceller[0].join()
     assert out.samples[0].finish_reason == "abort" and len(out.samples[0].token_ids) == 5
+
+
+def test_an_engine_without_the_fair_lock_generates_the_same_and_counts_no_waiters(codemoe_model, tokenizer):
+    params = SamplingParams(n=2, max_new_tokens=6, seed=3, ignore_eos=True)
+    fair = EmbeddedEngine(codemoe_model, tokenizer)
+    plain = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(fair_lock=False))
+    assert [s.token_ids for s in plain.generate(PROMPTS[:1], params)[0].samples] == \
+        [s.token_ids for s in fair.generate(PROMPTS[:1], params)[0].samples]
+    assert plain.threads_waiting == 0 == fair.threads_waiting
 
 
 def test_the_engine_lock_is_handed_over_in_arrival_order():

@@ -119,19 +119,22 @@ def _load_grid(record: dict[str, Any]) -> list[list[float]] | None:
 # An engine that is the trainer's policy gives its log-probs up to float error (2e-5 nats at most
 # over the synchronous quickstart's 600 steps: another order of the same fp32 sums) and may flip a
 # near-tied routing decision; a policy lag or another engine moves them by tenths of a nat.
-_GAP_NATS = 1e-3
-_AGREEMENT = 0.999
+GAP_NATS = 1e-3
+AGREEMENT = 0.999
 
 
-def off_policy_stages(records: Sequence[dict[str, Any]]) -> list[str]:
+def off_policy_stages(records: Sequence[dict[str, Any]], *, gap_nats: float = GAP_NATS,
+                      agreement_min: float = AGREEMENT) -> list[str]:
     """Stages whose rollouts were not all the trainer's own policy's: a policy lag was logged
     (``staleness_mean``), or the engine's log-probs or routing differ from the trainer's by more
-    than float error (a gap over 1e-3 nats, or under 99.9% of routing decisions agreed)."""
+    than float error (a gap over ``gap_nats``, or a share of routing decisions agreed under
+    ``agreement_min``). The defaults hold for fp32 on one device; an engine in bf16, or another
+    kernel library, has a float error of its own: pass its bounds."""
     lag, gap, agreement = (series(records, q) for q in ("staleness_mean", "logp_mismatch_max", "routing_agreement"))
     stages = dict.fromkeys([*lag, *gap, *agreement])
     return [
         sid for sid in stages
         if sid in lag
-        or any(v > _GAP_NATS for v in gap.get(sid, ([], []))[1])
-        or any(v < _AGREEMENT for v in agreement.get(sid, ([], []))[1])
+        or any(v > gap_nats for v in gap.get(sid, ([], []))[1])
+        or any(v < agreement_min for v in agreement.get(sid, ([], []))[1])
     ]

@@ -153,6 +153,10 @@ class EmbeddedEngineConfig:
     # memory (codemoe.serving.engine_process). null: in-process, except in an rl stage that runs
     # asynchronously on CPU, which turns it on
     process: bool | None = None
+    # threads take the engine in arrival order (a driving thread cannot take it back before a waiting
+    # cancel, abort or weight update); false: a plain re-entrant lock, the anchor benchmarks/bench_serve.py
+    # measures against
+    fair_lock: bool = True
 
     def __post_init__(self) -> None:
         from codemoe.core.devices import check_device
@@ -183,7 +187,7 @@ class EmbeddedEngine:
         # handed over in arrival order: a thread driving generation step after step would otherwise
         # take it back before a waiting cancel, abort, submit or weight update (measured: 0.3-0.5 s
         # for a cancel behind one 1,500-token sample on an idle machine, longer under load)
-        self._lock = FairRLock()
+        self._lock: Any = FairRLock() if self.config.fair_lock else threading.RLock()
         self._in_lockstep = False  # inside lockstep() with the blocks gathered per forward
         self._gathered = False  # inside lockstep() with the whole model gathered
         self._rooms(sharded=False)
@@ -398,6 +402,12 @@ class EmbeddedEngine:
                 "the engine's model is sharded over the ranks (FSDP2): generate inside engine.lockstep() "
                 "on every rank, so that the ranks gather each block's parameters together"
             )
+
+    @property
+    def threads_waiting(self) -> int:
+        """Threads queued for the engine behind the one that holds it (a cancel, an abort, a weight
+        update waiting out the step in progress); 0 when ``fair_lock`` is off (a plain lock keeps no count)."""
+        return self._lock.waiting if isinstance(self._lock, FairRLock) else 0
 
     def health(self) -> dict[str, Any]:
         """Status, load and model facts."""
