@@ -83,8 +83,35 @@ def test_codemoe_sft_copy_probe_prints_and_writes_the_table(policy, tmp_path):
     table = json.loads((tmp_path / "probe.json").read_text())
     assert table["episodes"] == 1 and table["copy"]["tokens"] + table["other"]["tokens"] == sum(
         episode_examples(tokenizer, [EPISODE], 2048)[0].loss_mask)
+    paths = subprocess.run([*cli, str(episodes), "--paths", "--json", str(tmp_path / "paths.json")],
+                           capture_output=True, text=True, timeout=300)
+    assert paths.returncode == 0, paths.stderr
+    assert "greedy writes the rest" in paths.stdout
+    assert json.loads((tmp_path / "paths.json").read_text())["paths"]["paths"] == 1  # pomku/brarfil.py
     # bad input names the file and the line
     episodes.write_text(json.dumps(EPISODE) + "\n{not json\n")
     bad = subprocess.run([*cli, str(episodes)], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "episodes.jsonl:2: not a JSON line" in bad.stderr
 
+
+
+def test_the_path_probe_scores_every_named_file_read_after_the_first_observation(policy):
+    from codemoe.rl.copy_probe import path_probe
+
+    model, tokenizer = policy
+    episode = {**EPISODE, "messages": [*EPISODE["messages"][:4],
+                                       {"role": "assistant", "content": '{"tool": "read_file", "args": {"path": "tests/t.py"}}'},
+                                       {"role": "tool", "content": "1| from pomku.brarfil import last"}]}
+    stats = path_probe(model, tokenizer, [episode])
+    assert stats.paths + stats.skipped == 2  # pomku/brarfil.py and tests/t.py
+    with torch.no_grad():
+        model.lm_head.weight.zero_()  # uniform logits: every token after the first costs log V, argmax is token 0
+    try:
+        uniform = path_probe(model, tokenizer, [episode])
+    finally:
+        torch.manual_seed(0)
+        model.lm_head.reset_parameters()
+    rest = sum(len(tokenizer.encode(p)) - 1 for p in ("pomku/brarfil.py", "tests/t.py"))
+    assert uniform.paths == 2 and uniform.complete == 0
+    assert uniform.logp_sum == pytest.approx(-rest * math.log(model.config.vocab_size), rel=1e-5)
+    assert path_probe(model, tokenizer, [episode], observations=3).paths == 0  # no third observation: nothing probed
