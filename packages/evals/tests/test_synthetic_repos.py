@@ -13,7 +13,7 @@ import re
 
 import pytest
 from codemoe.evals.repo_families import FAMILIES, plural
-from codemoe.evals.repo_vocabulary import POOLS, coin_random, split_of, split_pool
+from codemoe.evals.repo_vocabulary import POOLS, coin_english, coin_random, split_of, split_pool
 from codemoe.evals.synthetic_repos import SyntheticReposConfig, SyntheticReposSuite, draw_instances, unified_diff
 
 GENERIC_PATHS = {"pyproject.toml", "README.md", "vendor/__init__.py"}  # the same in every repository that has them
@@ -81,7 +81,7 @@ def test_no_word_of_the_heldout_vocabulary_occurs_in_a_training_repository_and_b
         assert not _words(inst) & train_words, (inst.type, _words(inst) & train_words)
 
 
-@pytest.mark.parametrize("mode", ["coined", "random"])
+@pytest.mark.parametrize("mode", ["coined", "english", "random"])
 def test_coined_train_names_share_no_word_with_any_pool_and_almost_none_with_each_other(mode):
     all_words = {form for words in POOLS.values() for w in words for form in (w, plural(w))}
     held = [w for kind in POOLS for w in split_pool(kind, "heldout") if len(w) >= 4]  # 'ops' is in 'stops'
@@ -97,6 +97,15 @@ def test_coined_train_names_share_no_word_with_any_pool_and_almost_none_with_eac
     # the draw is as deterministic as the pool-word one, and every coined task fails where it says
     assert [tid for tid, _ in coined[:30]] == [tid for tid, _ in _draw("train", count=30, train_names=mode)]
     assert all(inst.fail_to_pass for _, inst in coined)
+
+
+def test_english_names_are_spelled_like_english():
+    names = [coin_english(random.Random(seed)) for seed in range(2000)]
+    assert all(6 <= len(n) <= 11 and n.isalpha() and n.islower() for n in names)
+    assert len(set(names)) > 0.95 * len(names)
+    # English spelling: a 'q' is followed by a 'u', bar the library's 'sqrt' and a few like it
+    after_q = [n[i + 1] for n in names for i in range(len(n) - 1) if n[i] == "q"]
+    assert len(after_q) >= 10 and after_q.count("u") >= 0.8 * len(after_q)
 
 
 def test_random_names_are_letters_no_name_predicts():
@@ -137,7 +146,7 @@ def test_bad_options_name_the_key():
         SyntheticReposSuite(SyntheticReposConfig(families=["refactor"]), task_format=None)
     with pytest.raises(ValueError, match="train_tasks must be >= 0, got -1"):
         SyntheticReposSuite(SyntheticReposConfig(train_tasks=-1), task_format=None)
-    with pytest.raises(ValueError, match="train_names must be one of words, coined, random, got 'made-up'"):
+    with pytest.raises(ValueError, match="train_names must be one of words, coined, english, random, got 'made-up'"):
         SyntheticReposSuite(SyntheticReposConfig(train_names="made-up"), task_format=None)
     with pytest.raises(ValueError, match="step_budget must be >= 5, got 2"):
         SyntheticReposSuite(SyntheticReposConfig(step_budget=2), task_format=None)

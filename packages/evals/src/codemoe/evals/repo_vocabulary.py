@@ -9,6 +9,7 @@ function name or library with any training draw; the seed only chooses which ins
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import keyword
@@ -16,7 +17,7 @@ import random
 import string
 from dataclasses import dataclass
 
-__all__ = ["NAME_MODES", "POOLS", "Words", "coin", "coin_random", "plural", "split_of", "split_pool"]
+__all__ = ["NAME_MODES", "POOLS", "Words", "coin", "coin_english", "coin_random", "plural", "split_of", "split_pool"]
 
 _SALT = "codemoe/synthetic-repos/vocabulary/v1"
 HELDOUT_SHARE = 4  # one word in this many is held out
@@ -68,7 +69,7 @@ def plural(noun: str) -> str:
     return noun + "s"
 
 
-NAME_MODES = ("words", "coined", "random")
+NAME_MODES = ("words", "coined", "english", "random")
 # a coined name is none of these, in either form a family writes
 _ALL_WORDS = frozenset(form for pool in POOLS.values() for word in pool for form in (word, plural(word)))
 _ORDER = 2  # letters of context in the chain that coins names
@@ -117,6 +118,43 @@ def coin(rng: random.Random) -> str:
             return word
 
 
+@functools.cache
+def _english_chain() -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
+    """For every two-letter context, the letters that follow it in the words of
+    ``data/english_words.txt`` (5,000 words of the Python standard library, no pool word), each with
+    how many words it follows that context in: English spelling statistics."""
+    from importlib.resources import files
+
+    text = files("codemoe.evals").joinpath("data/english_words.txt").read_text(encoding="utf-8")
+    counts: dict[str, collections.Counter[str]] = {}
+    for word in (line for line in text.splitlines() if line and not line.startswith("#")):
+        padded = "^" * _ORDER + word + "$"
+        for i in range(_ORDER, len(padded)):
+            counts.setdefault(padded[i - _ORDER:i], collections.Counter())[padded[i]] += 1
+    return {context: (tuple(c), tuple(c.values())) for context, c in sorted(counts.items())}
+
+
+def coin_english(rng: random.Random) -> str:
+    """A made-up word spelled like English (``thresolve``): letter by letter from the letter pairs of
+    5,000 English words, weighted as often as they occur. :func:`coin`'s chain knows the ~100 train
+    pool words only, so its names follow a few letter pairs far more than English does, and a policy
+    that learned them expects those pairs where a held-out word has others; these names' statistics
+    are English's. Never a pool word, a keyword, or a name holding a held-out word."""
+    chain = _english_chain()
+    while True:
+        word, context = "", "^" * _ORDER
+        while len(word) < 12:
+            letters, weights = chain[context]
+            letter = rng.choices(letters, weights)[0]
+            if letter == "$":
+                break
+            word += letter
+            context = (context + letter)[-_ORDER:]
+        if (6 <= len(word) <= 11 and word not in _ALL_WORDS and not keyword.iskeyword(word)
+                and not any(held in word for held in _heldout_words())):
+            return word
+
+
 def coin_random(rng: random.Random) -> str:
     """A made-up name of 6 to 10 letters drawn uniformly (``qzmvtkro``): unlike :func:`coin`'s, no
     letter of it follows from the ones before, so nothing learned from other names predicts it and
@@ -141,8 +179,8 @@ class Words:
 
     def pick(self, kind: str, count: int = 1) -> list[str]:
         """``count`` distinct words of pool ``kind`` in this split (or coined words)."""
-        if self.names in ("coined", "random"):
-            make = coin if self.names == "coined" else coin_random
+        if self.names in ("coined", "english", "random"):
+            make = {"coined": coin, "english": coin_english, "random": coin_random}[self.names]
             coined: list[str] = []
             while len(coined) < count:
                 word = make(self.rng)

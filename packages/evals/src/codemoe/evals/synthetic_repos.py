@@ -64,7 +64,7 @@ class SyntheticReposConfig:
     train_tasks: int = 2000  # tasks in the 'train' split, families round-robin
     heldout_tasks: int = 400  # tasks in the 'heldout' split, families round-robin
     families: list[str] = field(default_factory=list)  # task types to include; empty: all nine
-    train_names: str = "words"  # 'coined' (made-up, English-like) or 'random' (uniform letters): names only copying writes
+    train_names: str = "words"  # made-up names only copying writes: 'coined' (the train words' spelling), 'english' (English's), 'random' (uniform letters)
     step_budget: int = 20  # actions per episode written into every task
     path: str = ""  # where task folders are written; "" = $CODEMOE_CACHE_DIR (or ~/.cache/codemoe)/synthetic-repos
     format: Any = field(default_factory=lambda: {"name": "repo"}, metadata={"kind": "task_format"})  # reads the folders
