@@ -15,6 +15,7 @@ import hashlib
 import keyword
 import random
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["NAME_MODES", "POOLS", "Words", "coin", "coin_english", "coin_random", "plural", "split_of", "split_pool"]
@@ -105,17 +106,27 @@ def coin(rng: random.Random) -> str:
     tokenized) like English words, as held-out names are; thousands of them exist.
     """
     chain = _letter_chain()
+    return _walk(lambda context: rng.choice(chain[context]), shortest=7)
+
+
+def _walk(next_letter: Callable[[str], str], shortest: int) -> str:
+    """A word drawn letter by letter (``next_letter`` of the last two letters, '$' ends it) until one
+    of ``shortest`` to 11 letters is a name a repository may use (:func:`_usable`)."""
     while True:
         word, context = "", "^" * _ORDER
         while len(word) < 12:
-            letter = rng.choice(chain[context])
+            letter = next_letter(context)
             if letter == "$":
                 break
             word += letter
             context = (context + letter)[-_ORDER:]
-        if (7 <= len(word) <= 11 and word not in _ALL_WORDS and not keyword.iskeyword(word)
-                and not any(held in word for held in _heldout_words())):
+        if shortest <= len(word) <= 11 and _usable(word):
             return word
+
+
+def _usable(word: str) -> bool:
+    """Not a pool word (in either form), not a keyword, holding no held-out word."""
+    return word not in _ALL_WORDS and not keyword.iskeyword(word) and not any(held in word for held in _heldout_words())
 
 
 @functools.cache
@@ -141,18 +152,7 @@ def coin_english(rng: random.Random) -> str:
     that learned them expects those pairs where a held-out word has others; these names' statistics
     are English's. Never a pool word, a keyword, or a name holding a held-out word."""
     chain = _english_chain()
-    while True:
-        word, context = "", "^" * _ORDER
-        while len(word) < 12:
-            letters, weights = chain[context]
-            letter = rng.choices(letters, weights)[0]
-            if letter == "$":
-                break
-            word += letter
-            context = (context + letter)[-_ORDER:]
-        if (6 <= len(word) <= 11 and word not in _ALL_WORDS and not keyword.iskeyword(word)
-                and not any(held in word for held in _heldout_words())):
-            return word
+    return _walk(lambda context: rng.choices(*chain[context])[0], shortest=6)
 
 
 def coin_random(rng: random.Random) -> str:
@@ -161,7 +161,7 @@ def coin_random(rng: random.Random) -> str:
     only copying it from the context writes it. Never a keyword, never holding a held-out word."""
     while True:
         word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(6, 10)))
-        if not keyword.iskeyword(word) and word not in _ALL_WORDS and not any(held in word for held in _heldout_words()):
+        if _usable(word):
             return word
 
 
