@@ -13,7 +13,7 @@ import re
 
 import pytest
 from codemoe.evals.repo_families import FAMILIES, plural
-from codemoe.evals.repo_vocabulary import POOLS, coin_english, coin_random, split_of, split_pool
+from codemoe.evals.repo_vocabulary import POOLS, coin, coin_english, coin_random, split_of, split_pool
 from codemoe.evals.synthetic_repos import SyntheticReposConfig, SyntheticReposSuite, draw_instances, unified_diff
 
 GENERIC_PATHS = {"pyproject.toml", "README.md", "vendor/__init__.py"}  # the same in every repository that has them
@@ -106,6 +106,10 @@ def test_english_names_are_spelled_like_english():
     # English spelling: a 'q' is followed by a 'u', bar the library's 'sqrt' and a few like it
     after_q = [n[i + 1] for n in names for i in range(len(n) - 1) if n[i] == "q"]
     assert len(after_q) >= 10 and after_q.count("u") >= 0.8 * len(after_q)
+    # and far more of English's letter pairs than the chain of ~100 pool words knows (484 against 194)
+    pairs = {a + b for n in names for a, b in itertools.pairwise(n)}
+    coined_pairs = {a + b for seed in range(2000) for a, b in itertools.pairwise(coin(random.Random(seed)))}
+    assert len(pairs) > 2 * len(coined_pairs)
 
 
 def test_random_names_are_letters_no_name_predicts():

@@ -57,3 +57,17 @@ def test_the_syntax_check_lists_the_choices():
     check_device("cuda:12")
     with pytest.raises(ConfigError, match=r"'device': 3 is not a device; use one of auto, cpu, cuda, cuda:N"):
         check_device(3)
+
+
+def test_usable_cpus_follow_the_affinity_mask_not_the_machine(monkeypatch):
+    import os
+
+    from codemoe.core.devices import usable_cpus
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 5}, raising=False)
+    assert usable_cpus() == 2  # taskset -c 2,5 or a container's cpuset
+    monkeypatch.delattr(os, "sched_getaffinity")  # macOS has no affinity mask
+    assert usable_cpus() == 64
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert usable_cpus() == 1

@@ -18,7 +18,7 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["NAME_MODES", "POOLS", "Words", "coin", "coin_english", "coin_random", "plural", "split_of", "split_pool"]
+__all__ = ["COINERS", "NAME_MODES", "POOLS", "Words", "coin", "coin_english", "coin_random", "plural", "split_of", "split_pool"]
 
 _SALT = "codemoe/synthetic-repos/vocabulary/v1"
 HELDOUT_SHARE = 4  # one word in this many is held out
@@ -70,7 +70,6 @@ def plural(noun: str) -> str:
     return noun + "s"
 
 
-NAME_MODES = ("words", "coined", "english", "random")
 # a coined name is none of these, in either form a family writes
 _ALL_WORDS = frozenset(form for pool in POOLS.values() for word in pool for form in (word, plural(word)))
 _ORDER = 2  # letters of context in the chain that coins names
@@ -165,11 +164,16 @@ def coin_random(rng: random.Random) -> str:
             return word
 
 
+# how each made-up naming coins a word; 'words' draws from the pools instead
+COINERS: dict[str, Callable[[random.Random], str]] = {"coined": coin, "english": coin_english, "random": coin_random}
+NAME_MODES = ("words", *COINERS)
+
+
 @dataclass
 class Words:
     """Draws names for one repository from one split's pools (distinct within the repository).
 
-    ``names='coined'`` coins every name instead (:func:`coin`): no pool word, so nothing of either
+    A made-up naming (``names`` in :data:`COINERS`, e.g. 'coined', :func:`coin`) coins every name instead: no pool word, so nothing of either
     split's vocabulary, occurs in the repository.
     """
 
@@ -179,8 +183,8 @@ class Words:
 
     def pick(self, kind: str, count: int = 1) -> list[str]:
         """``count`` distinct words of pool ``kind`` in this split (or coined words)."""
-        if self.names in ("coined", "english", "random"):
-            make = {"coined": coin, "english": coin_english, "random": coin_random}[self.names]
+        make = COINERS.get(self.names)
+        if make is not None:
             coined: list[str] = []
             while len(coined) < count:
                 word = make(self.rng)

@@ -156,8 +156,8 @@ class SyntheticReposSuite:
     def root(self) -> Path:
         """The folder holding this seed's task folders, one sub-folder per split."""
         base = Path(self.config.path) if self.config.path else _cache_root()
-        coined = "" if self.config.train_names == "words" else f"-{self.config.train_names}"
-        return base / f"{_fingerprint()}-seed{self.config.seed}-budget{self.config.step_budget}{coined}"
+        names = "" if self.config.train_names == "words" else f"-{self.config.train_names}"
+        return base / f"{_fingerprint()}-seed{self.config.seed}-budget{self.config.step_budget}{names}"
 
     def instances(self, split: str) -> list[tuple[str, RepoInstance]]:
         """``(task id, instance)`` for every task of ``split``, families round-robin."""

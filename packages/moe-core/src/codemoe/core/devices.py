@@ -21,7 +21,7 @@ from typing import Any
 
 from codemoe.core.errors import ConfigError, did_you_mean
 
-__all__ = ["DEVICE_CHOICES", "check_device", "resolve_device"]
+__all__ = ["DEVICE_CHOICES", "check_device", "resolve_device", "usable_cpus"]
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N")
 _SPEC = re.compile(r"^(auto|cpu|cuda)$|^cuda:(\d+)$")
@@ -75,3 +75,12 @@ def resolve_device(
     if probed:
         torch.cuda.set_device(device)
     return device
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container or ``taskset`` narrows;
+    ``os.cpu_count()`` where there is none): what "one per CPU" means for workers and episodes."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)

@@ -163,12 +163,14 @@ class TrajectoriesStage:
         self.config = config
 
     def run(self, ctx: Any, stage: Any) -> dict[str, Any]:
+        from codemoe.core.devices import usable_cpus
+
         cfg, where = self.config, f"stages.{stage.id}"
         tasks = _repository_tasks(_tasks(ctx, stage, cfg.suite, cfg.split, cfg.max_tasks), cfg.environment, where)
         # every rank records the same episodes (the next stage reads them on every rank); rank 0's file is the run's
         name = "trajectories.jsonl" if ctx.is_main else f"trajectories-rank{os.environ.get('RANK', '0')}.jsonl"
         path = ctx.stage_dir(stage) / name
-        workers = max(1, min(cfg.concurrency or os.cpu_count() or 1, len(tasks)))
+        workers = max(1, min(cfg.concurrency or usable_cpus(), len(tasks)))
         shards = [path] if workers == 1 else [path.with_name(f"{path.stem}.part{k}.jsonl") for k in range(workers)]
         for file in {path, *shards}:
             file.unlink(missing_ok=True)

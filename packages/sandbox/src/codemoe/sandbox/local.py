@@ -59,11 +59,10 @@ def build_local_executor(config: LocalExecutorConfig) -> LocalExecutor:
 
 
 def default_workers() -> int:
-    """One worker per CPU this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
+    """One worker per CPU this process may use (:func:`codemoe.core.devices.usable_cpus`)."""
+    from codemoe.core.devices import usable_cpus
+
+    return usable_cpus()
 
 
 def _worker_env() -> dict[str, str]:
