@@ -59,10 +59,12 @@ def build_local_executor(config: LocalExecutorConfig) -> LocalExecutor:
 
 
 def default_workers() -> int:
-    """One worker per CPU this process may use (:func:`codemoe.core.devices.usable_cpus`)."""
-    from codemoe.core.devices import usable_cpus
-
-    return usable_cpus()
+    """One worker per CPU this process may use (as ``codemoe.core.devices.usable_cpus`` counts them:
+    the sandbox installs and runs without codemoe-core, so it keeps its own copy)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
 
 
 def _worker_env() -> dict[str, str]:
