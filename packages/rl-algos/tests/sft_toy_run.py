@@ -1,7 +1,8 @@
 """Run the SFT warm-up on a toy pattern and write each step's metrics to ``<out>/sft-rank<r>.jsonl``.
 
 Started by the tests in one process and under ``torchrun`` (to compare ranks):
-``python sft_toy_run.py OUT``; ``CODEMOE_TEST_PRECISION=bf16`` trains in mixed precision. The last
+``python sft_toy_run.py OUT``; ``CODEMOE_TEST_PRECISION=bf16`` trains in mixed precision,
+``CODEMOE_TEST_MICRO_BATCH=N`` in forwards of N rows (``micro_batch_size``). The last
 line holds the dtypes of the (sharded) parameters after training.
 """
 
@@ -30,7 +31,8 @@ def main() -> None:
     # no balance term: it is a per-rank (micro-batch) statistic, so ranks would differ from one process
     phases = [PhaseConfig("router", 2, 1e-2), PhaseConfig("all", 3, 1e-2)]
     precision = os.environ.get("CODEMOE_TEST_PRECISION", "fp32")
-    config = SFTConfig(phases=phases, batch_size=8, balance_coef=0.0, precision=precision)
+    micro = int(os.environ.get("CODEMOE_TEST_MICRO_BATCH", "0"))
+    config = SFTConfig(phases=phases, batch_size=8, balance_coef=0.0, precision=precision, micro_batch_size=micro)
     out.mkdir(parents=True, exist_ok=True)
     lines = []
     trainer = SFTTrainer(

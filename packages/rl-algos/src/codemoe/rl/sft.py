@@ -159,6 +159,10 @@ class SFTConfig:
     seed: int = 0  # example order
     precision: str = "fp32"  # fp32 | bf16 (bf16 compute; fp32 master weights, optimizer state, reductions)
     activation_checkpointing: bool = False  # recompute each block's activations in backward (less memory)
+    # rows of a rank's batch per forward and backward, the batch sorted by length first so that rows
+    # of like length share their padding (gradients accumulate: one optimizer step a batch, the same
+    # token-mean loss); 0: the whole batch in one forward
+    micro_batch_size: int = 0
     parallel: ParallelConfig = field(default_factory=ParallelConfig)  # dp x ep mesh under torchrun (expert parallelism)
     # where the model and every batch tensor live: auto | cpu | cuda | cuda:N (auto: the local
     # rank's GPU when CUDA is available, else the CPU)
@@ -167,6 +171,8 @@ class SFTConfig:
     def __post_init__(self) -> None:
         check_precision(self.precision)
         check_device(self.device)
+        if self.micro_batch_size < 0:
+            raise ValueError(f"SFT micro_batch_size must be >= 0 (0: the whole batch in one forward), got {self.micro_batch_size}")
 
 
 @dataclass
@@ -371,40 +377,39 @@ class SFTTrainer:
     ) -> dict[str, float]:
         env = self.env
         batch = global_batch[env.rank :: env.world]  # every rank draws the global batch, trains on its share
-        width = max(len(e.completion_ids) for e in batch)
-        completions = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        for i, example in enumerate(batch):
-            completions[i, : len(example.completion_ids)] = torch.tensor(example.completion_ids)
-        lengths = torch.tensor([len(e.completion_ids) for e in batch])
-        completions = completions.to(self.device)  # one copy of the batch, built on the host
-        mask = (torch.arange(width, device=self.device) < lengths.to(self.device).unsqueeze(-1)).float()  # [B, T]
-        if any(e.loss_mask is not None for e in batch):
-            chosen = torch.zeros(len(batch), width)
-            for i, example in enumerate(batch):
-                chosen[i, : len(example.completion_ids)] = torch.tensor(
-                    example.loss_mask if example.loss_mask is not None else [1] * len(example.completion_ids),
-                    dtype=torch.float)
-            mask = mask * chosen.to(self.device)
-        with compute_precision(self.config.precision, env, self.model):
-            stats = token_stats(self.model, [e.prompt_ids for e in batch], completions, pad_id=self.pad_id)
-            balance = balance_loss(self.model, stats.outputs)
-        tokens = env.all_sum(mask.sum())
-        # token mean over the global batch; FSDP averages gradients over ranks, hence the world size
-        nll_sum = -(stats.logp * mask).sum()
-        loss = nll_sum / tokens * env.world
-        if balance is not None and self.config.balance_coef > 0:
-            loss = loss + self.config.balance_coef * balance
+        size = self.config.micro_batch_size
+        if 0 < size < len(batch):  # every rank has as many rows, so as many forwards (FSDP2's collectives pair)
+            batch = sorted(batch, key=lambda e: len(e.prompt_ids) + len(e.completion_ids))
+            parts = [self._tensors(batch[i:i + size]) for i in range(0, len(batch), size)]
+        else:
+            parts = [self._tensors(batch)]
+        tokens = env.all_sum(sum(mask.sum() for _, _, mask in parts))
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        nll_total, hits, balance_total = torch.zeros((), device=self.device), torch.zeros((), device=self.device), None
+        for rows, completions, mask in parts:
+            with compute_precision(self.config.precision, env, self.model):
+                stats = token_stats(self.model, [e.prompt_ids for e in rows], completions, pad_id=self.pad_id)
+                balance = balance_loss(self.model, stats.outputs)
+            # token mean over the global batch; FSDP averages gradients over ranks, hence the world size
+            nll_sum = -(stats.logp * mask).sum()
+            loss = nll_sum / tokens * env.world
+            if balance is not None:  # each forward's balance loss, weighted by its share of the rows
+                balance = balance * (len(rows) / len(batch))
+                balance_total = balance.detach() if balance_total is None else balance_total + balance.detach()
+                if self.config.balance_coef > 0:
+                    loss = loss + self.config.balance_coef * balance
+            loss.backward()
+            nll_total = nll_total + nll_sum.detach()
+            hits = hits + ((stats.logp.detach() > -0.6931) * mask).sum()  # p(token) > 1/2
         for p in frozen:
             p.grad = None
         max_norm = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
         grad_norm = clip_grad_norm(params, max_norm)
         optimizer.step()
-        hits = env.all_sum(((stats.logp.detach() > -0.6931) * mask).sum())  # p(token) > 1/2
-        balance_mean = env.all_sum(balance.detach()) / env.world if balance is not None else None
+        hits = env.all_sum(hits)
+        balance_mean = env.all_sum(balance_total) / env.world if balance_total is not None else None
         return {
-            "loss": float(env.all_sum(nll_sum.detach()) / tokens),
+            "loss": float(env.all_sum(nll_total) / tokens),
             "balance_loss": float(balance_mean) if balance_mean is not None else 0.0,
             "grad_norm": grad_norm,
             "token_acc": float(hits / tokens),
@@ -412,6 +417,24 @@ class SFTTrainer:
             # routing of the step's forward over every rank's tokens, as the RL trainer logs it
             **expert_load(self.model, self._all_sum_on_device if env.enabled else None),
         }
+
+    def _tensors(self, rows: list[Example]) -> tuple[list[Example], torch.Tensor, torch.Tensor]:
+        """``(rows, completions [B, T] right-padded, loss mask [B, T])`` on the device."""
+        width = max(len(e.completion_ids) for e in rows)
+        completions = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        for i, example in enumerate(rows):
+            completions[i, : len(example.completion_ids)] = torch.tensor(example.completion_ids)
+        lengths = torch.tensor([len(e.completion_ids) for e in rows])
+        completions = completions.to(self.device)  # one copy of the batch, built on the host
+        mask = (torch.arange(width, device=self.device) < lengths.to(self.device).unsqueeze(-1)).float()  # [B, T]
+        if any(e.loss_mask is not None for e in rows):
+            chosen = torch.zeros(len(rows), width)
+            for i, example in enumerate(rows):
+                chosen[i, : len(example.completion_ids)] = torch.tensor(
+                    example.loss_mask if example.loss_mask is not None else [1] * len(example.completion_ids),
+                    dtype=torch.float)
+            mask = mask * chosen.to(self.device)
+        return rows, completions, mask
 
     def _all_sum_on_device(self, value: torch.Tensor) -> torch.Tensor:
         """``env.all_sum`` of a host tensor through the model's device (NCCL reduces GPU tensors only)."""
