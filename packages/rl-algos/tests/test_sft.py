@@ -265,14 +265,18 @@ def test_micro_batches_sorted_by_length_give_the_whole_batch_gradient():
     for e in examples[::2]:  # some rows score only part of their completion
         e.loss_mask = [int(j % 3 != 0) for j in range(len(e.completion_ids))]
     runs = {}
-    for size in (0, 2):
+    for name, config_size, phase_size in (("whole", 0, 0), ("config", 2, 0), ("phase", 0, 2)):
         torch.manual_seed(0)
         model = build_model(SPEC)
         seen: list[dict] = []
-        config = SFTConfig(phases=[PhaseConfig("all", 1, 1e-3)], batch_size=6, balance_coef=0.0, micro_batch_size=size)
-        SFTTrainer(config, model, examples, pad_id=0, set_trainable=set_trainable, on_step=lambda s, m, seen=seen: seen.append(m)).fit()
-        runs[size] = (seen[0], {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-    (whole, g0), (micro, g2) = runs[0], runs[2]
+        config = SFTConfig(phases=[PhaseConfig("all", 1, 1e-3, micro_batch_size=phase_size)], batch_size=6,
+                           balance_coef=0.0, micro_batch_size=config_size)
+        SFTTrainer(config, model, examples, pad_id=0, set_trainable=set_trainable,
+                   on_step=lambda s, m, seen=seen: seen.append(m)).fit()
+        runs[name] = (seen[0], {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    (whole, g0), (micro, g2) = runs["whole"], runs["config"]
+    # a phase's own micro_batch_size runs the same forwards as the config's
+    assert runs["phase"][0]["loss"] == micro["loss"] and all(torch.equal(g2[n], runs["phase"][1][n]) for n in g2)
     assert whole["tokens"] == micro["tokens"] and whole["token_acc"] == micro["token_acc"]
     assert abs(whole["loss"] - micro["loss"]) <= 1e-6 * abs(whole["loss"])
     assert g0.keys() == g2.keys() and len(g0) > 10
@@ -282,3 +286,5 @@ def test_micro_batches_sorted_by_length_give_the_whole_batch_gradient():
     assert norm > 0 and diff <= 1e-5 * norm, (diff, norm)
     with pytest.raises(ValueError, match="micro_batch_size must be >= 0"):
         SFTConfig(micro_batch_size=-1)
+    with pytest.raises(ValueError, match="micro_batch_size must be >= 0"):
+        PhaseConfig("all", 1, 1e-3, micro_batch_size=-1)

@@ -85,6 +85,7 @@ class PhaseConfig:
     # copy drills: spans asked for after one window (each after its own separator and cue); more
     # spans train the search for a cue more times per window of tokens the model reads
     copy_spans: int = 1
+    micro_batch_size: int = 0  # rows per forward in this phase (see SFTConfig.micro_batch_size); 0: the config's
 
     def __post_init__(self) -> None:
         if self.data not in ("examples", "copy"):
@@ -92,6 +93,9 @@ class PhaseConfig:
         if self.batch_size < 0 or self.copy_context < 16:
             raise ValueError(f"SFT phase {self.phase!r}: batch_size must be >= 0 and copy_context >= 16, "
                              f"got {self.batch_size} and {self.copy_context}")
+        if self.micro_batch_size < 0:
+            raise ValueError(f"SFT phase {self.phase!r}: micro_batch_size must be >= 0 (0: the config's), "
+                             f"got {self.micro_batch_size}")
         if self.copy_spans < 1:
             raise ValueError(f"SFT phase {self.phase!r}: copy_spans must be >= 1, got {self.copy_spans}")
 
@@ -334,7 +338,8 @@ class SFTTrainer:
             for _ in range(phase.steps):
                 step += 1
                 started = time.perf_counter()
-                metrics = self._step(optimizer, params, frozen, self._batch(phase))
+                micro = phase.micro_batch_size or self.config.micro_batch_size
+                metrics = self._step(optimizer, params, frozen, self._batch(phase), micro)
                 elapsed = time.perf_counter() - started
                 metrics.update(
                     lr=optimizer.param_groups[0]["lr"],
@@ -373,11 +378,11 @@ class SFTTrainer:
 
     def _step(
         self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], frozen: list[torch.nn.Parameter],
-        global_batch: list[Example],
+        global_batch: list[Example], size: int = 0,
     ) -> dict[str, float]:
+        """One optimizer step on the global batch, in forwards of ``size`` rows of a rank's share (0: one)."""
         env = self.env
         batch = global_batch[env.rank :: env.world]  # every rank draws the global batch, trains on its share
-        size = self.config.micro_batch_size
         if 0 < size < len(batch):  # every rank has as many rows, so as many forwards (FSDP2's collectives pair)
             batch = sorted(batch, key=lambda e: len(e.prompt_ids) + len(e.completion_ids))
             parts = [self._tensors(batch[i:i + size]) for i in range(0, len(batch), size)]
