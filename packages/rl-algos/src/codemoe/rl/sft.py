@@ -135,14 +135,11 @@ def copy_drill(example: Example, rng: random.Random, context: int, sep_id: int, 
             return None
         at = rng.choice(starts)
         asked.append(window[at:at + length])
-    first, rest = asked[0], asked[1:]
-    if not rest:
-        return Example([*window, sep_id, *first[:2]], first[2:])
-    completion, mask = list(first[2:]), [1] * (len(first) - 2)
-    for span in rest:
+    completion, mask = list(asked[0][2:]), [1] * (len(asked[0]) - 2)
+    for span in asked[1:]:
         completion += [sep_id, *span]
         mask += [0, 0, 0] + [1] * (len(span) - 2)
-    return Example([*window, sep_id, *first[:2]], completion, mask)
+    return Example([*window, sep_id, *asked[0][:2]], completion, mask if spans > 1 else None)
 
 
 @dataclass
@@ -335,10 +332,10 @@ class SFTTrainer:
                     p.requires_grad_(True)
             optimizer = torch.optim.AdamW(params, lr=phase.lr, weight_decay=0.0)
             log.info("SFT phase %s: %d trainable parameters, %d steps", phase.phase, counts["trainable"], phase.steps)
+            micro = phase.micro_batch_size or self.config.micro_batch_size
             for _ in range(phase.steps):
                 step += 1
                 started = time.perf_counter()
-                micro = phase.micro_batch_size or self.config.micro_batch_size
                 metrics = self._step(optimizer, params, frozen, self._batch(phase), micro)
                 elapsed = time.perf_counter() - started
                 metrics.update(
@@ -383,11 +380,11 @@ class SFTTrainer:
         """One optimizer step on the global batch, in forwards of ``size`` rows of a rank's share (0: one)."""
         env = self.env
         batch = global_batch[env.rank :: env.world]  # every rank draws the global batch, trains on its share
+        groups = [batch]
         if 0 < size < len(batch):  # every rank has as many rows, so as many forwards (FSDP2's collectives pair)
             batch = sorted(batch, key=lambda e: len(e.prompt_ids) + len(e.completion_ids))
-            parts = [self._tensors(batch[i:i + size]) for i in range(0, len(batch), size)]
-        else:
-            parts = [self._tensors(batch)]
+            groups = [batch[i:i + size] for i in range(0, len(batch), size)]
+        parts = [(rows, *self._tensors(rows)) for rows in groups]
         tokens = env.all_sum(sum(mask.sum() for _, _, mask in parts))
         optimizer.zero_grad(set_to_none=True)
         nll_total, hits, balance_total = torch.zeros((), device=self.device), torch.zeros((), device=self.device), None
@@ -423,8 +420,8 @@ class SFTTrainer:
             **expert_load(self.model, self._all_sum_on_device if env.enabled else None),
         }
 
-    def _tensors(self, rows: list[Example]) -> tuple[list[Example], torch.Tensor, torch.Tensor]:
-        """``(rows, completions [B, T] right-padded, loss mask [B, T])`` on the device."""
+    def _tensors(self, rows: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(completions [B, T] right-padded, loss mask [B, T])`` of ``rows``, on the device."""
         width = max(len(e.completion_ids) for e in rows)
         completions = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         for i, example in enumerate(rows):
@@ -439,7 +436,7 @@ class SFTTrainer:
                     example.loss_mask if example.loss_mask is not None else [1] * len(example.completion_ids),
                     dtype=torch.float)
             mask = mask * chosen.to(self.device)
-        return rows, completions, mask
+        return completions, mask
 
     def _all_sum_on_device(self, value: torch.Tensor) -> torch.Tensor:
         """``env.all_sum`` of a host tensor through the model's device (NCCL reduces GPU tensors only)."""
