@@ -28,6 +28,40 @@ def test_lookup_takes_the_longest_prefix_and_eviction_is_lru():
     assert cache.tokens == 7 and cache.reused_tokens == 5
 
 
+def test_a_sequence_that_extends_the_one_it_continued_replaces_it():
+    cache = PrefixCache(budget=100)
+    cache.add(entry([1, 2, 3]))
+    cache.add(entry([1, 2, 7]))
+    cache.add(entry([1, 2, 3, 4, 5]), extends=(1, 2, 3))  # the next turn of [1, 2, 3]: it goes
+    assert [e.tokens for e in cache.entries.values()] == [[1, 2, 7], [1, 2, 3, 4, 5]] and cache.tokens == 8
+    assert cache.find([1, 2, 3, 9])[1] == 3  # as much reuse as the dropped sequence gave
+    cache.add(entry([1, 2, 8, 8]), extends=(1, 2, 7))  # branched off before its end: both kept
+    assert len(cache.entries) == 3 and cache.tokens == 12
+    cache.add(entry([5, 5]), extends=(9, 9))  # what it continued was evicted meanwhile: nothing to drop
+    assert len(cache.entries) == 4 and cache.tokens == 14
+
+
+def test_live_episodes_hold_one_history_each_and_a_budget_for_them_does_not_thrash(codemoe_model, tokenizer):
+    """Four episodes, four turns, a budget a little over their final histories: every turn after
+    the first prefills only its new tokens, because each episode keeps one sequence (its latest)
+    rather than one per turn it went through."""
+    reply = tokenizer.encode("\n# tool: ok\n")
+    histories, turns = [tokenizer.encode(f"def f{i}(x):") for i in range(4)], 4
+    final = sum(len(h) for h in histories) + turns * 4 * (6 + len(reply))
+    engine = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(prefix_cache_tokens=final + 8))
+    reused, kept = 0, []
+    for turn in range(turns):
+        params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=turn, ignore_eos=True)
+        results = engine.generate(histories, params)
+        health = engine.health()
+        # each history's whole last turn came from the cache (its last sampled token was never fed)
+        assert health["prefix_cache_reused_tokens"] - reused == sum(len(k) for k in kept)
+        reused = health["prefix_cache_reused_tokens"]
+        kept = [r.prompt_token_ids + r.samples[0].token_ids[:-1] for r in results]
+        assert health["prefix_cache_tokens"] == sum(len(k) for k in kept)  # one sequence per episode
+        histories = [r.prompt_token_ids + r.samples[0].token_ids + reply for r in results]
+
+
 def test_a_next_turn_reuses_the_last_turn_and_samples_the_same(codemoe_model, tokenizer):
     kept = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(prefix_cache_tokens=4096))
     turn1 = kept.generate(["def add(a, b):"], SamplingParams(n=2, max_new_tokens=10, seed=1, ignore_eos=True))[0]

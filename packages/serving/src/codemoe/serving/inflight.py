@@ -61,6 +61,9 @@ class Group:
     root: Root | None = None  # its prompt's first root.length tokens live there, the rest in its slot
     reused: CachedSequence | None = None  # kept sequence this prompt starts with
     reused_len: int = 0  # how many of its tokens the prefill skips
+    # the key of that kept sequence, kept after the prefill let go of its tensors: a finished
+    # sample's sequence that extends it replaces it in the prefix cache
+    extends: tuple[int, ...] | None = None
     error: BaseException | None = None  # set when a step failed while this group was in flight
     done: threading.Event = field(default_factory=threading.Event)
 

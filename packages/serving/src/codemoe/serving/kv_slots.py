@@ -50,6 +50,7 @@ class KVSlots:
         """``group`` was admitted: its prefill skips the ``found`` tokens."""
         if self.kept is not None:
             group.reused, group.reused_len = found
+            group.extends = tuple(found[0].tokens) if found[0] is not None else None
             self.kept.use(*found)
 
     # -- prefill ---------------------------------------------------------------------------------
@@ -136,7 +137,7 @@ class KVSlots:
         if seq.group.prompt_routing is not None:
             # position p's experts: the prompt's, then those that produced tokens 1 .. G-1
             routing = torch.cat([seq.group.prompt_routing, *(r[None] for r in seq.routing[1:])])
-        self.kept.add(CachedSequence(seq.group.prompt + seq.tokens[:-1], keys, values, routing))
+        self.kept.add(CachedSequence(seq.group.prompt + seq.tokens[:-1], keys, values, routing), seq.group.extends)
 
     def release(self, group: Group) -> None:
         """Free a finished group's prefix slot by moving the last running group into it (and its

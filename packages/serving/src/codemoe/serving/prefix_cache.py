@@ -3,7 +3,11 @@
 An agent's next turn starts with everything of its last turn (prompt, answer, then the tool's
 reply). The engine keeps the keys/values of finished samples up to a token budget, least recently
 used out first; a new prompt that starts with a kept sequence prefills only the tokens after it.
-New weights clear the cache (its keys were computed with the old ones).
+When a finished sequence extends the kept one its prompt continued (the agent's next turn), that
+one is dropped: every prompt shares at least as long a prefix with the longer sequence, so the
+shorter one would only take budget (a radix tree shares such prefixes; here the older copy goes).
+Without that, each live episode held a copy of every turn it had been through, and a budget sized
+for the live histories thrashed. New weights clear the cache (its keys were computed with the old ones).
 """
 
 from __future__ import annotations
@@ -84,21 +88,30 @@ class PrefixCache:
             self.entries.move_to_end(tuple(entry.tokens))
             self.reused_tokens += length
 
-    def add(self, entry: CachedSequence) -> None:
-        """Keep ``entry``, evicting the least recently used ones to stay within the budget."""
+    def add(self, entry: CachedSequence, extends: tuple[int, ...] | None = None) -> None:
+        """Keep ``entry``, evicting the least recently used ones to stay within the budget.
+
+        ``extends``: the key of the kept sequence ``entry``'s prompt was continued from; it is
+        dropped when ``entry`` starts with all of it (it can serve no prompt better than ``entry``).
+        """
         key = tuple(entry.tokens)
         if not key or len(key) > self.budget or key in self.entries:
             return
+        if extends is not None and extends in self.entries and key[: len(extends)] == extends:
+            self._remove(extends)
         while self.tokens + len(key) > self.budget:
-            old, _ = self.entries.popitem(last=False)
-            self.tokens -= len(old)
-            same_start = self._by_first[old[0]]
-            del same_start[old]
-            if not same_start:
-                del self._by_first[old[0]]
+            self._remove(next(iter(self.entries)))
         self.entries[key] = entry
         self._by_first.setdefault(key[0], {})[key] = None
         self.tokens += len(key)
+
+    def _remove(self, key: tuple[int, ...]) -> None:
+        del self.entries[key]
+        self.tokens -= len(key)
+        same_start = self._by_first[key[0]]
+        del same_start[key]
+        if not same_start:
+            del self._by_first[key[0]]
 
     def clear(self) -> None:
         self.entries.clear()
