@@ -4,7 +4,8 @@ Started by the tests as a subprocess (to be SIGKILLed mid-run) and under ``torch
 ranks): ``python rl_toy_run.py OUT STEPS [ALGO_JSON] [CHECKPOINT_EVERY] [PROMPT_LEN] [DTYPE]``.
 
 With ``TOY_SHARED_ENGINE=PREFIX`` in the environment the engine stands for one server behind
-every rank (:class:`rl_toy.SharedToyEngine`, logging to ``PREFIX-rank<R>.txt``).
+every rank (:class:`rl_toy.SharedToyEngine`, logging to ``PREFIX-rank<R>.txt``). With
+``CODEMOE_TEST_MICRO_BATCH=N`` the updates run in forwards of N rows (``micro_batch_size``).
 
 ``DTYPE`` (``float32`` by default) is the policy's parameter dtype: the rank comparison runs in
 ``float64`` so that the ranks' other summation order stays a rounding difference, not a drift.
@@ -52,7 +53,9 @@ def main() -> None:
     torch.set_num_threads(1)
     env = init_distributed()
     registry = build_registry(build_plugin_manager())
-    config = RLConfig(steps=steps, prompts_per_step=4, lr=1e-2, max_new_tokens=4, checkpoint_every=every)
+    micro = int(os.environ.get("CODEMOE_TEST_MICRO_BATCH", "0"))  # rows per training forward (0: one)
+    config = RLConfig(steps=steps, prompts_per_step=4, lr=1e-2, max_new_tokens=4, checkpoint_every=every,
+                      micro_batch_size=micro)
     algorithm = registry.build("algorithm", {"name": "policy_gradient", "group_size": 8, **algo}, registry=registry)
     policy = tiny_policy().to(dtype)
     out.mkdir(parents=True, exist_ok=True)

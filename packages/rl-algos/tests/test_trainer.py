@@ -287,6 +287,8 @@ DISTRIBUTED_ALGOS = {
     "grpo_kl": {"kl_coef": 0.05, "balance_coef": 0.0},
     # two-token prompts: groups share their prompt in the no-grad forwards (old and reference log-probs)
     "grpo_kl_shared_prompts": {"kl_coef": 0.05, "balance_coef": 0.0},
+    # each rank's 16 rows in forwards of 3 (micro_batch_size), against one process's one forward
+    "grpo_kl_micro_batches": {"kl_coef": 0.05, "balance_coef": 0.0},
     "ppo_critic": {
         "advantage": {"name": "gae"},
         "critic": {"lr": 0.01},
@@ -322,7 +324,8 @@ def test_two_fsdp2_ranks_match_one_rank(tmp_path, name):
     extra = ["1", "2" if "shared_prompts" in name else "1", "float64"]
     subprocess.run([sys.executable, script, str(tmp_path / "one"), "3", algo, *extra], env=env, check=True)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    subprocess.run([*torchrun, script, str(tmp_path / "two"), "3", algo, *extra], env=env, check=True)
+    ranks_env = {**env, "CODEMOE_TEST_MICRO_BATCH": "3"} if "micro" in name else env
+    subprocess.run([*torchrun, script, str(tmp_path / "two"), "3", algo, *extra], env=ranks_env, check=True)
     one, two = _read(tmp_path / "one" / "metrics-rank0.jsonl"), _read(tmp_path / "two" / "metrics-rank0.jsonl")
     assert sorted(two) == [1, 2, 3]
     keys = ("loss", "reward_mean", "kl", "entropy", "grad_norm", "clip_frac", "adv_abs_mean")

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from codemoe.core.contracts import SamplingParams
 from codemoe.core.devices import check_device, resolve_device
+from codemoe.core.errors import ConfigError
 from codemoe.rl.advantages import AdvantageInput, AdvantageOutput
 from codemoe.rl.algorithm import Algorithm, value_loss
 from codemoe.rl.async_rollout import RolloutProducer, check_async_config, check_async_options, staleness_metrics
@@ -90,6 +91,10 @@ class RLConfig:
     max_observation_tokens: int = 128  # an observation's tokens kept in the history (its head)
     max_live_episodes: int = 256  # agent episodes running at once (a finished one frees its slot for the next task)
     share_prompt_forward: bool = True  # training forwards run each group's prompt once (same log-probs and gradients)
+    # rows per training forward (0: a minibatch's rows in one forward): the rows are sorted by length
+    # and run in forwards of this many, gradients accumulated into the minibatch's one optimizer step
+    # with the same loss (agent episodes of very different lengths pad far less)
+    micro_batch_size: int = 0
     precision: str = "fp32"  # fp32 | bf16 (bf16 compute; fp32 master weights, optimizer state, reductions)
     activation_checkpointing: bool = False  # recompute each policy block's activations in backward (less memory)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)  # dp x ep mesh under torchrun (expert parallelism)
@@ -105,6 +110,8 @@ class RLConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.micro_batch_size < 0:
+            raise ConfigError(f"micro_batch_size: {self.micro_batch_size} is negative; give 0 (one forward) or more rows")
         check_precision(self.precision)
         check_device(self.device)
         check_async_options(self)
@@ -209,9 +216,7 @@ class RLTrainer:
         if self.on_rollouts is not None:
             self.on_rollouts(step, rollouts)
         generated = time.perf_counter()
-        data = self._token_data(rollouts)  # 2. old / reference log-probs, critic values
-        adv = self._advantages(rollouts, data)  # 3. advantages (and value targets)
-        update = self._update(rollouts, data, adv)  # 4. minibatch updates over epochs
+        data, adv, update = self._learn(rollouts)  # 2-4. log-probs, advantages, updates
         trained = time.perf_counter()
         if self._producer is None:
             self._sync_engine()  # 5. the engine samples from the new weights next step
@@ -235,6 +240,17 @@ class RLTrainer:
         if self.on_step is not None:
             self.on_step(step, metrics)
         return metrics
+
+    def learn(self, rollouts: Rollouts) -> dict[str, float]:
+        """The updates of one step on given ``rollouts`` (this rank's), and their metrics: what
+        :meth:`train_step` does once the rollouts are in, without an engine call or a weight sync
+        (offline batches, benchmarks of the update alone)."""
+        return self._metrics(rollouts, *self._learn(rollouts), rounds=0)
+
+    def _learn(self, rollouts: Rollouts) -> tuple[_TokenData, AdvantageOutput, dict[str, Any]]:
+        data = self._token_data(rollouts)  # 2. old / reference log-probs, critic values
+        adv = self._advantages(rollouts, data)  # 3. advantages (and value targets)
+        return data, adv, self._update(rollouts, data, adv)  # 4. minibatch updates over epochs
 
     # ------------------------------------------------------------------------------------------
     # 1. rollouts
@@ -383,16 +399,21 @@ class RLTrainer:
         return rollouts.routes if rows is None else [rollouts.routes[i] for i in rows.tolist()]
 
     def _logp(self, model: torch.nn.Module, rollouts: Rollouts, routes: list[torch.Tensor] | None) -> torch.Tensor:
-        return token_stats(
-            model,
-            rollouts.prompt_ids,
-            rollouts.completions,
-            pad_id=self.pad_id,
-            temperature=self.config.temperature,
-            routes=routes,
-            share_prompts=self._share_prompts(),
-            used=used_width(rollouts.mask),  # agent episodes: most rows end well before the horizon
-        ).logp
+        """Log-probs of every row's completion under ``model`` (no gradient), in the update's forwards."""
+        out = torch.zeros(rollouts.completions.shape, device=self.device)
+        for part in self._micro_batches(rollouts, torch.arange(len(rollouts.prompt_ids))):
+            rows = part.tolist()
+            out[part] = token_stats(
+                model,
+                [rollouts.prompt_ids[i] for i in rows],
+                rollouts.completions[part],
+                pad_id=self.pad_id,
+                temperature=self.config.temperature,
+                routes=None if routes is None else [routes[i] for i in rows],
+                share_prompts=self._share_prompts(),
+                used=used_width(rollouts.mask[part]),  # agent episodes: most rows end well before the horizon
+            ).logp.float()
+        return out
 
     def _compute(self) -> Any:
         """The precision context of a forward (bf16 autocast in one process, see ``precision``)."""
@@ -452,54 +473,88 @@ class RLTrainer:
         *,
         agreement: bool = False,
     ) -> dict[str, Any]:
-        mask = rollouts.mask[rows] * data.keep[rows].unsqueeze(-1)
-        prompts = [rollouts.prompt_ids[i] for i in rows.tolist()]
-        with self._compute():
-            stats = token_stats(
-                self.policy,
-                prompts,
-                rollouts.completions[rows],
-                pad_id=self.pad_id,
-                temperature=self.config.temperature,
-                routes=None if rollouts.routes is None else [rollouts.routes[i] for i in rows.tolist()],
-                replay=self.algo.config.routing_replay,
-                agreement=agreement and rollouts.routes is not None,  # the first pass only: it is what counts
-                share_prompts=self._share_prompts(),
-                used=used_width(rollouts.mask[rows]),
-            )
-            balance = balance_loss(self.policy, stats.outputs)
-        old = stats.logp.detach() if data.old_logp is None else data.old_logp[rows]
-        engine_logp = rollouts.engine_logp[rows]
-        engine_logp = torch.where(torch.isnan(engine_logp), old, engine_logp)  # engines without log-probs
-        is_weights = self.algo.is_correction(old, engine_logp, rollouts.mask[rows])
-        ref = data.ref_logp[rows] if data.ref_logp is not None else None
-        terms = self.algo.loss_terms(stats.logp, old, adv.advantages[rows], mask, is_weights, ref)
-        denominator = self.env.all_sum(terms.denominator)
-        # FSDP averages gradients over ranks, so each rank's share is scaled by the world size.
-        policy_loss = terms.numerator / denominator.clamp(min=1e-8) * self.env.world
-        loss = policy_loss
-        if balance is not None and self.algo.config.balance_coef > 0:
-            loss = loss + self.algo.config.balance_coef * balance
-        grad_norm, vf = 0.0, 0.0
-        if float(denominator) > 0:  # zero on every rank when dynamic sampling dropped the whole chunk
+        cfg = self.algo.config
+        full_mask = rollouts.mask[rows] * data.keep[rows].unsqueeze(-1)
+        # every loss aggregation's denominator depends on the mask alone: the whole chunk's, however
+        # many forwards its rows run in, so the forwards' gradients add up to the one-forward gradient
+        denominator = self.env.all_sum(self.algo.loss_agg.terms(torch.zeros_like(full_mask), full_mask)[1])
+        train = float(denominator) > 0  # zero on every rank when dynamic sampling dropped the whole chunk
+        if train:
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+        old_all = torch.zeros(full_mask.shape, device=full_mask.device)  # the chunk's, for the mismatch statistics
+        weights_all = torch.zeros(full_mask.shape, device=full_mask.device)
+        sums = dict.fromkeys(("loss", "kl", "clipped", "tokens", "entropy", "balance"), 0.0)
+        agreed = None
+        where = {row: i for i, row in enumerate(rows.tolist())}
+        for part in self._micro_batches(rollouts, rows):
+            at = torch.tensor([where[row] for row in part.tolist()], device=full_mask.device)
+            mask = full_mask[at]
+            prompts = [rollouts.prompt_ids[i] for i in part.tolist()]
+            with self._compute():
+                stats = token_stats(
+                    self.policy,
+                    prompts,
+                    rollouts.completions[part],
+                    pad_id=self.pad_id,
+                    temperature=self.config.temperature,
+                    routes=None if rollouts.routes is None else [rollouts.routes[i] for i in part.tolist()],
+                    replay=cfg.routing_replay,
+                    agreement=agreement and rollouts.routes is not None,  # the first pass only: it is what counts
+                    share_prompts=self._share_prompts(),
+                    used=used_width(rollouts.mask[part]),
+                )
+                balance = balance_loss(self.policy, stats.outputs)
+            old = stats.logp.detach() if data.old_logp is None else data.old_logp[part]
+            engine_logp = rollouts.engine_logp[part]
+            engine_logp = torch.where(torch.isnan(engine_logp), old, engine_logp)  # engines without log-probs
+            is_weights = self.algo.is_correction(old, engine_logp, rollouts.mask[part])
+            ref = data.ref_logp[part] if data.ref_logp is not None else None
+            terms = self.algo.loss_terms(stats.logp, old, adv.advantages[part], mask, is_weights, ref)
+            # FSDP averages gradients over ranks, so each rank's share is scaled by the world size.
+            policy_loss = terms.numerator / denominator.clamp(min=1e-8) * self.env.world
+            loss = policy_loss
+            if balance is not None:  # each forward's balance loss, weighted by its share of the rows
+                balance = balance * (len(part) / len(rows))
+                sums["balance"] += float(balance.detach())
+                if cfg.balance_coef > 0:
+                    loss = loss + cfg.balance_coef * balance
+            if train:
+                loss.backward()
+            old_all[at], weights_all[at] = old, is_weights
+            sums["loss"] += float(self.env.all_sum(policy_loss.detach()) / self.env.world)
+            sums["kl"] += terms.kl_sum
+            sums["clipped"] += terms.clipped
+            sums["tokens"] += terms.tokens
+            sums["entropy"] += float((stats.entropy * mask).sum())
+            if stats.agreement is not None:
+                agreed = stats.agreement if agreed is None else tuple(a + b for a, b in zip(agreed, stats.agreement))
+        grad_norm, vf = 0.0, 0.0
+        if train:
             grad_norm = self._clip(self.policy)
             self.optimizer.step()
             if self.critic is not None:
-                vf = self._critic_step(rollouts, data, adv, rows, mask)
+                vf = self._critic_step(rollouts, data, adv, rows, full_mask)
+        engine_all = torch.where(torch.isnan(rollouts.engine_logp[rows]), old_all, rollouts.engine_logp[rows])
         return {
-            "loss": float(self.env.all_sum(policy_loss.detach()) / self.env.world),
-            "kl": terms.kl_sum,
-            "clipped": terms.clipped,
-            "tokens": terms.tokens,
-            "entropy": float((stats.entropy * mask).sum()),
+            **sums,
             "grad_norm": grad_norm,
-            "balance": float(balance.detach()) if balance is not None else 0.0,
             "vf_loss": vf,
-            "is_stats": mismatch_stats(old, engine_logp, rollouts.mask[rows], self.algo.is_correction.cap, is_weights),
-            "agreement": stats.agreement,
+            "is_stats": mismatch_stats(old_all, engine_all, rollouts.mask[rows], self.algo.is_correction.cap, weights_all),
+            "agreement": agreed,
         }
+
+    def _micro_batches(self, rollouts: Rollouts, rows: torch.Tensor) -> list[torch.Tensor]:
+        """``rows`` in training forwards: all in one, or (``micro_batch_size: N``) sorted by the
+        length a forward must cover (prompt and used completion) and cut into forwards of N rows,
+        each in ascending row order (a group's rows stay adjacent for the shared prompt forward)."""
+        size = self.config.micro_batch_size
+        if not 0 < size < len(rows):
+            return [rows]
+        covered = rollouts.mask[rows].ne(0)
+        used = torch.where(covered.any(-1), covered.shape[-1] - covered.flip(-1).int().argmax(-1), 0)
+        lengths = torch.tensor([len(rollouts.prompt_ids[i]) for i in rows.tolist()], device=used.device) + used
+        order = rows[torch.argsort(lengths.cpu(), stable=True)]
+        return [order[i : i + size].sort().values for i in range(0, len(order), size)]
 
     def _critic_step(
         self, rollouts: Rollouts, data: _TokenData, adv: AdvantageOutput, rows: torch.Tensor, mask: torch.Tensor
