@@ -21,9 +21,7 @@ does not depend on which tokens they are.
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -83,6 +81,7 @@ def main() -> int:
     from codemoe.core import build_plugin_manager, build_registry
     from codemoe.core.models import build_model
     from codemoe.rl.trainer import RLConfig, RLTrainer
+    from micro_batch_table import report
 
     vocab, groups, group_size = 1024, 4, 8
     registry = build_registry(build_plugin_manager())
@@ -112,23 +111,10 @@ def main() -> int:
     )
     padded = sum(len(r.prompt_ids) * (max(len(p) for p in r.prompt_ids) + int(r.mask.ne(0).any(0).nonzero().max()) + 1)
                  for r in batches[1:])
-    anchor = statistics.median(seconds[0])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, tiny_agent fp32, grpo, "
           f"{groups} x {group_size} episodes a step (a row {rows / args.steps / (groups * group_size):.0f} tokens on average), "
           f"{args.steps} steps a side; one forward pads {1 - rows / padded:.1%} of its tokens")
-    print(f"{'micro_batch_size':<18} {'s/step':>8} {'x one forward':>14}")
-    results = {}
-    for size in sides:
-        median = statistics.median(seconds[size])
-        print(f"{size or 'whole batch':<18} {median:>8.3f} {anchor / median:>14.2f}")
-        if size:
-            results[f"micro_batch_{size}"] = {
-                "codemoe": median, "anchor": anchor, "ratio": anchor / median,
-                "units": "s per RL update (median; anchor: the whole batch in one forward)",
-            }
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    report(seconds, "s per RL update (median; anchor: the whole batch in one forward)", args.json)
     return 0
 
 

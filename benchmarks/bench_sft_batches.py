@@ -19,9 +19,7 @@ The policy is the ``tiny_agent`` preset (the pipeline's), fp32, the machine's to
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import statistics
 import time
 
 import torch
@@ -53,6 +51,7 @@ def main() -> int:
     from codemoe.core.models import build_model
     from codemoe.core.moe import set_trainable
     from codemoe.rl.sft import PhaseConfig, SFTConfig, SFTTrainer
+    from micro_batch_table import report
 
     vocab = 1024
     examples = _examples(256, vocab, seed=0)
@@ -83,22 +82,10 @@ def main() -> int:
     real = sum(len(e.prompt_ids) + len(e.completion_ids) for b in batches[1:] for e in b)
     padded = sum(args.batch * (max(len(e.prompt_ids) for e in b) + max(len(e.completion_ids) for e in b))
                  for b in batches[1:])
-    anchor = statistics.median(seconds[0])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, tiny_agent fp32, {args.batch} episodes a step, "
           f"{args.steps} steps a side; one forward pads {1 - real / padded:.1%} of its tokens")
-    print(f"{'micro_batch_size':<18} {'s/step':>8} {'scored tokens/s':>16} {'x one forward':>14}")
-    results = {}
-    for size in sides:
-        median = statistics.median(seconds[size])
-        print(f"{size or 'whole batch':<18} {median:>8.3f} {tokens / args.steps / median:>16.0f} {anchor / median:>14.2f}")
-        if size:
-            results[f"micro_batch_{size}"] = {
-                "codemoe": median, "anchor": anchor, "ratio": anchor / median,
-                "units": "s per SFT step (median; anchor: the whole batch in one forward)",
-            }
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+    report(seconds, "s per SFT step (median; anchor: the whole batch in one forward)", args.json,
+           ("scored tokens/s", lambda median: f"{tokens / args.steps / median:.0f}"))
     return 0
 
 
