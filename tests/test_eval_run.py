@@ -5,6 +5,7 @@ stage's summary, comparison and report, and the errors a user meets first."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,20 @@ def test_eval_run_scores_a_checkpoint_as_an_agent_on_a_fresh_heldout_draw(sft_ru
     assert list(state) == ["eval", "report"] and state["eval"]["kind"] == "eval"
     assert state["eval"]["checkpoint"] == str(Path(checkpoint).resolve())
     assert "## Agent metrics" in (run_dir / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_eval_run_warns_when_the_prefix_cache_drops_histories(sft_run, caplog) -> None:
+    """Two episodes whose histories (over 1,000 tokens each with the full tool documentation) do not
+    fit 2,500 tokens together: a kept history pushes out the other episode's, whose next turn
+    prefills it again; the stage says so and what to raise."""
+    _, ctx = sft_run
+    args = ["eval", "run", ctx.results["sft"]["checkpoint"], "--suite", "synthetic-repos", "heldout_tasks=2",
+            "train_tasks=4", "--samples", "1", "--max-turns", "2", "--max-new-tokens", "16", "--no-progress",
+            "--set", "engine={name: embedded, prefix_cache_tokens: 2500}"]
+    with caplog.at_level(logging.WARNING, logger="codemoe.evals"):
+        assert main(args) == 0
+    assert "prefix cache dropped" in caplog.text and "engine.prefix_cache_tokens" in caplog.text
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ def test_lookup_takes_the_longest_prefix_and_eviction_is_lru():
     assert cache.lookup([5, 6]) == (None, 0)
     cache.add(entry([4, 4, 4, 4]))  # 11 tokens > 10: the least recently used ([1, 2, 9, 9]) goes
     assert [e.tokens for e in cache.entries.values()] == [[1, 2, 3], [4, 4, 4, 4]] and cache.tokens == 7
+    assert cache.evicted_tokens == 4
     cache.add(entry(range(11)))  # larger than the whole budget: not kept
     assert cache.tokens == 7 and cache.reused_tokens == 5
 
@@ -59,6 +60,7 @@ def test_live_episodes_hold_one_history_each_and_a_budget_for_them_does_not_thra
         reused = health["prefix_cache_reused_tokens"]
         kept = [r.prompt_token_ids + r.samples[0].token_ids[:-1] for r in results]
         assert health["prefix_cache_tokens"] == sum(len(k) for k in kept)  # one sequence per episode
+        assert health["prefix_cache_evicted_tokens"] == 0  # replaced, never evicted
         histories = [r.prompt_token_ids + r.samples[0].token_ids + reply for r in results]
 
 

@@ -291,8 +291,10 @@ class EvalStage:
             return ctx.registry.build("environment", spec, where=f"{where}.environment", executor=executor)
 
         with ctx.progress(f"{stage.id}: episodes", len(tasks) * cfg.samples) as done:
-            return run_agent_episodes(generate, make, tasks, samples=cfg.samples, max_turns=cfg.max_turns,
-                                      chat=ChatFormat(tokenizer), advance=done)
+            graded = run_agent_episodes(generate, make, tasks, samples=cfg.samples, max_turns=cfg.max_turns,
+                                        chat=ChatFormat(tokenizer), advance=done)
+        _warn_on_evicted_histories(engine, where)
+        return graded
 
     @staticmethod
     def _compare(ctx: Any, cfg: EvalStageConfig, summary: dict[str, Any]) -> dict[str, Any]:
@@ -308,6 +310,21 @@ class EvalStage:
                 before["agent"], summary["agent"], confidence=cfg.confidence, resamples=cfg.bootstrap_resamples
             )
         return comparison
+
+
+def _warn_on_evicted_histories(engine: Any, where: str) -> None:
+    """The episodes run turn by turn: a prefix cache too small for all their histories drops each
+    before its next turn, which then prefills it again (the stage's figures are the same, its time
+    is not). Say so, with the size that holds them."""
+    health = engine.health() if callable(getattr(engine, "health", None)) else {}
+    evicted = health.get("prefix_cache_evicted_tokens", 0)
+    if evicted:
+        log.warning(
+            "%s: the engine's prefix cache dropped %d tokens of episode histories for room, so later turns "
+            "prefilled them again (same figures, more time); raise %s.engine.prefix_cache_tokens to hold "
+            "every episode's history (it held %d tokens at the end; each costs a few KiB of keys and values)",
+            where, evicted, where, health.get("prefix_cache_tokens", 0),
+        )
 
 
 @dataclass

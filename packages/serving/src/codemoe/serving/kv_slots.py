@@ -172,6 +172,7 @@ class KVSlots:
         return {
             "prefix_cache_tokens": self.kept.tokens if self.kept is not None else 0,
             "prefix_cache_reused_tokens": self.kept.reused_tokens if self.kept is not None else 0,
+            "prefix_cache_evicted_tokens": self.kept.evicted_tokens if self.kept is not None else 0,
             "common_prefixes": len(self.roots),
             "common_prefix_tokens_saved": self.tokens_saved,
         }

@@ -59,6 +59,7 @@ class PrefixCache:
         self._by_first: dict[int, dict[tuple[int, ...], None]] = {}  # first token -> keys: the candidates
         self.tokens = 0
         self.reused_tokens = 0  # prompt tokens served from the cache instead of a prefill
+        self.evicted_tokens = 0  # tokens of sequences dropped for room (not those a longer one replaced)
 
     def lookup(self, prompt: list[int]) -> tuple[CachedSequence | None, int]:
         """The kept sequence sharing the longest prefix with ``prompt``, and that length, taken for
@@ -100,7 +101,9 @@ class PrefixCache:
         if extends is not None and extends in self.entries and key[: len(extends)] == extends:
             self._remove(extends)
         while self.tokens + len(key) > self.budget:
-            self._remove(next(iter(self.entries)))
+            oldest = next(iter(self.entries))
+            self.evicted_tokens += len(oldest)
+            self._remove(oldest)
         self.entries[key] = entry
         self._by_first.setdefault(key[0], {})[key] = None
         self.tokens += len(key)
