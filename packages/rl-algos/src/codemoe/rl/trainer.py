@@ -401,7 +401,7 @@ class RLTrainer:
     def _logp(self, model: torch.nn.Module, rollouts: Rollouts, routes: list[torch.Tensor] | None) -> torch.Tensor:
         """Log-probs of every row's completion under ``model`` (no gradient), in the update's forwards."""
         out = torch.zeros(rollouts.completions.shape, device=self.device)
-        for part in self._micro_batches(rollouts, torch.arange(len(rollouts.prompt_ids))):
+        for part in self._micro_batches(rollouts, torch.arange(len(rollouts.prompt_ids))):  # positions = rows
             rows = part.tolist()
             out[part] = token_stats(
                 model,
@@ -481,13 +481,12 @@ class RLTrainer:
         train = float(denominator) > 0  # zero on every rank when dynamic sampling dropped the whole chunk
         if train:
             self.optimizer.zero_grad(set_to_none=True)
-        old_all = torch.zeros(full_mask.shape, device=full_mask.device)  # the chunk's, for the mismatch statistics
-        weights_all = torch.zeros(full_mask.shape, device=full_mask.device)
+        # the chunk's old and engine log-probs and IS weights, filled forward by forward: the mismatch statistics
+        old_all, engine_all, weights_all = (torch.zeros(full_mask.shape, device=full_mask.device) for _ in range(3))
         sums = dict.fromkeys(("loss", "kl", "clipped", "tokens", "entropy", "balance"), 0.0)
         agreed = None
-        where = {row: i for i, row in enumerate(rows.tolist())}
-        for part in self._micro_batches(rollouts, rows):
-            at = torch.tensor([where[row] for row in part.tolist()], device=full_mask.device)
+        for at in self._micro_batches(rollouts, rows):
+            part = rows[at]
             mask = full_mask[at]
             prompts = [rollouts.prompt_ids[i] for i in part.tolist()]
             with self._compute():
@@ -520,7 +519,7 @@ class RLTrainer:
                     loss = loss + cfg.balance_coef * balance
             if train:
                 loss.backward()
-            old_all[at], weights_all[at] = old, is_weights
+            old_all[at], engine_all[at], weights_all[at] = old, engine_logp, is_weights
             sums["loss"] += float(self.env.all_sum(policy_loss.detach()) / self.env.world)
             sums["kl"] += terms.kl_sum
             sums["clipped"] += terms.clipped
@@ -534,7 +533,6 @@ class RLTrainer:
             self.optimizer.step()
             if self.critic is not None:
                 vf = self._critic_step(rollouts, data, adv, rows, full_mask)
-        engine_all = torch.where(torch.isnan(rollouts.engine_logp[rows]), old_all, rollouts.engine_logp[rows])
         return {
             **sums,
             "grad_norm": grad_norm,
@@ -544,16 +542,16 @@ class RLTrainer:
         }
 
     def _micro_batches(self, rollouts: Rollouts, rows: torch.Tensor) -> list[torch.Tensor]:
-        """``rows`` in training forwards: all in one, or (``micro_batch_size: N``) sorted by the
-        length a forward must cover (prompt and used completion) and cut into forwards of N rows,
-        each in ascending row order (a group's rows stay adjacent for the shared prompt forward)."""
+        """The training forwards of ``rows``, as positions in ``rows``: all in one, or
+        (``micro_batch_size: N``) sorted by the length a forward must cover (prompt and used
+        completion) and cut into forwards of N, each in ascending order (a group's rows stay
+        adjacent for the shared prompt forward)."""
         size = self.config.micro_batch_size
         if not 0 < size < len(rows):
-            return [rows]
-        covered = rollouts.mask[rows].ne(0)
+            return [torch.arange(len(rows))]
+        covered = rollouts.mask[rows].ne(0).cpu()
         used = torch.where(covered.any(-1), covered.shape[-1] - covered.flip(-1).int().argmax(-1), 0)
-        lengths = torch.tensor([len(rollouts.prompt_ids[i]) for i in rows.tolist()], device=used.device) + used
-        order = rows[torch.argsort(lengths.cpu(), stable=True)]
+        order = torch.argsort(torch.tensor([len(rollouts.prompt_ids[i]) for i in rows.tolist()]) + used, stable=True)
         return [order[i : i + size].sort().values for i in range(0, len(order), size)]
 
     def _critic_step(
