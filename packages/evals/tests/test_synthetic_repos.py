@@ -10,6 +10,7 @@ import collections
 import itertools
 import random
 import re
+import string
 
 import pytest
 from codemoe.evals.repo_families import FAMILIES, plural
@@ -119,6 +120,47 @@ def test_random_names_are_letters_no_name_predicts():
     # would put a few followers far ahead); 26 letters, so about 1/26 each
     follows = collections.Counter(b for n in names for a, b in itertools.pairwise(n) if a == "e")
     assert len(follows) == 26 and max(follows.values()) < 3 * min(follows.values())
+
+
+def test_name_noise_puts_letter_pairs_the_train_words_lack_into_coined_names():
+    chain_pairs = {a + b for kind in POOLS for w in split_pool(kind, "train") for a, b in itertools.pairwise(w)}
+    plain = [coin(random.Random(seed)) for seed in range(2000)]
+    assert plain == [coin(random.Random(seed), 0.0) for seed in range(2000)]  # no noise: the draw as before
+    noisy = [coin(random.Random(seed), 0.1) for seed in range(2000)]
+    assert all(7 <= len(n) <= 11 and n.isalpha() and n.islower() for n in noisy)
+    assert len(set(noisy)) > len(set(plain))  # more varied than the chain alone
+    # without noise every letter pair is one of the train words'; with it, some pairs of about one
+    # name in two are not (a letter in ten drawn off the chain, most of them making a new pair)
+    assert all(a + b in chain_pairs for n in plain for a, b in itertools.pairwise(n))
+    off = [n for n in noisy if any(a + b not in chain_pairs for a, b in itertools.pairwise(n))]
+    assert 0.25 * len(noisy) < len(off) < 0.75 * len(noisy)
+    # every letter gets written, not only the train words' (brewery's 'w' after an 'e', say)
+    assert set("".join(noisy)) == set(string.ascii_lowercase)
+    assert any("ew" in n for n in noisy) and not any("ew" in n for n in plain)
+
+
+def test_name_noise_changes_training_names_only_and_is_checked():
+    def draw(split, noise, count=45):
+        return draw_instances(SyntheticReposConfig(train_tasks=count, heldout_tasks=count, train_names="coined",
+                                                   name_noise=noise), split)
+
+    held = [inst for _, inst in _draw("heldout", count=45)]
+    assert [(i.files, i.gold) for _, i in draw("heldout", 0.2)] == [(i.files, i.gold) for i in held]
+    plain, noisy = draw("train", 0.0), draw("train", 0.2)
+    assert [tid for tid, _ in plain] == [tid for tid, _ in _draw("train", count=45, train_names="coined")]
+    assert [tid for tid, _ in noisy] != [tid for tid, _ in plain]
+    all_words = {form for words in POOLS.values() for w in words for form in (w, plural(w))}
+    heldout_words = [w for kind in POOLS for w in split_pool(kind, "heldout") if len(w) >= 4]
+    for _, inst in noisy:  # still no pool word, nothing holding a held-out word
+        assert not _words(inst) & all_words
+        assert not any(h in name for h in heldout_words for names in inst.names.values() for name in names)
+    fmt = object()
+    roots = {SyntheticReposSuite(SyntheticReposConfig(train_names="coined", name_noise=n), fmt).root.name
+             for n in (0.0, 0.1, 0.2)}
+    assert len(roots) == 3  # folders of another noise are never reused
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="name_noise"):
+            SyntheticReposSuite(SyntheticReposConfig(train_names="coined", name_noise=bad), fmt)
 
 
 def test_another_seed_draws_a_fresh_heldout_set():

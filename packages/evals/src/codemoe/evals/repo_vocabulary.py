@@ -96,16 +96,45 @@ def _heldout_words() -> tuple[str, ...]:
     return tuple(word for kind in POOLS for word in split_pool(kind, "heldout") if len(word) >= 4)
 
 
-def coin(rng: random.Random) -> str:
+@functools.cache
+def _first_order_chain() -> dict[str, tuple[str, ...]]:
+    """For every letter, the letters that ever follow it in the train split's pool words: where a
+    noisy letter (:func:`coin`'s ``noise``) left a two-letter context no train word has."""
+    chain: dict[str, set[str]] = {}
+    for kind in POOLS:
+        for word in split_pool(kind, "train"):
+            padded = "^" + word + "$"
+            for i in range(1, len(padded)):
+                chain.setdefault(padded[i - 1], set()).add(padded[i])
+    return {letter: tuple(sorted(followers)) for letter, followers in chain.items()}
+
+
+def coin(rng: random.Random, noise: float = 0.0) -> str:
     """A made-up word that reads like the pool words (``garehop``), never a pool word.
 
     Coined names are what teaches a policy to copy: a repository named by words nobody has seen
     before can only be worked on by reading its names off the context, never by recalling them.
     They are drawn letter by letter from the train words' letter pairs, so they are spelled (and
     tokenized) like English words, as held-out names are; thousands of them exist.
+
+    ``noise``: each letter is drawn uniformly from a-z with this probability instead (``garewhop``).
+    The ~100 train words' letter pairs are a narrow prior: a held-out word with a pair they lack
+    (``brewery``'s ``ew``, ``railway``'s ``lw``) spells a token no coined name ever has, so an action
+    never learned to write it and the policy cannot copy it. Letters off the prior, a few per
+    hundred, make every letter a thing that is written only because the context says so.
     """
-    chain = _letter_chain()
-    return _walk(lambda context: rng.choice(chain[context]), shortest=7)
+    chain, first = _letter_chain(), _first_order_chain()
+
+    def next_letter(context: str) -> str:
+        if noise > 0 and context != "^" * _ORDER and rng.random() < noise:
+            return rng.choice(string.ascii_lowercase)
+        followers = chain.get(context) or first.get(context[-1]) or _ENDINGS
+        return rng.choice(followers)
+
+    return _walk(next_letter, shortest=7)
+
+
+_ENDINGS = (*string.ascii_lowercase, "$")  # after a letter no train word has: any letter, or the end
 
 
 def _walk(next_letter: Callable[[str], str], shortest: int) -> str:
@@ -144,20 +173,29 @@ def _english_chain() -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
     return {context: (tuple(c), tuple(c.values())) for context, c in sorted(counts.items())}
 
 
-def coin_english(rng: random.Random) -> str:
+def coin_english(rng: random.Random, noise: float = 0.0) -> str:
     """A made-up word spelled like English (``thresolve``): letter by letter from the letter pairs of
     5,000 English words, weighted as often as they occur. :func:`coin`'s chain knows the ~100 train
     pool words only, so its names follow a few letter pairs far more than English does, and a policy
     that learned them expects those pairs where a held-out word has others; these names' statistics
-    are English's. Never a pool word, a keyword, or a name holding a held-out word."""
+    are English's. Never a pool word, a keyword, or a name holding a held-out word. ``noise``: as
+    :func:`coin`'s."""
     chain = _english_chain()
-    return _walk(lambda context: rng.choices(*chain[context])[0], shortest=6)
+
+    def next_letter(context: str) -> str:
+        if noise > 0 and context != "^" * _ORDER and rng.random() < noise:
+            return rng.choice(string.ascii_lowercase)
+        followers = chain.get(context)
+        return rng.choices(*followers)[0] if followers else rng.choice(_ENDINGS)
+
+    return _walk(next_letter, shortest=6)
 
 
-def coin_random(rng: random.Random) -> str:
+def coin_random(rng: random.Random, noise: float = 0.0) -> str:
     """A made-up name of 6 to 10 letters drawn uniformly (``qzmvtkro``): unlike :func:`coin`'s, no
     letter of it follows from the ones before, so nothing learned from other names predicts it and
-    only copying it from the context writes it. Never a keyword, never holding a held-out word."""
+    only copying it from the context writes it. Never a keyword, never holding a held-out word.
+    ``noise`` changes nothing: every letter is uniform already."""
     while True:
         word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(6, 10)))
         if _usable(word):
@@ -165,7 +203,7 @@ def coin_random(rng: random.Random) -> str:
 
 
 # how each made-up naming coins a word; 'words' draws from the pools instead
-COINERS: dict[str, Callable[[random.Random], str]] = {"coined": coin, "english": coin_english, "random": coin_random}
+COINERS: dict[str, Callable[[random.Random, float], str]] = {"coined": coin, "english": coin_english, "random": coin_random}
 NAME_MODES = ("words", *COINERS)
 
 
@@ -180,6 +218,7 @@ class Words:
     rng: random.Random
     split: str
     names: str = "words"
+    noise: float = 0.0  # a made-up naming's share of letters drawn uniformly (see :func:`coin`)
 
     def pick(self, kind: str, count: int = 1) -> list[str]:
         """``count`` distinct words of pool ``kind`` in this split (or coined words)."""
@@ -187,7 +226,7 @@ class Words:
         if make is not None:
             coined: list[str] = []
             while len(coined) < count:
-                word = make(self.rng)
+                word = make(self.rng, self.noise)
                 if word not in coined:
                     coined.append(word)
             return coined

@@ -65,6 +65,7 @@ class SyntheticReposConfig:
     heldout_tasks: int = 400  # tasks in the 'heldout' split, families round-robin
     families: list[str] = field(default_factory=list)  # task types to include; empty: all nine
     train_names: str = "words"  # made-up names only copying writes: 'coined' (the train words' spelling), 'english' (English's), 'random' (uniform letters)
+    name_noise: float = 0.0  # made-up train names: the share of their letters drawn uniformly from a-z, off the spelling prior
     step_budget: int = 20  # actions per episode written into every task
     path: str = ""  # where task folders are written; "" = $CODEMOE_CACHE_DIR (or ~/.cache/codemoe)/synthetic-repos
     format: Any = field(default_factory=lambda: {"name": "repo"}, metadata={"kind": "task_format"})  # reads the folders
@@ -107,7 +108,7 @@ def _draw(config: SyntheticReposConfig, family: str, split: str, count: int) -> 
                              f"instances ({len(found)} after {attempt} draws)")
         rng = random.Random(f"{config.seed}:{split}:{family}:{attempt}")
         names = config.train_names if split == "train" else "words"
-        instance = FAMILIES[family](rng, Words(rng, split, names))
+        instance = FAMILIES[family](rng, Words(rng, split, names, config.name_noise if split == "train" else 0.0))
         found.setdefault(instance.key(), instance)
         attempt += 1
     return list(found.values())
@@ -143,6 +144,8 @@ class SyntheticReposSuite:
         if config.train_names not in NAME_MODES:
             raise ValueError(f"suite '{self.name}': train_names must be one of {', '.join(NAME_MODES)}, "
                              f"got {config.train_names!r}")
+        if not 0.0 <= config.name_noise < 1.0:
+            raise ValueError(f"suite '{self.name}': name_noise must be in [0, 1), got {config.name_noise!r}")
         for key in ("train_tasks", "heldout_tasks", "step_budget"):
             if getattr(config, key) < 0 or (key == "step_budget" and config.step_budget < 5):
                 raise ValueError(f"suite '{self.name}': {key} must be {'>= 5' if key == 'step_budget' else '>= 0'}, "
@@ -157,6 +160,8 @@ class SyntheticReposSuite:
         """The folder holding this seed's task folders, one sub-folder per split."""
         base = Path(self.config.path) if self.config.path else _cache_root()
         names = "" if self.config.train_names == "words" else f"-{self.config.train_names}"
+        if self.config.name_noise and self.config.train_names != "words":
+            names += f"-noise{self.config.name_noise:g}"
         return base / f"{_fingerprint()}-seed{self.config.seed}-budget{self.config.step_budget}{names}"
 
     def instances(self, split: str) -> list[tuple[str, RepoInstance]]:
