@@ -158,9 +158,11 @@ def test_name_noise_changes_training_names_only_and_is_checked():
     roots = {SyntheticReposSuite(SyntheticReposConfig(train_names="coined", name_noise=n), fmt).root.name
              for n in (0.0, 0.1, 0.2)}
     assert len(roots) == 3  # folders of another noise are never reused
-    for bad in (-0.1, 1.0):
+    for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(ValueError, match="name_noise"):
             SyntheticReposSuite(SyntheticReposConfig(train_names="coined", name_noise=bad), fmt)
+    with pytest.raises(ValueError, match="name_noise acts on made-up train names"):  # pool words have no letters to draw
+        SyntheticReposSuite(SyntheticReposConfig(train_names="words", name_noise=0.1), fmt)
 
 
 def test_another_seed_draws_a_fresh_heldout_set():

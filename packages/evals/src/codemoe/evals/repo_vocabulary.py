@@ -117,11 +117,11 @@ def coin(rng: random.Random, noise: float = 0.0) -> str:
     They are drawn letter by letter from the train words' letter pairs, so they are spelled (and
     tokenized) like English words, as held-out names are; thousands of them exist.
 
-    ``noise``: each letter is drawn uniformly from a-z with this probability instead (``garewhop``).
-    The ~100 train words' letter pairs are a narrow prior: a held-out word with a pair they lack
-    (``brewery``'s ``ew``, ``railway``'s ``lw``) spells a token no coined name ever has, so an action
-    never learned to write it and the policy cannot copy it. Letters off the prior, a few per
-    hundred, make every letter a thing that is written only because the context says so.
+    ``noise``: each letter after the first is drawn uniformly from a-z with this probability instead
+    (``garewhop``). The ~100 train words' letter pairs are a narrow prior: a held-out word with a pair
+    they lack (``brewery``'s ``ew``, ``railway``'s ``lw``) spells a token no coined name ever has, so
+    no action learned to write it and the policy cannot copy it. Letters off the prior (a letter in
+    ten in ``agentic-repos``) make every letter one that is written because the context says so.
     """
     chain, first = _letter_chain(), _first_order_chain()
 

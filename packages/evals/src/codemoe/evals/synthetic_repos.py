@@ -146,6 +146,9 @@ class SyntheticReposSuite:
                              f"got {config.train_names!r}")
         if not 0.0 <= config.name_noise < 1.0:
             raise ValueError(f"suite '{self.name}': name_noise must be in [0, 1), got {config.name_noise!r}")
+        if config.name_noise and config.train_names == "words":
+            raise ValueError(f"suite '{self.name}': name_noise acts on made-up train names; set train_names to one of "
+                             f"{', '.join(n for n in NAME_MODES if n != 'words')} (got train_names: words)")
         for key in ("train_tasks", "heldout_tasks", "step_budget"):
             if getattr(config, key) < 0 or (key == "step_budget" and config.step_budget < 5):
                 raise ValueError(f"suite '{self.name}': {key} must be {'>= 5' if key == 'step_budget' else '>= 0'}, "
