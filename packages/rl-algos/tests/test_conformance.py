@@ -1,10 +1,10 @@
-"""Every built-in advantage estimator, policy loss and KL estimator passes its conformance contract."""
+"""Every built-in advantage estimator, policy loss, KL estimator and loss aggregation passes its conformance contract."""
 
 from __future__ import annotations
 
 from codemoe.core.plugins import build_plugin_manager, build_registry
 from codemoe.core.testing import each_of
-from codemoe.rl.testing import AdvantageContract, KLContract, PolicyLossContract
+from codemoe.rl.testing import AdvantageContract, KLContract, LossAggregationContract, PolicyLossContract
 
 REGISTRY = build_registry(build_plugin_manager())
 
@@ -13,6 +13,7 @@ def test_every_builtin_strategy_is_checked():
     assert set(REGISTRY.names("advantage")) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"}
     assert {"ppo_clip", "gspo"} <= set(REGISTRY.names("policy_loss"))
     assert {"k1", "k2", "k3"} <= set(REGISTRY.names("kl"))
+    assert {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"} <= set(REGISTRY.names("loss_agg"))
 
 
 class TestGroupBaselineAdvantages(AdvantageContract):
@@ -43,3 +44,7 @@ class TestK2(KLContract):
 class TestK3(KLContract):
     name = "k3"
     unbiased = True
+
+
+class TestLossAggregations(LossAggregationContract):
+    component_name = each_of(REGISTRY.names("loss_agg"))

@@ -1,8 +1,16 @@
 """Loss aggregation: how per-token losses ``[B, T]`` become one scalar.
 
-An aggregator returns ``(numerator, denominator)`` for a local chunk; the trainer sums both over
-every minibatch chunk and rank that make up one optimizer step and divides, so the result does not
-depend on how the batch was split. Registered as kind ``loss_agg``:
+An aggregator (kind ``loss_agg``, :class:`LossAggregator`) splits the loss into a numerator and a
+denominator, and the trainer relies on two properties of them to make a step's loss independent of
+how its rows are split into forwards (``micro_batch_size``) and ranks:
+
+- ``terms(per_token, mask)[0]``, the numerator, is a sum of one term per row (a row's term depends on
+  that row alone), so the numerators of any split of the rows add up to the whole batch's;
+- ``denominator(mask)`` depends on the mask alone (never on the losses), so the trainer computes it
+  once for the whole minibatch, all-reduced over ranks, before any forward runs.
+
+Each forward's loss is then its numerator over the whole minibatch's denominator, and the forwards'
+gradients add up to the one-forward gradient. The built-in modes:
 
 - ``token_mean``: sum over all tokens / number of tokens (DAPO): long answers weigh more;
 - ``seq_mean_token_mean``: mean over sequences of each sequence's token mean (original GRPO);
@@ -13,11 +21,13 @@ depend on how the batch was split. Registered as kind ``loss_agg``:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
 __all__ = [
+    "LossAggregator",
     "SeqMeanTokenMean",
     "SeqMeanTokenMeanConfig",
     "SeqMeanTokenSumNorm",
@@ -26,6 +36,21 @@ __all__ = [
     "TokenMeanConfig",
     "aggregate",
 ]
+
+
+@runtime_checkable
+class LossAggregator(Protocol):
+    """What the trainer calls on a ``loss_agg`` component (see the module docstring for the two
+    properties it relies on)."""
+
+    def terms(self, per_token: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """``(numerator, denominator)`` of a chunk of rows: a sum of per-row terms, and
+        :meth:`denominator` of its mask."""
+        ...
+
+    def denominator(self, mask: Tensor) -> Tensor:
+        """The normaliser of a batch with valid-token ``mask [B, T]``: a function of the mask alone."""
+        ...
 
 
 def aggregate(aggregator, per_token: Tensor, mask: Tensor) -> Tensor:
@@ -46,7 +71,10 @@ class TokenMean:
         self.config = config
 
     def terms(self, per_token: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        return (per_token * mask).sum(), mask.sum()
+        return (per_token * mask).sum(), self.denominator(mask)
+
+    def denominator(self, mask: Tensor) -> Tensor:
+        return mask.sum()
 
 
 @dataclass
@@ -62,7 +90,10 @@ class SeqMeanTokenMean:
 
     def terms(self, per_token: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B]
-        return seq.sum(), torch.tensor(float(mask.shape[0]), device=mask.device)
+        return seq.sum(), self.denominator(mask)
+
+    def denominator(self, mask: Tensor) -> Tensor:
+        return torch.tensor(float(mask.shape[0]), device=mask.device)
 
 
 @dataclass
@@ -79,5 +110,8 @@ class SeqMeanTokenSumNorm:
         self.config = config
 
     def terms(self, per_token: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        return (per_token * mask).sum(), self.denominator(mask)
+
+    def denominator(self, mask: Tensor) -> Tensor:
         horizon = self.config.horizon or mask.shape[1]
-        return (per_token * mask).sum(), torch.tensor(float(mask.shape[0] * horizon), device=mask.device)
+        return torch.tensor(float(mask.shape[0] * horizon), device=mask.device)

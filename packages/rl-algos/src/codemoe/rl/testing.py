@@ -1,4 +1,4 @@
-"""Conformance contracts for the RL strategy kinds: ``advantage``, ``policy_loss`` and ``kl``.
+"""Conformance contracts for the RL strategy kinds: ``advantage``, ``policy_loss``, ``kl`` and ``loss_agg``.
 
 Used like the core kit (:mod:`codemoe.core.testing`), whose generic checks every contract here
 inherits::
@@ -19,7 +19,7 @@ import torch
 from codemoe.core.testing import ComponentContract, fp32_close
 from codemoe.rl.advantages import AdvantageInput
 
-__all__ = ["AdvantageContract", "KLContract", "PolicyLossContract"]
+__all__ = ["AdvantageContract", "KLContract", "LossAggregationContract", "PolicyLossContract"]
 
 
 def _mask(batch: int, horizon: int, seed: int) -> torch.Tensor:
@@ -199,3 +199,51 @@ class KLContract(ComponentContract):
     def test_deterministic(self, registry: Any, spec: dict[str, Any]) -> None:
         logp, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -0.5]])
         assert torch.equal(self.build(registry, spec)(logp, ref), self.build(registry, spec)(logp, ref))
+
+
+class LossAggregationContract(ComponentContract):
+    """A loss aggregation: ``factory(config)`` with ``terms(per_token, mask) -> (numerator,
+    denominator)`` and ``denominator(mask)`` (:class:`~codemoe.rl.loss_agg.LossAggregator`).
+
+    What the trainer relies on to split a step's rows into forwards (``micro_batch_size``) and
+    ranks: the numerator is a sum of per-row terms, so any split's numerators add up to the whole
+    batch's; the denominator is a function of the mask alone, the one ``terms`` returns; padding
+    (mask 0) changes nothing.
+    """
+
+    kind = "loss_agg"
+
+    @staticmethod
+    def batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """float64 losses ``[7, 9]`` and a mask with padding and one empty row."""
+        g = torch.Generator().manual_seed(seed)
+        mask = _mask(7, 9, seed).double()
+        mask[3] = 0
+        return torch.randn(7, 9, generator=g, dtype=torch.float64), mask
+
+    def test_the_denominator_depends_on_the_mask_alone(self, registry: Any, spec: dict[str, Any]) -> None:
+        agg = self.build(registry, spec)
+        per_token, mask = self.batch()
+        denominator = agg.denominator(mask)
+        assert torch.equal(agg.terms(per_token, mask)[1], denominator), "terms() returns another denominator"
+        assert torch.equal(agg.terms(per_token * -3.0 + 1.0, mask)[1], denominator), "the denominator moved with the losses"
+        assert float(denominator) > 0, f"denominator {float(denominator)} of a batch with valid tokens"
+
+    def test_a_split_of_the_rows_adds_up_to_the_whole(self, registry: Any, spec: dict[str, Any]) -> None:
+        agg = self.build(registry, spec)
+        per_token, mask = self.batch(1)
+        whole = agg.terms(per_token, mask)[0]
+        for split in ([[0, 1, 2], [3, 4, 5, 6]], [[6, 0], [4], [1, 5, 2, 3]]):
+            parts = sum(agg.terms(per_token[rows], mask[rows])[0] for rows in split)
+            # float64 sums of 63 terms in another order: equal to ~1e-15
+            assert torch.allclose(parts, whole, rtol=1e-12, atol=1e-12), f"rows {split}: {float(parts)} != {float(whole)}"
+
+    def test_padding_changes_nothing(self, registry: Any, spec: dict[str, Any]) -> None:
+        agg = self.build(registry, spec)
+        per_token, mask = self.batch(2)
+        noisy = torch.where(mask.bool(), per_token, torch.full_like(per_token, 1e6))
+        assert torch.equal(agg.terms(noisy, mask)[0], agg.terms(per_token, mask)[0]), "losses on padding count"
+
+    def test_deterministic(self, registry: Any, spec: dict[str, Any]) -> None:
+        per_token, mask = self.batch()
+        assert torch.equal(self.build(registry, spec).terms(per_token, mask)[0], self.build(registry, spec).terms(per_token, mask)[0])

@@ -475,9 +475,10 @@ class RLTrainer:
     ) -> dict[str, Any]:
         cfg = self.algo.config
         full_mask = rollouts.mask[rows] * data.keep[rows].unsqueeze(-1)
-        # every loss aggregation's denominator depends on the mask alone: the whole chunk's, however
-        # many forwards its rows run in, so the forwards' gradients add up to the one-forward gradient
-        denominator = self.env.all_sum(self.algo.loss_agg.terms(torch.zeros_like(full_mask), full_mask)[1])
+        # a loss aggregation's denominator depends on the mask alone (its contract, LossAggregator): the
+        # whole chunk's, however many forwards its rows run in, so the forwards' gradients add up to
+        # the one-forward gradient
+        denominator = self.env.all_sum(self.algo.loss_agg.denominator(full_mask))
         train = float(denominator) > 0  # zero on every rank when dynamic sampling dropped the whole chunk
         if train:
             self.optimizer.zero_grad(set_to_none=True)
