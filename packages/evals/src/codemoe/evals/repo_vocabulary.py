@@ -124,26 +124,25 @@ def coin(rng: random.Random, noise: float = 0.0) -> str:
     ten in ``agentic-repos``) make every letter one that is written because the context says so.
     """
     chain, first = _letter_chain(), _first_order_chain()
-
-    def next_letter(context: str) -> str:
-        if noise > 0 and context != "^" * _ORDER and rng.random() < noise:
-            return rng.choice(string.ascii_lowercase)
-        followers = chain.get(context) or first.get(context[-1]) or _ENDINGS
-        return rng.choice(followers)
-
-    return _walk(next_letter, shortest=7)
+    return _walk(lambda context: rng.choice(chain.get(context) or first.get(context[-1]) or _ENDINGS),
+                 shortest=7, rng=rng, noise=noise)
 
 
 _ENDINGS = (*string.ascii_lowercase, "$")  # after a letter no train word has: any letter, or the end
 
 
-def _walk(next_letter: Callable[[str], str], shortest: int) -> str:
+def _walk(next_letter: Callable[[str], str], shortest: int, rng: random.Random | None = None, noise: float = 0.0) -> str:
     """A word drawn letter by letter (``next_letter`` of the last two letters, '$' ends it) until one
-    of ``shortest`` to 11 letters is a name a repository may use (:func:`_usable`)."""
+    of ``shortest`` to 11 letters is a name a repository may use (:func:`_usable`). With ``noise``,
+    each letter after the first is instead drawn uniformly from a-z (with ``rng``) at that rate."""
+    start = "^" * _ORDER
     while True:
-        word, context = "", "^" * _ORDER
+        word, context = "", start
         while len(word) < 12:
-            letter = next_letter(context)
+            if noise > 0 and context != start and rng is not None and rng.random() < noise:
+                letter = rng.choice(string.ascii_lowercase)
+            else:
+                letter = next_letter(context)
             if letter == "$":
                 break
             word += letter
@@ -183,12 +182,10 @@ def coin_english(rng: random.Random, noise: float = 0.0) -> str:
     chain = _english_chain()
 
     def next_letter(context: str) -> str:
-        if noise > 0 and context != "^" * _ORDER and rng.random() < noise:
-            return rng.choice(string.ascii_lowercase)
-        followers = chain.get(context)
+        followers = chain.get(context)  # none after a noisy letter English never has there
         return rng.choices(*followers)[0] if followers else rng.choice(_ENDINGS)
 
-    return _walk(next_letter, shortest=6)
+    return _walk(next_letter, shortest=6, rng=rng, noise=noise)
 
 
 def coin_random(rng: random.Random, noise: float = 0.0) -> str:
