@@ -351,14 +351,30 @@ def _result(
     )
 
 
+_WARM_TESTS = """\
+def test_warm():
+    assert [1] == [1]
+
+
+def _fails(value):
+    assert value == [2]
+
+
+def test_warm_fails():
+    _fails([1])
+"""
+
+
 def _warm_up() -> None:
-    """Run one empty pytest session here so its lazily imported modules are loaded for every fork."""
+    """Run one pytest session here, a test passing and a test failing, so that what pytest loads
+    or builds on first use (lazily imported modules, the failure report's tokenizer patterns) is
+    there for every fork."""
     import codemoe.sandbox.pytest_report  # noqa: F401  (the runner's plugin, loaded once here)
     import pytest
 
     with tempfile.TemporaryDirectory(prefix="codemoe-warm-") as folder:
         with open(os.path.join(folder, "test_warm.py"), "w") as f:
-            f.write("def test_warm():\n    assert [1] == [1]\n")
+            f.write(_WARM_TESTS)
         saved = [os.dup(1), os.dup(2)]
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
@@ -373,6 +389,22 @@ def _warm_up() -> None:
             for fd in (*saved, devnull):
                 os.close(fd)
         sys.modules.pop("test_warm", None)
+
+
+def _index_module_files() -> None:
+    """Fill ``inspect``'s index of which loaded module each source file is.
+
+    pytest formats every failure's traceback through ``inspect.getsource``, whose
+    ``inspect.getmodule`` indexes every module in ``sys.modules`` by its real path
+    (``os.path.realpath``: a ``stat`` per path component) the first time a file is not in the
+    index yet. Done here, after the mount namespace is entered, the index holds the zygote's
+    hundreds of preloaded modules under the paths executions see, and a fork only indexes the
+    modules its own run imported (the repository's and its tests'): measured, 43% of a failing
+    run's pytest time went to that indexing before (``docs/performance.md``, "pytest runs").
+    """
+    import inspect
+
+    inspect.getmodule(None, os.path.join(os.sep, "codemoe-index-modules.py"))  # a file no module has
 
 
 def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: WorkerState,
@@ -398,10 +430,11 @@ def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: Worker
         wire.send(control_out, result.to_dict())
 
 
-def _settle(plan: IsolationPlan) -> WorkerState:
+def _settle(plan: IsolationPlan, warm: Callable[[], None] | None = None) -> WorkerState:
     """Enter the worker's namespaces, take on the environment of executions (every work dir is
-    the same path in a mount namespace, so children need not set it) and freeze what is loaded,
-    so collections in forks do not touch (and so copy) its pages.
+    the same path in a mount namespace, so children need not set it), run ``warm`` (work every
+    fork would otherwise repeat, done once where forks see what it sees) and freeze what is
+    loaded, so collections in forks do not touch (and so copy) its pages.
     """
     state = prepare_worker(plan)
     if plan.mount_ns:
@@ -409,6 +442,8 @@ def _settle(plan: IsolationPlan) -> WorkerState:
         os.environ.clear()
         os.environ.update(state.environ)
         time.tzset()
+    if warm is not None:
+        warm()
     gc.collect()
     gc.freeze()
     return state
@@ -443,7 +478,7 @@ def _start_pytest_zygote(plan: IsolationPlan) -> _Zygote:
         os.close(from_child)
         linux.parent_death_signal(signal.SIGKILL)
         _warm_up()
-        state = _settle(plan)
+        state = _settle(plan, _index_module_files)
         wire.send(to_parent, {"ready": True})
         code = _serve(from_parent, to_parent, plan, state, None)
         release_worker(state)
