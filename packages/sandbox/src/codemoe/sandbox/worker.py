@@ -367,8 +367,8 @@ def test_warm_fails():
 
 def _warm_up() -> None:
     """Run one pytest session here, a test passing and a test failing, so that what pytest loads
-    or builds on first use (lazily imported modules, the failure report's tokenizer patterns) is
-    there for every fork."""
+    or builds on first use (lazily imported modules; on Python 3.11 the tokenizer patterns a
+    failure report compiles) is there for every fork."""
     import codemoe.sandbox.pytest_report  # noqa: F401  (the runner's plugin, loaded once here)
     import pytest
 
