@@ -38,7 +38,7 @@ from bench_sandbox import _own_cpu, _workers_cpu
 from codemoe.core import build_plugin_manager, build_registry
 from codemoe.core.contracts import repository_task
 from codemoe.sandbox import ExecutionRequest, Limits, LocalExecutor
-from codemoe.sandbox.agent.environment import grading_request, pytest_args
+from codemoe.sandbox.agent.environment import grading_request, visible_tests_request
 from codemoe.sandbox.local import default_workers
 
 WARMUP = 8  # runs of each kind each side makes untimed first (a fresh pool's one-time costs)
@@ -47,9 +47,7 @@ WARMUP = 8  # runs of each kind each side makes untimed first (a fresh pool's on
 def _requests(tasks: list) -> dict[str, list[ExecutionRequest]]:
     """{"failing": run_tests on each repository as it comes, "passing": each gold patch graded}."""
     limits = Limits(timeout_s=30.0, cpu_s=30.0)
-    failing = [ExecutionRequest(files={**t.repo_files(), **t.setup_files()},
-                                command=[*t.setup_args(), *pytest_args(t.test_command)], runner="pytest",
-                                env=t.execution_env(), limits=limits, id=f"{t.id}/run_tests") for t in tasks]
+    failing = [visible_tests_request(t, t.repo_files(), [], limits) for t in tasks]
     passing = [grading_request(t, t.gold_files(), limits, "gold") for t in tasks]
     return {"failing": failing, "passing": passing}
 
@@ -72,17 +70,17 @@ def _side(workers: int, tasks: list, requests: dict[str, list[ExecutionRequest]]
     """Throughput of each kind and CPU ms per execution of one side, on a fresh pool."""
     side = "anchor" if fresh else "codemoe"
     out = {}
+    batches = {kind: [_fresh(r) for r in batch] if fresh else batch for kind, batch in requests.items()}
     with LocalExecutor(workers=workers) as executor:
-        for batch in requests.values():
-            executor.run_batch([_fresh(r) for r in batch[:WARMUP]] if fresh else batch[:WARMUP])
+        for batch in batches.values():
+            executor.run_batch(batch[:WARMUP])
         busy, own = _workers_cpu(executor), _own_cpu()
-        for kind, batch in requests.items():
-            batch = [_fresh(r) for r in batch] if fresh else batch
+        for kind, batch in batches.items():
             started = time.perf_counter()
             results = executor.run_batch(batch)
             out[kind] = len(batch) / (time.perf_counter() - started)
             _check(kind, tasks, results, side)
-        runs = sum(len(batch) for batch in requests.values())
+        runs = sum(len(batch) for batch in batches.values())
         out["cpu"] = 1000 * (_workers_cpu(executor) - busy + _own_cpu() - own) / runs
     return out
 

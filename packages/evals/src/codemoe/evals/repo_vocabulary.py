@@ -131,7 +131,7 @@ def coin(rng: random.Random, noise: float = 0.0) -> str:
 _ENDINGS = (*string.ascii_lowercase, "$")  # after a letter no train word has: any letter, or the end
 
 
-def _walk(next_letter: Callable[[str], str], shortest: int, rng: random.Random | None = None, noise: float = 0.0) -> str:
+def _walk(next_letter: Callable[[str], str], shortest: int, rng: random.Random, noise: float = 0.0) -> str:
     """A word drawn letter by letter (``next_letter`` of the last two letters, '$' ends it) until one
     of ``shortest`` to 11 letters is a name a repository may use (:func:`_usable`). With ``noise``,
     each letter after the first is instead drawn uniformly from a-z (with ``rng``) at that rate."""
@@ -139,7 +139,7 @@ def _walk(next_letter: Callable[[str], str], shortest: int, rng: random.Random |
     while True:
         word, context = "", start
         while len(word) < 12:
-            if noise > 0 and context != start and rng is not None and rng.random() < noise:
+            if noise > 0 and context != start and rng.random() < noise:
                 letter = rng.choice(string.ascii_lowercase)
             else:
                 letter = next_letter(context)

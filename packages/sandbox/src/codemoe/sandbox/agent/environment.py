@@ -116,15 +116,8 @@ class RepoEnvironment:
     def run_tests(self, targets: list[str]) -> ExecutionResult:
         """Run the visible tests (or ``targets``) on the workspace through the executor."""
         assert self.task is not None and self.workspace is not None
-        args = pytest_args(self.task.test_command)
-        if targets:
-            # a target is a path: one that starts with "-" (a file named -pNAME) must not become an option
-            args = [a for a in args if a.startswith("-")] + [f"./{t}" if t.startswith("-") else t for t in targets]
-        files = {**self.workspace.snapshot(), **self.task.setup_files()}
-        request = ExecutionRequest(files=files, command=[*self.task.setup_args(), *args],
-                                   runner="pytest", env=self.task.execution_env(),
-                                   limits=self._limits(self.task.timeout_s), id=f"{self.task.id}/run_tests")
-        return self.executor.run(request)
+        return self.executor.run(visible_tests_request(self.task, self.workspace.snapshot(), targets,
+                                                       self._limits(self.task.timeout_s)))
 
     def run_command(self, argv: list[str]) -> ExecutionResult:
         """Run an allow-listed command on a copy of the workspace through the executor."""
@@ -331,6 +324,17 @@ def _request_key(request: ExecutionRequest) -> str:
     data.pop("id", None)
     data.pop("nonce", None)
     return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=20).hexdigest()
+
+
+def visible_tests_request(task: Task, files: dict[str, str], targets: list[str], limits: Limits) -> ExecutionRequest:
+    """The agent's ``run_tests``: the task's visible tests (or ``targets``) on ``files`` as they are,
+    with the task's setup, not graded."""
+    args = pytest_args(task.test_command)
+    if targets:
+        # a target is a path: one that starts with "-" (a file named -pNAME) must not become an option
+        args = [a for a in args if a.startswith("-")] + [f"./{t}" if t.startswith("-") else t for t in targets]
+    return ExecutionRequest(files={**files, **task.setup_files()}, command=[*task.setup_args(), *args],
+                            runner="pytest", env=task.execution_env(), limits=limits, id=f"{task.id}/run_tests")
 
 
 def grading_request(task: Task, files: dict[str, str], limits: Limits, label: str) -> ExecutionRequest:
