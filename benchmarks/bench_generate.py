@@ -16,7 +16,9 @@ left-padded batch or one call per prompt, whichever is faster.
 Another case is an agent's next turn: each of the 128 first-turn samples, followed by a 32-token
 tool reply, is a new prompt (one sample, 128 new tokens). The engine keeps the first turn's keys
 and values (``prefix_cache_tokens``) and prefills only the reply; ``transformers`` prefills the
-whole history.
+whole history. ``next_turn_spread`` is the same with histories as an agent's differ: first-turn
+prompts of 64 to ``--spread-max`` tokens and replies of 16 to 384 (drawn uniformly, seeded), so
+every next turn has its own history and reply length (what padding to the longest costs).
 
 ``--servers sglang vllm`` adds a real SGLang and a real vLLM server beside them (from
 ``.venv-sglang``, ``make engines``, and ``.venv-vllm``, ``make engines-vllm``): the same model saved
@@ -38,6 +40,7 @@ import argparse
 import contextlib
 import json
 import math
+import random
 import tempfile
 import time
 import urllib.request
@@ -90,15 +93,21 @@ def bench_engine(model, prompts: list[list[int]], samples: int, new_tokens: int)
     assert all(len(s.token_ids) == new_tokens for o in outputs for s in o.samples)
 
 
-def bench_next_turn(model, prompts: list[list[int]], samples: int, new_tokens: int, reply: list[int]):
-    """(codemoe, transformers) (CPU s, wall s) for the second turn of ``samples`` episodes per prompt."""
-    budget = len(prompts) * samples * (len(prompts[0]) + new_tokens)
+def bench_next_turn(model, prompts: list[list[int]], samples: int, new_tokens: int, replies: list[list[int]]):
+    """(codemoe, transformers) (CPU s, wall s) for the second turn of ``samples`` episodes per prompt;
+    episode ``i``'s history is its first turn, then ``replies[i % len(replies)]``."""
+    budget = samples * sum(len(p) + new_tokens for p in prompts)
     engine = EmbeddedEngine(model, None, EmbeddedEngineConfig(prefix_cache_tokens=budget))
     first = engine.generate(prompts, SamplingParams(n=samples, max_new_tokens=new_tokens, seed=0, ignore_eos=True))
-    histories = [o.prompt_token_ids + s.token_ids + reply for o in first for s in o.samples]
+    histories = [o.prompt_token_ids + s.token_ids for o in first for s in o.samples]
+    reused = sum(len(h) - 1 for h in histories)
+    histories = [h + replies[i % len(replies)] for i, h in enumerate(histories)]
     params = SamplingParams(n=1, max_new_tokens=new_tokens, seed=1, ignore_eos=True)
     ours = timed(engine.generate, histories, params)
-    assert engine.health()["prefix_cache_reused_tokens"] == len(histories) * (len(prompts[0]) + new_tokens - 1)
+    assert engine.health()["prefix_cache_reused_tokens"] == reused
+    if len({len(h) for h in histories}) > 1:  # the anchor's faster way for ragged histories
+        return ours, min(timed(bench_transformers, model, histories, 1, new_tokens),
+                         timed(bench_transformers_each, model, histories, 1, new_tokens))
     return ours, timed(bench_transformers, model, histories, 1, new_tokens)
 
 
@@ -238,6 +247,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--prompt-len", type=int, nargs="*", default=[32, 256, 512], help="prompt lengths to measure")
     parser.add_argument("--next-turn-prompt-len", type=int, default=256, help="first-turn prompt length (0 skips)")
+    parser.add_argument("--spread-max", type=int, default=1024,
+                        help="longest first-turn prompt of the next_turn_spread case (0 skips it)")
     parser.add_argument(
         "--no-humaneval", dest="humaneval", action="store_false", help="skip the case of real HumanEval prompts"
     )
@@ -301,10 +312,17 @@ def measure(args, model, cases: list, servers: list[RealServer], tokens: int, on
         print("".join(" " + report_server(results, name, s.name.lower(), tokens, ours, theirs[s.name]) for s in servers))
     if args.next_turn_prompt_len:
         prompts = torch.randint(3, vocab, (args.prompts, args.next_turn_prompt_len)).tolist()
-        reply = torch.randint(3, vocab, (32,)).tolist()
-        runs = [bench_next_turn(model, prompts, args.samples, args.new_tokens, reply) for _ in range(args.repeats)]
+        replies = [torch.randint(3, vocab, (32,)).tolist()]
+        runs = [bench_next_turn(model, prompts, args.samples, args.new_tokens, replies) for _ in range(args.repeats)]
         name = f"next_turn_p{args.next_turn_prompt_len}"
         report(results, name, tokens, [r[0] for r in runs], [r[1] for r in runs], by_wall=on_gpu)
+        print()
+    if args.spread_max:
+        rng = random.Random(0)
+        prompts = [torch.randint(3, vocab, (rng.randint(64, args.spread_max),)).tolist() for _ in range(args.prompts)]
+        replies = [torch.randint(3, vocab, (rng.randint(16, 384),)).tolist() for _ in range(args.prompts * args.samples)]
+        runs = [bench_next_turn(model, prompts, args.samples, args.new_tokens, replies) for _ in range(args.repeats)]
+        report(results, "next_turn_spread", tokens, [r[0] for r in runs], [r[1] for r in runs], by_wall=on_gpu)
         print()
     return results
 

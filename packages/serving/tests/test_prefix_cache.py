@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from codemoe.core.moe import capture_routing
 from codemoe.serving import SamplingParams
 from codemoe.serving.embedded import EmbeddedEngine, EmbeddedEngineConfig
 from codemoe.serving.prefix_cache import CachedSequence, PrefixCache
@@ -177,3 +178,31 @@ def test_histories_of_two_tasks_behind_one_system_prompt_get_a_root_each(codemoe
     engine.generate(prompts, SamplingParams(max_new_tokens=2, seed=0, ignore_eos=True))
     # two roots of three histories each (one root of all six would save 5 * len(system))
     assert engine.health()["common_prefix_tokens_saved"] == 2 * len(tasks[0]) + 2 * len(tasks[1])
+
+
+def test_next_turns_of_different_lengths_match_teacher_forced_forwards(codemoe_model, tokenizer):
+    """Agent-like next turns: histories and replies of different lengths, so the packed prefill holds
+    prompts that reused 0 to ~40 tokens and the decode reads prompts of several lengths (in runs).
+    Every log-prob and every expert is what one forward of the whole history gives."""
+    engine = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig(prefix_cache_tokens=8192))
+    firsts = ["def add(a, b):", "class Stack:\n    def __init__(self):\n        self.items = []\n", "import os"]
+    replies = ["\n# ok\n", "\n# tool: 3 tests failed, see above\n", "\n"]
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=12, seed=3, ignore_eos=True)
+    prompts = [engine.encode(p) for p in firsts]
+    for turn in range(2):
+        out = engine.generate([*prompts, engine.encode(f"x = {turn}")], params)  # and a prompt seen first now
+        for o in out:
+            for sample in o.samples:
+                full = torch.tensor([o.prompt_token_ids + sample.token_ids])
+                with torch.no_grad(), capture_routing(codemoe_model) as record:
+                    logits = codemoe_model(full).logits[0].float()
+                layers = record.forwards[0]
+                experts = torch.stack([layers[i] for i in sorted(layers)], dim=1)  # [positions, layers, k]
+                n = len(o.prompt_token_ids)
+                want = torch.log_softmax(logits[n - 1 : -1], -1).gather(1, torch.tensor(sample.token_ids)[:, None])
+                assert torch.allclose(torch.tensor(sample.logprobs), want[:, 0], atol=1e-4, rtol=0)
+                assert torch.equal(sample.routing.long(), experts[n - 1 : -1])
+            assert torch.equal(o.prompt_routing.long(), experts[:n])  # reused tokens' and those prefilled now
+        prompts = [o.prompt_token_ids + o.samples[i % 2].token_ids + engine.encode(replies[i % 3])
+                   for i, o in enumerate(out[:3])]
+    assert engine.health()["prefix_cache_reused_tokens"] > 0

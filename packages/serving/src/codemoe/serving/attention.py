@@ -5,7 +5,15 @@ switched on only around the engine's own forward passes. In a decode step the qu
 group's samples are stacked into one matrix and attend to the group's prompt in one product,
 each row also attends to its own generated tokens, and the two softmax parts are merged exactly
 through their log-sum-exps (the split-softmax identity used by cascade / shared-prefix attention).
-Every other call (prefill, training) is ``transformers``' SDPA attention unchanged.
+Groups whose prompts differ in length are read in runs of neighbouring prefix slots, each run up to
+its own longest prompt (:func:`key_runs`), not all up to the longest one.
+
+A prefill packs every prompt's new tokens into one row (no padding for the projections and experts
+to compute) and its attention is computed prompt by prompt the same way: the new tokens against the
+tokens reused from an earlier turn, already in the prompt's slot (every key visible, one product),
+and causally against themselves, merged through their log-sum-exps; no prompt reads another's
+padding or length (an agent's next turn: the history is in the cache, only the reply is new).
+Every other call (training) is ``transformers``' SDPA attention unchanged.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ __all__ = [
     "ATTENTION_NAME",
     "attend_with_lse",
     "decode_attention",
+    "key_runs",
+    "prefill_attention",
     "shared_prefix_attention",
     "sliding_window_layers",
     "supports_shared_prefix_attention",
@@ -31,15 +41,23 @@ ATTENTION_NAME = "codemoe_shared_prefix"
 _ACTIVE: ContextVar[PrefixKVCache | None] = ContextVar("codemoe_active_cache", default=None)
 
 
-def attend_with_lse(query, key, value, mask, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def attend_with_lse(
+    query, key, value, mask, scale: float, causal: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention and its log-sum-exp: query ``[N, H, Q, D]``, key/value ``[N, H, K, D]``,
-    additive mask ``[N, 1, 1, K]`` -> (out ``[N, H, Q, D]``, lse ``[N, H, Q]`` fp32)."""
+    additive mask ``[N, 1, 1, K]`` or None (every key visible), ``causal``: query ``i`` sees keys
+    ``0 .. i`` (``Q == K``) -> (out ``[N, H, Q, D]``, lse ``[N, H, Q]`` fp32)."""
     if query.device.type == "cpu" and hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            query, key, value, 0.0, False, attn_mask=mask.to(query.dtype), scale=scale
+            query, key, value, 0.0, causal, attn_mask=None if mask is None else mask.to(query.dtype), scale=scale
         )
         return out, lse.float()
-    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale + mask.float()
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask.float()
+    if causal:
+        hidden = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(hidden, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     out = torch.matmul(torch.exp(scores - lse[..., None]), value.float()).to(query.dtype)
     return out, lse
@@ -49,11 +67,50 @@ def _shared_prefix_forward(module, query, key, value, attention_mask, scaling=No
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     cache = _ACTIVE.get()
-    if cache is None or not cache.plan.decoding or kwargs.get("softcap") is not None:
+    plan = None if cache is None else cache.plan
+    if plan is None or kwargs.get("softcap") is not None or not (plan.decoding or plan.prefill_rows):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
+    if not plan.decoding:
+        return prefill_attention(query, key, value, cache, module.layer_idx, scaling), None
     return decode_attention(query, cache, module.layer_idx, scaling), None
+
+
+def prefill_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cache: PrefixKVCache, layer: int, scaling: float | None
+) -> torch.Tensor:
+    """A packed prefill, prompt by prompt: ``query [1, Hq, T, D]`` and ``key``/``value [1, Hkv, T,
+    D]`` hold the prompts' new tokens one after the other (``cache.plan.prefill_rows[r] = (slot,
+    reused, new)``: ``new`` tokens after the ``reused`` ones prefix ``slot`` already holds). Each
+    prompt's queries attend to its reused tokens (all visible: the query heads sharing a key head
+    stacked into one block) and causally to its own new keys, and the two parts are merged through
+    their log-sum-exps. Returns ``[1, T, Hq, D]``."""
+    heads, total, dim = query.shape[1:]
+    kv_heads, value_dim = key.shape[1], value.shape[-1]
+    per_kv = heads // kv_heads
+    scale = scaling if scaling is not None else dim**-0.5
+    pk, pv = cache.prefix[layer]
+    out = query.new_empty(1, total, heads, value_dim)
+    start = 0
+    for slot, reused, new in cache.plan.prefill_rows:
+        span = slice(start, start + new)
+        start += new
+        q = query[0, :, span].reshape(kv_heads, per_kv, new, dim)  # the heads sharing a key head as a batch
+        own = (t[0, :, span, None].transpose(1, 2).expand(-1, per_kv, -1, -1) for t in (key, value))
+        o, lse = attend_with_lse(q, *own, None, scale, causal=True)  # [Hkv, g, n, Dv], [Hkv, g, n]
+        if reused:
+            o_pre, lse_pre = attend_with_lse(
+                q.reshape(1, kv_heads, per_kv * new, dim), pk[slot : slot + 1, :, :reused],
+                pv[slot : slot + 1, :, :reused], None, scale,
+            )
+            o_pre, lse_pre = o_pre.view(kv_heads, per_kv, new, value_dim), lse_pre.view(kv_heads, per_kv, new)
+            total_lse = torch.logaddexp(lse, lse_pre)
+            o = o * torch.exp(lse - total_lse)[..., None].to(o.dtype) + o_pre * torch.exp(lse_pre - total_lse)[
+                ..., None
+            ].to(o.dtype)
+        out[0, span] = o.reshape(heads, new, value_dim).transpose(0, 1)
+    return out
 
 
 def decode_attention(query: torch.Tensor, cache: PrefixKVCache, layer: int, scaling: float | None) -> torch.Tensor:
@@ -71,7 +128,8 @@ def decode_attention(query: torch.Tensor, cache: PrefixKVCache, layer: int, scal
     out_own, lse_own = attend_with_lse(q, sk, sv, plan.suffix_mask, scale)  # [B, Hkv, g, D], [B, Hkv, g]
     # the prompt: all rows of a group as one query block
     out_pre, lse_pre = _block_attention(
-        q, pk, pv, plan.prefix_mask, scale, plan.row_group, plan.row_member, plan.members, plan.in_group_order
+        q, pk, pv, plan.prefix_mask, scale, plan.row_group, plan.row_member, plan.members, plan.in_group_order,
+        runs=plan.prefix_runs,
     )
     parts = [(out_pre, lse_pre), (out_own, lse_own)]
     if plan.root_mask is not None:
@@ -84,12 +142,42 @@ def decode_attention(query: torch.Tensor, cache: PrefixKVCache, layer: int, scal
     return out.reshape(batch, 1, heads, dim)
 
 
-def _block_attention(q, keys, values, mask, scale: float, block, member, members: int, in_order: bool, rows=None):
+def key_runs(lengths: list[int], call_keys: int) -> list[tuple[int, int, int]]:
+    """Split slots ``0 .. n-1`` (kept in their order: reads stay views) into runs ``(first, end,
+    keys)``, each read up to its longest length ``keys``, at the least cost: the keys read, padding
+    included, plus ``call_keys`` per run (what one more attention call costs, in keys). Dynamic
+    programming over where runs end; the scan back from each end stops once the run alone costs more
+    than the best split found."""
+    n = len(lengths)
+    best = [0] * (n + 1)  # best[j]: the least cost of slots 0 .. j-1
+    start = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest, best[j] = 0, None
+        for i in range(j - 1, -1, -1):  # the run i .. j-1
+            longest = max(longest, lengths[i])
+            alone = (j - i) * longest + call_keys
+            if best[j] is not None and alone >= best[j]:
+                break
+            if best[j] is None or best[i] + alone < best[j]:
+                best[j], start[j] = best[i] + alone, i
+    runs, j = [], n
+    while j > 0:
+        i = start[j]
+        runs.append((i, j, max(lengths[i:j])))
+        j = i
+    return runs[::-1]
+
+
+def _block_attention(
+    q, keys, values, mask, scale: float, block, member, members: int, in_order: bool, rows=None, runs=None
+):
     """Rows' attention to keys they share: row ``r`` of ``q [B, Hkv, g, D]`` (or of ``q[rows]``) is
     member ``member[r]`` of block ``block[r]``, and each block's rows are one query block against its
     keys ``[N, Hkv, K, D]`` (masked by ``mask [N, 1, 1, K]``), so a block's keys are read once.
     ``in_order``: the rows already are the blocks in turn, each with all its members (views, not a
-    scatter). Returns (out ``[B', Hkv, g, D]``, lse ``[B', Hkv, g]``) in row order."""
+    scatter). ``runs`` ``[(first, end, keys)]``: the blocks in runs, each run's keys read only up to
+    its ``keys`` (one attention call a run; None: one call up to ``K``). Returns (out ``[B', Hkv, g,
+    D]``, lse ``[B', Hkv, g]``) in row order."""
     count, (kv_heads, per_kv, dim) = keys.shape[0], q.shape[1:]
     if in_order:
         stacked = q.reshape(count, members, kv_heads, per_kv, dim)
@@ -97,7 +185,14 @@ def _block_attention(q, keys, values, mask, scale: float, block, member, members
         stacked = q.new_zeros(count, members, kv_heads, per_kv, dim)
         stacked[block, member] = q if rows is None else q[rows]
     stacked = stacked.permute(0, 2, 1, 3, 4).reshape(count, kv_heads, members * per_kv, dim)
-    out, lse = attend_with_lse(stacked, keys, values, mask, scale)
+    if runs:
+        parts = [
+            attend_with_lse(stacked[b0:b1], keys[b0:b1, :, :k], values[b0:b1, :, :k], mask[b0:b1, ..., :k], scale)
+            for b0, b1, k in runs
+        ]
+        out, lse = torch.cat([part[0] for part in parts]), torch.cat([part[1] for part in parts])
+    else:
+        out, lse = attend_with_lse(stacked, keys, values, mask, scale)
     out = out.reshape(count, kv_heads, members, per_kv, dim)
     lse = lse.reshape(count, kv_heads, members, per_kv)
     if in_order:
@@ -123,6 +218,7 @@ def _root_part(q: torch.Tensor, cache: PrefixKVCache, layer: int, scale: float) 
         plan.root_members,
         plan.roots_in_order,
         plan.root_rows,
+        runs=plan.root_runs,
     )
     if plan.root_rows is None:
         return out, lse

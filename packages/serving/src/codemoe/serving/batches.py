@@ -6,9 +6,11 @@ Masks are additive (0 where a key is visible, the dtype's minimum elsewhere): th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
+from codemoe.serving.attention import key_runs
 from codemoe.serving.kv_cache import StepPlan
 
 __all__ = ["DecodeBatch", "PrefillBatch", "decode_batch", "prefill_batch"]
@@ -21,19 +23,56 @@ def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 @dataclass
 class PrefillBatch:
-    """One prefill forward: prompts right-padded to ``S`` after ``offsets`` reused tokens."""
+    """One prefill forward: prompts right-padded to ``S`` after ``offsets`` reused tokens, or, packed
+    (``plan.prefill_rows``), every row's new tokens one after the other in a single row, no padding."""
 
-    ids: torch.Tensor  # [R, S]
-    positions: torch.Tensor  # [R, S] absolute positions
-    mask: torch.Tensor  # [R, 1, S, L] over reused + new keys
+    ids: torch.Tensor  # [R, S], packed: [1, T]
+    positions: torch.Tensor  # [R, S] absolute positions, packed: [1, T]
+    mask: torch.Tensor | None  # [R, 1, S, L] over reused + new keys; packed: None (the engine's attention needs none)
     last: torch.Tensor  # [R] column of each prompt's last token
     plan: StepPlan
 
+    @property
+    def packed(self) -> bool:
+        return self.plan.prefill_rows is not None
+
+    def per_row(self, values: torch.Tensor) -> torch.Tensor:
+        """``values [1, T, ...]`` of a packed forward as ``[R, S, ...]``, each row's from column 0,
+        zeros after it (``values`` as they are when not packed)."""
+        if not self.packed:
+            return values
+        lengths = [new for _, _, new in self.plan.prefill_rows]
+        rows = values.new_zeros(len(lengths), max(lengths), *values.shape[2:])
+        for row, part in enumerate(values[0].split(lengths)):
+            rows[row, : len(part)] = part
+        return rows
+
 
 def prefill_batch(
-    fresh: list[list[int]], offsets: list[int], slots: list[int], device: torch.device, dtype: torch.dtype
+    fresh: list[list[int]], offsets: list[int], slots: list[int], device: torch.device, dtype: torch.dtype,
+    *, packed: bool = False,
 ) -> PrefillBatch:
-    """Inputs for prefilling ``fresh[r]`` (the tokens after ``offsets[r]`` reused ones) into prefix slot ``slots[r]``."""
+    """Inputs for prefilling ``fresh[r]`` (the tokens after ``offsets[r]`` reused ones) into prefix slot ``slots[r]``.
+
+    ``packed``: for the engine's own attention (:func:`codemoe.serving.attention.prefill_attention`),
+    which takes the rows one after the other in a single row and reads reused tokens where they lie:
+    no row is padded, so the projections and experts run on real tokens only. Otherwise the rows are
+    right-padded and the mask is causal over reused + new keys, for the model's own attention.
+    """
+    if packed:
+        lengths = [len(f) for f in fresh]
+        ids = torch.tensor([[t for f in fresh for t in f]], dtype=torch.long, device=device)
+        positions = torch.cat([torch.arange(o, o + n, device=device) for o, n in zip(offsets, lengths)])[None]
+        write_slots = torch.repeat_interleave(torch.tensor(slots), torch.tensor(lengths)).to(device)
+        plan = StepPlan(
+            decoding=False,
+            groups=torch.tensor(slots, device=device),
+            prefill_rows=list(zip(slots, offsets, lengths)),
+            write_slots=write_slots,
+            write_positions=positions[0],
+        )
+        last = torch.tensor(lengths, device=device).cumsum(0) - 1
+        return PrefillBatch(ids, positions, None, last, plan)
     longest = max(len(f) for f in fresh)
     ids = torch.zeros(len(fresh), longest, dtype=torch.long, device=device)
     for row, tokens in enumerate(fresh):
@@ -75,13 +114,16 @@ def decode_batch(
     dtype: torch.dtype,
     group_root: list[int] | None = None,
     root_len: list[int] | None = None,
+    run_call_keys: int = 0,
 ) -> DecodeBatch:
     """Inputs for one decode step.
 
     Row ``b`` has ``lengths[b]`` tokens in the cache, ``row_prompt[b]`` of them its group's prompt;
     it belongs to prefix slot ``row_group[b]`` as member ``row_member[b]``; ``group_prompt[g]`` is
     the prompt length held in prefix slot ``g``. With roots, prefix slot ``g`` belongs to root slot
-    ``group_root[g]`` (-1: none), which holds ``root_len[r]`` tokens.
+    ``group_root[g]`` (-1: none), which holds ``root_len[r]`` tokens. ``run_call_keys`` > 0: the
+    engine's attention reads the groups' prompts (and the roots) in runs of neighbouring slots
+    (:func:`codemoe.serving.attention.key_runs`, one attention call costing that many keys).
     """
     lengths_t = torch.tensor(lengths, device=device)
     suffix_pos = lengths_t - torch.tensor(row_prompt, device=device)  # [B] write position in own tokens
@@ -105,12 +147,24 @@ def decode_batch(
         in_group_order=len(row_group) == len(group_prompt) * members
         and all(g == b // members and m == b % members for b, (g, m) in enumerate(zip(row_group, row_member))),
     )
+    if run_call_keys > 0 and not gather and len(group_prompt) > 1:
+        runs = _runs(tuple(group_prompt), run_call_keys)
+        plan.prefix_runs = runs if len(runs) > 1 else None
     if root_len:
         _add_roots(plan, row_group, group_root, root_len, device, dtype)
+        if run_call_keys > 0 and len(root_len) > 1:
+            runs = _runs(tuple(root_len), run_call_keys)
+            plan.root_runs = runs if len(runs) > 1 else None
     # gathered keys are the prompt's then the row's own, so the mask is the two side by side
     mask = torch.cat([prefix_mask[plan.row_group], suffix_mask], dim=-1) if gather else None
     ids = torch.tensor(last_tokens, device=device)[:, None]
     return DecodeBatch(ids, lengths_t[:, None], mask, plan)
+
+
+@functools.lru_cache(maxsize=16)
+def _runs(lengths: tuple[int, ...], call_keys: int) -> list[tuple[int, int, int]]:
+    """:func:`key_runs`, once per set of running prompts (it changes only when groups come or go)."""
+    return key_runs(list(lengths), call_keys)
 
 
 def _add_roots(plan: StepPlan, row_group: list[int], group_root: list[int], root_len: list[int], device, dtype):

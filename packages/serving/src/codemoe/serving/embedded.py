@@ -506,7 +506,7 @@ class EmbeddedEngine:
     def _prefill(self, groups: list[Group]) -> None:
         """Compute each group's prompt once (one right-padded forward; tokens reused from the prefix
         cache are copied in, not computed), then start its samples."""
-        batch = self.kv.prefill_batch(groups, len(self.scheduler.running))
+        batch = self.kv.prefill_batch(groups, len(self.scheduler.running), packed=self.runner.shared_attention)
         logits, routing = self.runner.prefill(batch)  # [R, V], [R, S, layers, k]
         self.kv.place_roots(groups)
         for row, group in enumerate(groups):

@@ -42,6 +42,12 @@ class StepPlan:
     decoding: bool = False
     groups: torch.Tensor | None = None  # [R] prefix slots, prefill only
     offsets: torch.Tensor | None = None  # [R] prompt tokens already in each prefix slot (reused), prefill only
+    # a packed prefill (one row of every prompt's new tokens) for the engine's attention, which reads
+    # reused tokens in place: (prefix slot, reused tokens, new tokens) per prompt, and where each
+    # packed token is written (prefix slot, position)
+    prefill_rows: list[tuple[int, int, int]] | None = None
+    write_slots: torch.Tensor | None = None  # [T]
+    write_positions: torch.Tensor | None = None  # [T]
     row_group: torch.Tensor | None = None  # [B] prefix slot of each row
     row_member: torch.Tensor | None = None  # [B] index of each row within its group
     members: int = 0  # most rows any group has
@@ -51,6 +57,8 @@ class StepPlan:
     gather: bool = False  # return prefix + suffix keys from update (models without the engine attention)
     same_pos: int = -1  # the write position when every row writes at the same one (a slice, not a scatter)
     in_group_order: bool = False  # rows are groups 0..G-1 in turn, each with all its members in order
+    # prefix slots read in runs (first, end, keys): each run's prompts up to its own longest
+    prefix_runs: list[tuple[int, int, int]] | None = None
     # decode with roots: rows ``root_rows`` (all rows when None) also attend to root slot
     # ``row_root`` as member ``root_member`` of its query block, masked by ``root_mask``
     root_mask: torch.Tensor | None = None  # [R, 1, 1, L] additive
@@ -59,6 +67,7 @@ class StepPlan:
     root_member: torch.Tensor | None = None  # [B'] index of each of those rows within its root's block
     root_members: int = 0  # most rows any root has
     roots_in_order: bool = False  # every row has a root; rows are roots 0..R-1 in turn, all members in order
+    root_runs: list[tuple[int, int, int]] | None = None  # root slots read in runs, as prefix_runs
 
 
 class PrefixKVCache:
@@ -123,6 +132,10 @@ class PrefixKVCache:
         what the model's attention should read."""
         (pk, pv), (sk, sv) = self._stores(layer_idx, key_states, value_states)
         plan = self.plan
+        if plan.prefill_rows is not None:  # packed prefill: the engine attention reads the stores in place
+            pk[plan.write_slots, :, plan.write_positions] = key_states[0].transpose(0, 1)
+            pv[plan.write_slots, :, plan.write_positions] = value_states[0].transpose(0, 1)
+            return key_states, value_states
         if not plan.decoding and plan.offsets is None:  # prefill of whole prompts: they attend to themselves
             length = key_states.shape[2]
             pk[plan.groups, :, :length] = key_states

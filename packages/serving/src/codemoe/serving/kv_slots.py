@@ -19,7 +19,12 @@ from codemoe.serving.kv_cache import PrefixKVCache
 from codemoe.serving.prefix_cache import CachedSequence, PrefixCache
 from codemoe.serving.roots import Root, plan_roots
 
-__all__ = ["KVSlots"]
+__all__ = ["RUN_CALL_KEYS", "KVSlots"]
+
+# what one more attention call of a decode step costs, in prompt keys read (the engine's
+# attention splits the running groups' prompts into runs by length at this price; measured on a
+# 2-core CPU for the tiny presets, ``benchmarks/bench_generate.py``'s spread next turns)
+RUN_CALL_KEYS = 1024
 
 
 class KVSlots:
@@ -55,9 +60,10 @@ class KVSlots:
 
     # -- prefill ---------------------------------------------------------------------------------
 
-    def prefill_batch(self, groups: list[Group], running: int) -> PrefillBatch:
-        """Give admitted ``groups`` prefix slots, copy their reused tokens in, and plan one
-        right-padded forward over the rest; ``running`` samples are in the batch already."""
+    def prefill_batch(self, groups: list[Group], running: int, *, packed: bool = False) -> PrefillBatch:
+        """Give admitted ``groups`` prefix slots, copy their reused tokens in, and plan one forward
+        over the rest, right-padded or ``packed`` (for the engine's own attention, which reads the
+        reused tokens in their slots); ``running`` samples are in the batch already."""
         for group in groups:
             group.slot = len(self.groups)
             self.groups.append(group)
@@ -69,7 +75,7 @@ class KVSlots:
         for group in groups:
             if group.reused is not None:
                 self.cache.write_prefix(group.slot, group.reused.keys, group.reused.values, group.reused_len)
-        batch = prefill_batch(fresh, offsets, [g.slot for g in groups], self.device, self.dtype)
+        batch = prefill_batch(fresh, offsets, [g.slot for g in groups], self.device, self.dtype, packed=packed)
         self.cache.plan = batch.plan
         return batch
 
@@ -113,6 +119,7 @@ class KVSlots:
             dtype=self.dtype,
             group_root=[g.root.slot if g.root is not None else -1 for g in self.groups],
             root_len=[r.length for r in self.roots],
+            run_call_keys=0 if gather else RUN_CALL_KEYS,
         )
         self.cache.plan = batch.plan
         return batch

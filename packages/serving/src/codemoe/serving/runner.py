@@ -149,12 +149,12 @@ class ModelRunner:
 
     def prefill(self, batch: PrefillBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits ``[R, V]`` at each prompt's last token and, when the model routes, the experts of
-        every position ``[R, S, layers, k]``."""
+        every position ``[R, S, layers, k]`` (of a packed batch too)."""
         logits = self._forward(batch.ids, batch.positions, batch.mask, keep=batch.last)
         if self.recorder is None:
             return logits, None
         last = self.recorder.last
-        return logits, last.reshape(*batch.ids.shape, *last.shape[1:])
+        return logits, batch.per_row(last.reshape(*batch.ids.shape, *last.shape[1:]))
 
     def decode(self, batch: DecodeBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits ``[B, V]`` of one new token per row and, when the model routes, its experts ``[B, layers, k]``."""
@@ -170,7 +170,8 @@ class ModelRunner:
         mask: torch.Tensor | None,
         keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Logits ``[B, V]`` at position ``keep[b]`` of each row (default: the last position)."""
+        """Logits ``[B, V]`` at position ``keep[b]`` of each row (default: the last position), or, for
+        one packed row holding ``B`` prompts, at its columns ``keep``."""
         if self.windows and mask is not None:
             mask = window_masks(mask, positions, self.cache.plan, self.windows)
         kwargs = {self.cache_arg: self.cache, "position_ids": positions, "attention_mask": mask, "use_cache": True}
@@ -189,5 +190,6 @@ class ModelRunner:
         else:
             with self.recorder.forward():
                 logits = self.model(input_ids=input_ids, **kwargs).logits
-        # logits: [B, len(columns), V]; pick each row's column
-        return logits[torch.arange(len(wanted)), torch.searchsorted(columns.to(wanted.device), wanted)]
+        # logits: [B, len(columns), V]; pick each row's column (all in row 0 when packed)
+        rows = torch.arange(len(wanted)) if input_ids.shape[0] == len(wanted) else torch.zeros(len(wanted), dtype=torch.long)
+        return logits[rows, torch.searchsorted(columns.to(wanted.device), wanted)]

@@ -1,0 +1,150 @@
+"""The engine's own attention against softmax attention written out in float64: packed prefills
+after reused tokens, and decode steps whose prompts are read in runs by length."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import torch
+from codemoe.serving.attention import decode_attention, key_runs, prefill_attention
+from codemoe.serving.batches import decode_batch, prefill_batch
+from codemoe.serving.kv_cache import PrefixKVCache
+
+CPU = torch.device("cpu")
+HQ, HKV, D = 4, 2, 8  # two query heads per key/value head, as the tiny presets
+
+
+def reference(q, keys, values, visible):
+    """Softmax attention of one query head's rows ``q [n, D]`` over ``keys``/``values [K, D]``,
+    ``visible [n, K]`` bool, in float64."""
+    scores = (q.double() @ keys.double().T) * D**-0.5
+    scores = scores.masked_fill(~visible, float("-inf"))
+    return torch.softmax(scores, -1) @ values.double()
+
+
+def cost(lengths, runs, call_keys):
+    return sum((end - first) * keys + call_keys for first, end, keys in runs)
+
+
+def test_key_runs_split_slots_where_the_keys_saved_pay_for_another_call():
+    assert key_runs([100, 100, 1000, 1000], 50) == [(0, 2, 100), (2, 4, 1000)]
+    assert key_runs([100, 100, 1000, 1000], 10**6) == [(0, 4, 1000)]  # a call costs more than the padding
+    assert key_runs([500], 7) == [(0, 1, 500)]
+    # a short slot between long ones: reading it up to the long length is cheaper than two more calls
+    assert key_runs([900, 10, 900], 500) == [(0, 3, 900)]
+    assert key_runs([900, 10, 900], 100) == [(0, 1, 900), (1, 2, 10), (2, 3, 900)]
+
+
+def test_key_runs_are_the_cheapest_split_of_every_small_case():
+    """Against every way of cutting 1-7 slots into runs of neighbours."""
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(1, 7)
+        lengths = [rng.randint(1, 2000) for _ in range(n)]
+        call_keys = rng.choice([0, 64, 1024, 4096])
+        runs = key_runs(lengths, call_keys)
+        assert runs[0][0] == 0 and runs[-1][1] == n
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(runs))  # contiguous, in order
+        assert all(keys == max(lengths[f:e]) for f, e, keys in runs)
+        best = min(
+            cost(lengths, [(a, b, max(lengths[a:b])) for a, b in itertools.pairwise((0, *cuts, n))], call_keys)
+            for k in range(n)
+            for cuts in itertools.combinations(range(1, n), k)
+        )
+        assert cost(lengths, runs, call_keys) == best
+
+
+@pytest.mark.parametrize("reused", [[0, 0, 0], [5, 0, 17], [3, 9, 1]], ids=["whole-prompts", "mixed", "all-reused"])
+def test_a_packed_prefill_is_each_prompts_causal_attention_after_its_reused_tokens(reused):
+    torch.manual_seed(0)
+    new = [4, 11, 1]
+    slots = [2, 0, 1]
+    cache = PrefixKVCache(CPU)
+    cache.reserve(groups=3, prompt=32, slots=3, generation=4)
+    history = {s: (torch.randn(HKV, 32, D), torch.randn(HKV, 32, D)) for s in slots}
+    batch = prefill_batch([[1] * n for n in new], reused, slots, CPU, torch.float32, packed=True)
+    assert batch.ids.shape == (1, sum(new)) and batch.mask is None
+    assert batch.positions[0].tolist() == [p for o, n in zip(reused, new) for p in range(o, o + n)]
+    assert batch.last.tolist() == [3, 14, 15]
+    cache.plan = batch.plan
+    q, k, v = torch.randn(1, HQ, sum(new), D), torch.randn(1, HKV, sum(new), D), torch.randn(1, HKV, sum(new), D)
+    cache._stores(0, k, v)
+    pk, pv = cache.prefix[0]
+    for s, (hk, hv) in history.items():
+        pk[s], pv[s] = hk, hv  # the slot's reused tokens (and stale values past them, never read)
+    returned = cache.update(k, v, 0)
+    assert returned[0] is k  # the attention reads the stores itself
+    out = prefill_attention(q, k, v, cache, 0, None)
+    start = 0
+    for slot, o, n in zip(slots, reused, new):
+        span = slice(start, start + n)
+        # the new keys were written after the reused ones
+        assert torch.equal(pk[slot, :, o : o + n], k[0, :, span]) and torch.equal(pv[slot, :, o : o + n], v[0, :, span])
+        keys, values = torch.cat([history[slot][0][:, :o], k[0, :, span]], 1), torch.cat(
+            [history[slot][1][:, :o], v[0, :, span]], 1
+        )
+        visible = torch.arange(o + n)[None, :] <= (o + torch.arange(n))[:, None]  # [n, o + n]
+        for h in range(HQ):
+            want = reference(q[0, h, span], keys[h // 2], values[h // 2], visible)
+            assert torch.allclose(out[0, span, h].double(), want, atol=1e-5, rtol=0)
+        start += n
+
+
+def test_decode_reads_prompts_in_runs_and_gives_what_one_padded_read_gives():
+    """Eight groups of two samples with prompts of very different lengths, some with a root: the
+    runs read less than the longest prompt for most groups and the result is the same attention."""
+    torch.manual_seed(1)
+    prompt = [700, 40, 35, 60, 650, 20, 30, 25]
+    roots, root_len = [0, 0, 1, -1, 2, 2, 1, -1], [300, 20, 500]
+    members, groups = 2, len(prompt)
+    rows = groups * members
+    own = [3] * rows
+    cache = PrefixKVCache(CPU)
+    cache.reserve(groups, 800, rows, 8, roots=3, root_len=500)
+    k0 = torch.zeros(1, HKV, 1, D)
+    cache._stores(0, k0, k0)
+    for store in (cache.prefix[0], cache.suffix[0], cache.root[0]):
+        for t in store:
+            t.normal_()
+    query = torch.randn(rows, HQ, 1, D)
+    held = [(root_len[r] if r >= 0 else 0) + p for r, p in zip(roots, prompt)]  # each group's whole prompt
+
+    def attention(call_keys):
+        batch = decode_batch(
+            [1] * rows,
+            [held[b // 2] + own[b] for b in range(rows)],  # tokens in the cache
+            [held[b // 2] for b in range(rows)],  # of which the row's prompt
+            [b // 2 for b in range(rows)],
+            [b % 2 for b in range(rows)],
+            prompt,
+            gather=False,
+            device=CPU,
+            dtype=torch.float32,
+            group_root=roots,
+            root_len=root_len,
+            run_call_keys=call_keys,
+        )
+        cache.plan = batch.plan
+        return batch.plan, decode_attention(query, cache, 0, None)
+
+    padded_plan, padded = attention(0)
+    assert padded_plan.prefix_runs is None and padded_plan.root_runs is None
+    plan, got = attention(64)
+    assert plan.prefix_runs == [(0, 1, 700), (1, 4, 60), (4, 5, 650), (5, 8, 30)]
+    assert plan.root_runs == [(0, 1, 300), (1, 2, 20), (2, 3, 500)]
+    assert torch.allclose(got, padded, atol=1e-6, rtol=0)
+    # and both are the softmax over the row's root, its group's prompt and its own tokens
+    pk, pv = cache.prefix[0]
+    sk, sv = cache.suffix[0]
+    rk, rv = cache.root[0]
+    for b in range(rows):
+        g, r = b // 2, roots[b // 2]
+        head_k = [rk[r, :, : root_len[r]]] if r >= 0 else []
+        head_v = [rv[r, :, : root_len[r]]] if r >= 0 else []
+        keys = torch.cat([*head_k, pk[g, :, : prompt[g]], sk[b, :, : own[b] + 1]], 1)
+        values = torch.cat([*head_v, pv[g, :, : prompt[g]], sv[b, :, : own[b] + 1]], 1)
+        for h in range(HQ):
+            want = reference(query[b, h], keys[h // 2], values[h // 2], torch.ones(1, keys.shape[1], dtype=torch.bool))
+            assert torch.allclose(got[b, 0, h].double(), want[0], atol=1e-5, rtol=0)
