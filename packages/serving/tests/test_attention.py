@@ -24,36 +24,41 @@ def reference(q, keys, values, visible):
     return torch.softmax(scores, -1) @ values.double()
 
 
-def cost(lengths, runs, call_keys):
-    return sum((end - first) * keys + call_keys for first, end, keys in runs)
+def cost(runs, call_keys):
+    return sum((end - first) * keys * rows + call_keys for first, end, keys, rows in runs)
 
 
-def test_key_runs_split_slots_where_the_keys_saved_pay_for_another_call():
-    assert key_runs([100, 100, 1000, 1000], 50) == [(0, 2, 100), (2, 4, 1000)]
-    assert key_runs([100, 100, 1000, 1000], 10**6) == [(0, 4, 1000)]  # a call costs more than the padding
-    assert key_runs([500], 7) == [(0, 1, 500)]
-    # a short slot between long ones: reading it up to the long length is cheaper than two more calls
-    assert key_runs([900, 10, 900], 500) == [(0, 3, 900)]
-    assert key_runs([900, 10, 900], 100) == [(0, 1, 900), (1, 2, 10), (2, 3, 900)]
+def test_key_runs_split_blocks_where_the_keys_saved_pay_for_another_call():
+    ones = [1] * 4
+    assert key_runs([100, 100, 1000, 1000], ones, 50) == [(0, 2, 100, 1), (2, 4, 1000, 1)]
+    assert key_runs([100, 100, 1000, 1000], ones, 10**6) == [(0, 4, 1000, 1)]  # a call costs more than the padding
+    assert key_runs([500], [3], 7) == [(0, 1, 500, 3)]
+    # a short block between long ones: reading it up to the long length is cheaper than two more calls
+    assert key_runs([900, 10, 900], [1, 1, 1], 500) == [(0, 3, 900, 1)]
+    assert key_runs([900, 10, 900], [1, 1, 1], 100) == [(0, 1, 900, 1), (1, 2, 10, 1), (2, 3, 900, 1)]
+    # equal lengths, one block read by 22 rows: the others' query blocks are not padded to it
+    assert key_runs([400, 400, 400], [2, 22, 2], 1024) == [(0, 1, 400, 2), (1, 2, 400, 22), (2, 3, 400, 2)]
 
 
 def test_key_runs_are_the_cheapest_split_of_every_small_case():
-    """Against every way of cutting 1-7 slots into runs of neighbours."""
+    """Against every way of cutting 1-7 blocks into runs of neighbours."""
     rng = random.Random(0)
     for _ in range(200):
         n = rng.randint(1, 7)
         lengths = [rng.randint(1, 2000) for _ in range(n)]
+        members = [rng.choice([0, 1, 1, 2, 8]) for _ in range(n)]
         call_keys = rng.choice([0, 64, 1024, 4096])
-        runs = key_runs(lengths, call_keys)
+        runs = key_runs(lengths, members, call_keys)
         assert runs[0][0] == 0 and runs[-1][1] == n
         assert all(a[1] == b[0] for a, b in itertools.pairwise(runs))  # contiguous, in order
-        assert all(keys == max(lengths[f:e]) for f, e, keys in runs)
+        assert all(keys == max(lengths[f:e]) and rows == max(members[f:e]) for f, e, keys, rows in runs)
         best = min(
-            cost(lengths, [(a, b, max(lengths[a:b])) for a, b in itertools.pairwise((0, *cuts, n))], call_keys)
+            cost([(a, b, max(lengths[a:b]), max(members[a:b])) for a, b in itertools.pairwise((0, *cuts, n))],
+                 call_keys)
             for k in range(n)
             for cuts in itertools.combinations(range(1, n), k)
         )
-        assert cost(lengths, runs, call_keys) == best
+        assert cost(runs, call_keys) == best
 
 
 @pytest.mark.parametrize("reused", [[0, 0, 0], [5, 0, 17], [3, 9, 1]], ids=["whole-prompts", "mixed", "all-reused"])
@@ -97,7 +102,7 @@ def test_decode_reads_prompts_in_runs_and_gives_what_one_padded_read_gives():
     runs read less than the longest prompt for most groups and the result is the same attention."""
     torch.manual_seed(1)
     prompt = [700, 40, 35, 60, 650, 20, 30, 25]
-    roots, root_len = [0, 0, 1, -1, 2, 2, 1, -1], [300, 20, 500]
+    roots, root_len = [0, 0, 1, -1, 2, 2, 0, -1], [300, 20, 500]  # read by 6, 2 and 4 rows
     members, groups = 2, len(prompt)
     rows = groups * members
     own = [3] * rows
@@ -132,8 +137,8 @@ def test_decode_reads_prompts_in_runs_and_gives_what_one_padded_read_gives():
     padded_plan, padded = attention(0)
     assert padded_plan.prefix_runs is None and padded_plan.root_runs is None
     plan, got = attention(64)
-    assert plan.prefix_runs == [(0, 1, 700), (1, 4, 60), (4, 5, 650), (5, 8, 30)]
-    assert plan.root_runs == [(0, 1, 300), (1, 2, 20), (2, 3, 500)]
+    assert plan.prefix_runs == [(0, 1, 700, 2), (1, 3, 40, 2), (3, 4, 60, 2), (4, 5, 650, 2), (5, 8, 30, 2)]
+    assert plan.root_runs == [(0, 1, 300, 6), (1, 2, 20, 2), (2, 3, 500, 4)]
     assert torch.allclose(got, padded, atol=1e-6, rtol=0)
     # and both are the softmax over the row's root, its group's prompt and its own tokens
     pk, pv = cache.prefix[0]

@@ -6,7 +6,8 @@ group's samples are stacked into one matrix and attend to the group's prompt in 
 each row also attends to its own generated tokens, and the two softmax parts are merged exactly
 through their log-sum-exps (the split-softmax identity used by cascade / shared-prefix attention).
 Groups whose prompts differ in length are read in runs of neighbouring prefix slots, each run up to
-its own longest prompt (:func:`key_runs`), not all up to the longest one.
+its own longest prompt and as many members deep as its largest group (:func:`key_runs`), not all
+up to the longest prompt and the largest group.
 
 A prefill packs every prompt's new tokens into one row (no padding for the projections and experts
 to compute) and its attention is computed prompt by prompt the same way: the new tokens against the
@@ -142,20 +143,22 @@ def decode_attention(query: torch.Tensor, cache: PrefixKVCache, layer: int, scal
     return out.reshape(batch, 1, heads, dim)
 
 
-def key_runs(lengths: list[int], call_keys: int) -> list[tuple[int, int, int]]:
-    """Split slots ``0 .. n-1`` (kept in their order: reads stay views) into runs ``(first, end,
-    keys)``, each read up to its longest length ``keys``, at the least cost: the keys read, padding
-    included, plus ``call_keys`` per run (what one more attention call costs, in keys). Dynamic
-    programming over where runs end; the scan back from each end stops once the run alone costs more
-    than the best split found."""
+def key_runs(lengths: list[int], members: list[int], call_keys: int) -> list[tuple[int, int, int, int]]:
+    """Split blocks ``0 .. n-1`` (kept in their order: reads stay views) into runs ``(first, end,
+    keys, rows)``: each run's blocks read up to the longest ``lengths`` of the run, with query blocks
+    of its largest ``members`` count (``rows``), at the least cost. A run costs its blocks x keys x
+    rows (padding included) plus ``call_keys`` (what one more attention call costs, in keys of a
+    one-member block). Dynamic programming over where runs end; the scan back from each end stops
+    once the run alone costs more than the best split found."""
     n = len(lengths)
-    best = [0] * (n + 1)  # best[j]: the least cost of slots 0 .. j-1
+    best = [0] * (n + 1)  # best[j]: the least cost of blocks 0 .. j-1
     start = [0] * (n + 1)
     for j in range(1, n + 1):
-        longest, best[j] = 0, None
+        longest = most = 0
+        best[j] = None
         for i in range(j - 1, -1, -1):  # the run i .. j-1
-            longest = max(longest, lengths[i])
-            alone = (j - i) * longest + call_keys
+            longest, most = max(longest, lengths[i]), max(most, members[i])
+            alone = (j - i) * longest * most + call_keys
             if best[j] is not None and alone >= best[j]:
                 break
             if best[j] is None or best[i] + alone < best[j]:
@@ -163,7 +166,7 @@ def key_runs(lengths: list[int], call_keys: int) -> list[tuple[int, int, int]]:
     runs, j = [], n
     while j > 0:
         i = start[j]
-        runs.append((i, j, max(lengths[i:j])))
+        runs.append((i, j, max(lengths[i:j]), max(members[i:j])))
         j = i
     return runs[::-1]
 
@@ -175,30 +178,35 @@ def _block_attention(
     member ``member[r]`` of block ``block[r]``, and each block's rows are one query block against its
     keys ``[N, Hkv, K, D]`` (masked by ``mask [N, 1, 1, K]``), so a block's keys are read once.
     ``in_order``: the rows already are the blocks in turn, each with all its members (views, not a
-    scatter). ``runs`` ``[(first, end, keys)]``: the blocks in runs, each run's keys read only up to
-    its ``keys`` (one attention call a run; None: one call up to ``K``). Returns (out ``[B', Hkv, g,
-    D]``, lse ``[B', Hkv, g]``) in row order."""
+    scatter). ``runs`` ``[(first, end, keys, rows)]``: the blocks in runs, each run's keys read only
+    up to its ``keys`` and its query blocks only ``rows`` members deep (one attention call a run;
+    None: one call, up to ``K``, ``members`` deep). Returns (out ``[B', Hkv, g, D]``, lse ``[B', Hkv,
+    g]``) in row order."""
     count, (kv_heads, per_kv, dim) = keys.shape[0], q.shape[1:]
     if in_order:
         stacked = q.reshape(count, members, kv_heads, per_kv, dim)
     else:
         stacked = q.new_zeros(count, members, kv_heads, per_kv, dim)
         stacked[block, member] = q if rows is None else q[rows]
-    stacked = stacked.permute(0, 2, 1, 3, 4).reshape(count, kv_heads, members * per_kv, dim)
     if runs:
-        parts = [
-            attend_with_lse(stacked[b0:b1], keys[b0:b1, :, :k], values[b0:b1, :, :k], mask[b0:b1, ..., :k], scale)
-            for b0, b1, k in runs
-        ]
-        out, lse = torch.cat([part[0] for part in parts]), torch.cat([part[1] for part in parts])
+        out = q.new_empty(count, kv_heads, members, per_kv, values.shape[-1])  # members past a block's: never read
+        lse = torch.empty(count, kv_heads, members, per_kv, device=q.device)
+        for b0, b1, k, m in runs:
+            if m == 0:  # blocks no running row reads
+                continue
+            part = stacked[b0:b1, :m].permute(0, 2, 1, 3, 4).reshape(b1 - b0, kv_heads, m * per_kv, dim)
+            o, lse_run = attend_with_lse(part, keys[b0:b1, :, :k], values[b0:b1, :, :k], mask[b0:b1, ..., :k], scale)
+            out[b0:b1, :, :m] = o.view(b1 - b0, kv_heads, m, per_kv, -1)
+            lse[b0:b1, :, :m] = lse_run.view(b1 - b0, kv_heads, m, per_kv)
     else:
+        stacked = stacked.permute(0, 2, 1, 3, 4).reshape(count, kv_heads, members * per_kv, dim)
         out, lse = attend_with_lse(stacked, keys, values, mask, scale)
-    out = out.reshape(count, kv_heads, members, per_kv, dim)
-    lse = lse.reshape(count, kv_heads, members, per_kv)
+        out = out.reshape(count, kv_heads, members, per_kv, -1)
+        lse = lse.reshape(count, kv_heads, members, per_kv)
     if in_order:
-        return out.permute(0, 2, 1, 3, 4).reshape(-1, kv_heads, per_kv, dim), lse.permute(0, 2, 1, 3).reshape(
-            -1, kv_heads, per_kv
-        )
+        return out.permute(0, 2, 1, 3, 4).reshape(-1, kv_heads, per_kv, out.shape[-1]), lse.permute(
+            0, 2, 1, 3
+        ).reshape(-1, kv_heads, per_kv)
     return out[block, :, member], lse[block, :, member]
 
 

@@ -148,23 +148,32 @@ def decode_batch(
         and all(g == b // members and m == b % members for b, (g, m) in enumerate(zip(row_group, row_member))),
     )
     if run_call_keys > 0 and not gather and len(group_prompt) > 1:
-        runs = _runs(tuple(group_prompt), run_call_keys)
-        plan.prefix_runs = runs if len(runs) > 1 else None
+        plan.prefix_runs = _runs(tuple(group_prompt), tuple(_counts(row_group, len(group_prompt))), run_call_keys)
     if root_len:
         _add_roots(plan, row_group, group_root, root_len, device, dtype)
         if run_call_keys > 0 and len(root_len) > 1:
-            runs = _runs(tuple(root_len), run_call_keys)
-            plan.root_runs = runs if len(runs) > 1 else None
+            readers = _counts([group_root[g] for g in row_group if group_root[g] >= 0], len(root_len))
+            plan.root_runs = _runs(tuple(root_len), tuple(readers), run_call_keys)
     # gathered keys are the prompt's then the row's own, so the mask is the two side by side
     mask = torch.cat([prefix_mask[plan.row_group], suffix_mask], dim=-1) if gather else None
     ids = torch.tensor(last_tokens, device=device)[:, None]
     return DecodeBatch(ids, lengths_t[:, None], mask, plan)
 
 
+def _counts(blocks: list[int], count: int) -> list[int]:
+    """How many of the rows belong to each of ``count`` blocks."""
+    counts = [0] * count
+    for b in blocks:
+        counts[b] += 1
+    return counts
+
+
 @functools.lru_cache(maxsize=16)
-def _runs(lengths: tuple[int, ...], call_keys: int) -> list[tuple[int, int, int]]:
-    """:func:`key_runs`, once per set of running prompts (it changes only when groups come or go)."""
-    return key_runs(list(lengths), call_keys)
+def _runs(lengths: tuple[int, ...], members: tuple[int, ...], call_keys: int) -> list[tuple[int, int, int, int]] | None:
+    """:func:`key_runs`, once per set of running prompts (it changes only when samples come or go);
+    None for a single run (one call over everything, as without runs)."""
+    runs = key_runs(list(lengths), list(members), call_keys)
+    return runs if len(runs) > 1 else None
 
 
 def _add_roots(plan: StepPlan, row_group: list[int], group_root: list[int], root_len: list[int], device, dtype):

@@ -57,8 +57,9 @@ class StepPlan:
     gather: bool = False  # return prefix + suffix keys from update (models without the engine attention)
     same_pos: int = -1  # the write position when every row writes at the same one (a slice, not a scatter)
     in_group_order: bool = False  # rows are groups 0..G-1 in turn, each with all its members in order
-    # prefix slots read in runs (first, end, keys): each run's prompts up to its own longest
-    prefix_runs: list[tuple[int, int, int]] | None = None
+    # prefix slots read in runs (first, end, keys, members): each run's prompts up to its own longest,
+    # its query blocks as deep as its largest group
+    prefix_runs: list[tuple[int, int, int, int]] | None = None
     # decode with roots: rows ``root_rows`` (all rows when None) also attend to root slot
     # ``row_root`` as member ``root_member`` of its query block, masked by ``root_mask``
     root_mask: torch.Tensor | None = None  # [R, 1, 1, L] additive
@@ -67,7 +68,7 @@ class StepPlan:
     root_member: torch.Tensor | None = None  # [B'] index of each of those rows within its root's block
     root_members: int = 0  # most rows any root has
     roots_in_order: bool = False  # every row has a root; rows are roots 0..R-1 in turn, all members in order
-    root_runs: list[tuple[int, int, int]] | None = None  # root slots read in runs, as prefix_runs
+    root_runs: list[tuple[int, int, int, int]] | None = None  # root slots read in runs, as prefix_runs
 
 
 class PrefixKVCache:
