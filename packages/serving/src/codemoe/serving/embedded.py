@@ -504,8 +504,9 @@ class EmbeddedEngine:
             return True
 
     def _prefill(self, groups: list[Group]) -> None:
-        """Compute each group's prompt once (one right-padded forward; tokens reused from the prefix
-        cache are copied in, not computed), then start its samples."""
+        """Compute each group's prompt once (one forward, the prompts packed into one row when the
+        engine's attention serves the model, else right-padded; tokens reused from the prefix cache
+        are copied in, not computed), then start its samples."""
         batch = self.kv.prefill_batch(groups, len(self.scheduler.running), packed=self.runner.shared_attention)
         logits, routing = self.runner.prefill(batch)  # [R, V], [R, S, layers, k]
         self.kv.place_roots(groups)
