@@ -19,6 +19,7 @@ Every other call (training) is ``transformers``' SDPA attention unchanged.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -105,11 +106,7 @@ def prefill_attention(
                 q.reshape(1, kv_heads, per_kv * new, dim), pk[slot : slot + 1, :, :reused],
                 pv[slot : slot + 1, :, :reused], None, scale,
             )
-            o_pre, lse_pre = o_pre.view(kv_heads, per_kv, new, value_dim), lse_pre.view(kv_heads, per_kv, new)
-            total_lse = torch.logaddexp(lse, lse_pre)
-            o = o * torch.exp(lse - total_lse)[..., None].to(o.dtype) + o_pre * torch.exp(lse_pre - total_lse)[
-                ..., None
-            ].to(o.dtype)
+            o = _merge([(o, lse), (o_pre.view(kv_heads, per_kv, new, value_dim), lse_pre.view(kv_heads, per_kv, new))])
         out[0, span] = o.reshape(heads, new, value_dim).transpose(0, 1)
     return out
 
@@ -135,12 +132,16 @@ def decode_attention(query: torch.Tensor, cache: PrefixKVCache, layer: int, scal
     parts = [(out_pre, lse_pre), (out_own, lse_own)]
     if plan.root_mask is not None:
         parts.append(_root_part(q, cache, layer, scale))
-    # softmax over all the keys = the partial softmaxes weighted by their mass
+    return _merge(parts).reshape(batch, 1, heads, dim)
+
+
+def _merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Softmax attention over all the keys from its parts over disjoint key sets ``(out, lse)``:
+    the partial softmaxes weighted by their mass."""
     lse = parts[0][1]
     for _, part_lse in parts[1:]:
         lse = torch.logaddexp(lse, part_lse)
-    out = sum(part * torch.exp(part_lse - lse)[..., None].to(part.dtype) for part, part_lse in parts)
-    return out.reshape(batch, 1, heads, dim)
+    return sum(part * torch.exp(part_lse - lse)[..., None].to(part.dtype) for part, part_lse in parts)
 
 
 def key_runs(lengths: list[int], members: list[int], call_keys: int) -> list[tuple[int, int, int, int]]:
@@ -151,17 +152,16 @@ def key_runs(lengths: list[int], members: list[int], call_keys: int) -> list[tup
     one-member block). Dynamic programming over where runs end; the scan back from each end stops
     once the run alone costs more than the best split found."""
     n = len(lengths)
-    best = [0] * (n + 1)  # best[j]: the least cost of blocks 0 .. j-1
+    best = [0.0] + [math.inf] * n  # best[j]: the least cost of blocks 0 .. j-1
     start = [0] * (n + 1)
     for j in range(1, n + 1):
         longest = most = 0
-        best[j] = None
         for i in range(j - 1, -1, -1):  # the run i .. j-1
             longest, most = max(longest, lengths[i]), max(most, members[i])
             alone = (j - i) * longest * most + call_keys
-            if best[j] is not None and alone >= best[j]:
+            if alone >= best[j]:
                 break
-            if best[j] is None or best[i] + alone < best[j]:
+            if best[i] + alone < best[j]:
                 best[j], start[j] = best[i] + alone, i
     runs, j = [], n
     while j > 0:

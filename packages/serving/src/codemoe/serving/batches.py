@@ -66,7 +66,6 @@ def prefill_batch(
         write_slots = torch.repeat_interleave(torch.tensor(slots), torch.tensor(lengths)).to(device)
         plan = StepPlan(
             decoding=False,
-            groups=torch.tensor(slots, device=device),
             prefill_rows=list(zip(slots, offsets, lengths)),
             write_slots=write_slots,
             write_positions=positions[0],

@@ -40,7 +40,7 @@ class StepPlan:
     """
 
     decoding: bool = False
-    groups: torch.Tensor | None = None  # [R] prefix slots, prefill only
+    groups: torch.Tensor | None = None  # [R] prefix slots, padded prefill only
     offsets: torch.Tensor | None = None  # [R] prompt tokens already in each prefix slot (reused), prefill only
     # a packed prefill (one row of every prompt's new tokens) for the engine's attention, which reads
     # reused tokens in place: (prefix slot, reused tokens, new tokens) per prompt, and where each

@@ -150,7 +150,7 @@ class ModelRunner:
     def prefill(self, batch: PrefillBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits ``[R, V]`` at each prompt's last token and, when the model routes, the experts of
         every position ``[R, S, layers, k]`` (of a packed batch too)."""
-        logits = self._forward(batch.ids, batch.positions, batch.mask, keep=batch.last)
+        logits = self._forward(batch.ids, batch.positions, batch.mask, keep=batch.last, packed=batch.packed)
         if self.recorder is None:
             return logits, None
         last = self.recorder.last
@@ -169,6 +169,7 @@ class ModelRunner:
         positions: torch.Tensor,
         mask: torch.Tensor | None,
         keep: torch.Tensor | None = None,
+        packed: bool = False,
     ) -> torch.Tensor:
         """Logits ``[B, V]`` at position ``keep[b]`` of each row (default: the last position), or, for
         one packed row holding ``B`` prompts, at its columns ``keep``."""
@@ -191,5 +192,5 @@ class ModelRunner:
             with self.recorder.forward():
                 logits = self.model(input_ids=input_ids, **kwargs).logits
         # logits: [B, len(columns), V]; pick each row's column (all in row 0 when packed)
-        rows = torch.arange(len(wanted)) if input_ids.shape[0] == len(wanted) else torch.zeros(len(wanted), dtype=torch.long)
+        rows = torch.zeros(len(wanted), dtype=torch.long) if packed else torch.arange(len(wanted))
         return logits[rows, torch.searchsorted(columns.to(wanted.device), wanted)]
