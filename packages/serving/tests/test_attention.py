@@ -97,14 +97,18 @@ def test_a_packed_prefill_is_each_prompts_causal_attention_after_its_reused_toke
         start += n
 
 
-def test_decode_reads_prompts_in_runs_and_gives_what_one_padded_read_gives():
+@pytest.mark.parametrize("finished", [(), (0, 6, 8, 10)], ids=["all-running", "first-samples-finished"])
+def test_decode_reads_prompts_in_runs_and_gives_what_one_padded_read_gives(finished):
     """Eight groups of two samples with prompts of very different lengths, some with a root: the
-    runs read less than the longest prompt for most groups and the result is the same attention."""
+    runs read less than the longest prompt for most groups and the result is the same attention.
+    ``finished``: samples that are done, so the first sample of groups 0, 3, 4 and 5 is gone and their
+    second (member 1) runs alone: a block one row strong must still be two members deep."""
     torch.manual_seed(1)
     prompt = [700, 40, 35, 60, 650, 20, 30, 25]
     roots, root_len = [0, 0, 1, -1, 2, 2, 0, -1], [300, 20, 500]  # read by 6, 2 and 4 rows
-    members, groups = 2, len(prompt)
-    rows = groups * members
+    groups = len(prompt)
+    live = [(b // 2, b % 2) for b in range(2 * groups) if b not in finished]  # (group, member) of each row
+    rows = len(live)
     own = [3] * rows
     cache = PrefixKVCache(CPU)
     cache.reserve(groups, 800, rows, 8, roots=3, root_len=500)
@@ -119,10 +123,10 @@ def test_decode_reads_prompts_in_runs_and_gives_what_one_padded_read_gives():
     def attention(call_keys):
         batch = decode_batch(
             [1] * rows,
-            [held[b // 2] + own[b] for b in range(rows)],  # tokens in the cache
-            [held[b // 2] for b in range(rows)],  # of which the row's prompt
-            [b // 2 for b in range(rows)],
-            [b % 2 for b in range(rows)],
+            [held[g] + own[b] for b, (g, _) in enumerate(live)],  # tokens in the cache
+            [held[g] for g, _ in live],  # of which the row's prompt
+            [g for g, _ in live],
+            [m for _, m in live],
             prompt,
             gather=False,
             device=CPU,
@@ -138,14 +142,15 @@ def test_decode_reads_prompts_in_runs_and_gives_what_one_padded_read_gives():
     assert padded_plan.prefix_runs is None and padded_plan.root_runs is None
     plan, got = attention(64)
     assert plan.prefix_runs == [(0, 1, 700, 2), (1, 3, 40, 2), (3, 4, 60, 2), (4, 5, 650, 2), (5, 8, 30, 2)]
-    assert plan.root_runs == [(0, 1, 300, 6), (1, 2, 20, 2), (2, 3, 500, 4)]
+    readers = [sum(roots[g] == r for g, _ in live) for r in range(3)]
+    assert plan.root_runs == [(0, 1, 300, readers[0]), (1, 2, 20, readers[1]), (2, 3, 500, readers[2])]
     assert torch.allclose(got, padded, atol=1e-6, rtol=0)
     # and both are the softmax over the row's root, its group's prompt and its own tokens
     pk, pv = cache.prefix[0]
     sk, sv = cache.suffix[0]
     rk, rv = cache.root[0]
-    for b in range(rows):
-        g, r = b // 2, roots[b // 2]
+    for b, (g, _) in enumerate(live):
+        r = roots[g]
         head_k = [rk[r, :, : root_len[r]]] if r >= 0 else []
         head_v = [rv[r, :, : root_len[r]]] if r >= 0 else []
         keys = torch.cat([*head_k, pk[g, :, : prompt[g]], sk[b, :, : own[b] + 1]], 1)

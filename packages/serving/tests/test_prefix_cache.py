@@ -206,3 +206,28 @@ def test_next_turns_of_different_lengths_match_teacher_forced_forwards(codemoe_m
         prompts = [o.prompt_token_ids + o.samples[i % 2].token_ids + engine.encode(replies[i % 3])
                    for i, o in enumerate(out[:3])]
     assert engine.health()["prefix_cache_reused_tokens"] > 0
+
+
+def test_samples_left_running_in_a_group_whose_first_samples_stopped_match_teacher_forced_forwards(
+    make_codemoe_model, tokenizer
+):
+    """GRPO-like groups of four samples that stop at different tokens (a stop string most tokens
+    hold), behind prompts long and short enough for the decode to read them in runs: when a group's
+    first samples are done its later ones run on alone, and each of their log-probs is still what one
+    forward of the whole sequence gives."""
+    codemoe_model = make_codemoe_model(max_position_embeddings=2048)
+    engine = EmbeddedEngine(codemoe_model, tokenizer, EmbeddedEngineConfig())
+    long = engine.encode("def total(items):\n    return sum(items)\n" * 80)
+    prompts = [long[:1500], engine.encode("import os"), engine.encode("x = 1"), long[:700]]
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=16, seed=5, stop=["e"])
+    out = engine.generate(prompts, params)
+    lengths = [len(s.token_ids) for o in out for s in o.samples]
+    assert min(lengths) < max(lengths)  # samples of a group did finish at different steps
+    for o in out:
+        for sample in o.samples:
+            full = torch.tensor([o.prompt_token_ids + sample.token_ids])
+            with torch.no_grad():
+                logits = codemoe_model(full).logits[0].float()
+            n = len(o.prompt_token_ids)
+            want = torch.log_softmax(logits[n - 1 : -1], -1).gather(1, torch.tensor(sample.token_ids)[:, None])
+            assert torch.allclose(torch.tensor(sample.logprobs), want[:, 0], atol=1e-4, rtol=0)

@@ -147,7 +147,7 @@ def decode_batch(
         and all(g == b // members and m == b % members for b, (g, m) in enumerate(zip(row_group, row_member))),
     )
     if run_call_keys > 0 and not gather and len(group_prompt) > 1:
-        plan.prefix_runs = _runs(tuple(group_prompt), tuple(_counts(row_group, len(group_prompt))), run_call_keys)
+        plan.prefix_runs = _runs(tuple(group_prompt), tuple(_depths(row_group, row_member, len(group_prompt))), run_call_keys)
     if root_len:
         _add_roots(plan, row_group, group_root, root_len, device, dtype)
         if run_call_keys > 0 and len(root_len) > 1:
@@ -157,6 +157,16 @@ def decode_batch(
     mask = torch.cat([prefix_mask[plan.row_group], suffix_mask], dim=-1) if gather else None
     ids = torch.tensor(last_tokens, device=device)[:, None]
     return DecodeBatch(ids, lengths_t[:, None], mask, plan)
+
+
+def _depths(blocks: list[int], members: list[int], count: int) -> list[int]:
+    """How deep each of ``count`` query blocks must be: its rows' largest member index plus one. A
+    group's samples keep their member index when others of the group finish, so a group with one
+    running sample may need a block two or more deep (its count of rows is not enough)."""
+    depths = [0] * count
+    for b, m in zip(blocks, members):
+        depths[b] = max(depths[b], m + 1)
+    return depths
 
 
 def _counts(blocks: list[int], count: int) -> list[int]:
