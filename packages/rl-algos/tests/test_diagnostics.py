@@ -36,6 +36,16 @@ def test_zero_signal_kl_and_entropy_checks():
     assert _fired([_step(**{"moe/max_over_mean": 3.5})]) == ["router_collapse"]
 
 
+def test_an_engine_that_does_not_sample_from_the_policy_is_flagged_unless_the_batch_is_stale():
+    # what a synchronous step of the agentic-repos pipeline logged when a decode bug made the
+    # engine read uninitialised memory: a tiny mean, one token 14 nats off
+    assert _fired([_step(logp_mismatch_mean=0.0023, logp_mismatch_max=14.96)]) == ["engine_mismatch"]
+    # float-order noise and a router near-tie flipping an expert are not
+    assert _fired([_step(logp_mismatch_mean=0.0, logp_mismatch_max=0.0033)]) == []
+    # one version behind, the policy's own lag moves log-probs; the IS correction owns that case
+    assert _fired([_step(logp_mismatch_mean=0.1, logp_mismatch_max=14.96, staleness_mean=1.0)]) == []
+
+
 def test_cooldown_keeps_a_long_run_readable():
     fired = _fired([_step(kl=2.0)] * 25)
     assert fired == ["kl_runaway"] * 3  # steps 1, 11, 21 with the default 10-step cooldown

@@ -29,6 +29,9 @@ class HealthConfig:
     kl_max: float = 0.5  # warn when the mean per-token KL to the reference exceeds this
     entropy_min: float = 0.05  # warn when the mean token entropy (nats) falls below this
     expert_max_over_mean: float = 3.0  # warn when the busiest expert's load exceeds this many times the mean
+    # warn when, with the engine on the trainer's weights (no staleness), some token's log-prob from the
+    # engine is this many nats off the trainer's: the engine is not sampling from the policy
+    logp_mismatch_max: float = 5.0
     cooldown: int = 10  # steps before the same check may warn again
 
 
@@ -109,12 +112,30 @@ def router_collapse(history: Sequence[dict[str, Any]], cfg: HealthConfig) -> tup
     return None
 
 
+def engine_mismatch(history: Sequence[dict[str, Any]], cfg: HealthConfig) -> tuple[str, str] | None:
+    last = history[-1]
+    worst = last.get("logp_mismatch_max")
+    if worst is None or last.get("staleness_mean", 0.0) > 0:  # a stale batch differs by the policy's lag too
+        return None
+    if worst > cfg.logp_mismatch_max:
+        return (
+            f"the engine's log-prob of a sampled token is {worst:.2f} nats off the trainer's on the same weights "
+            f"(mean {last.get('logp_mismatch_mean', 0.0):.4f}): the engine is not sampling from the policy, "
+            "so the update trains on off-policy tokens",
+            "check that the weights reach the engine after every update (engine weights_version, the weight "
+            "sync), that both run the same precision, and the engine's own log-probs against a teacher-forced "
+            "forward; raise health.logp_mismatch_max only for an engine known to differ this much",
+        )
+    return None
+
+
 CHECKS: dict[str, Check] = {
     "reward_flat_high_variance": reward_flat_high_variance,
     "zero_signal_groups": zero_signal_groups,
     "kl_runaway": kl_runaway,
     "entropy_collapse": entropy_collapse,
     "router_collapse": router_collapse,
+    "engine_mismatch": engine_mismatch,
 }
 
 
