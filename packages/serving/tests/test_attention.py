@@ -102,7 +102,7 @@ def test_decode_reads_prompts_in_runs_and_gives_what_one_padded_read_gives(finis
     """Eight groups of two samples with prompts of very different lengths, some with a root: the
     runs read less than the longest prompt for most groups and the result is the same attention.
     ``finished``: samples that are done, so the first sample of groups 0, 3, 4 and 5 is gone and their
-    second (member 1) runs alone: a block one row strong must still be two members deep."""
+    second runs alone: its group's block is then one row deep, whatever the sample's index."""
     torch.manual_seed(1)
     prompt = [700, 40, 35, 60, 650, 20, 30, 25]
     roots, root_len = [0, 0, 1, -1, 2, 2, 0, -1], [300, 20, 500]  # read by 6, 2 and 4 rows
@@ -126,7 +126,6 @@ def test_decode_reads_prompts_in_runs_and_gives_what_one_padded_read_gives(finis
             [held[g] + own[b] for b, (g, _) in enumerate(live)],  # tokens in the cache
             [held[g] for g, _ in live],  # of which the row's prompt
             [g for g, _ in live],
-            [m for _, m in live],
             prompt,
             gather=False,
             device=CPU,
@@ -141,7 +140,10 @@ def test_decode_reads_prompts_in_runs_and_gives_what_one_padded_read_gives(finis
     padded_plan, padded = attention(0)
     assert padded_plan.prefix_runs is None and padded_plan.root_runs is None
     plan, got = attention(64)
-    assert plan.prefix_runs == [(0, 1, 700, 2), (1, 3, 40, 2), (3, 4, 60, 2), (4, 5, 650, 2), (5, 8, 30, 2)]
+    depth = [sum(g == group for g, _ in live) for group in range(groups)]  # running rows per group
+    assert depth == ([2] * 8 if not finished else [1, 2, 2, 1, 1, 1, 2, 2])
+    runs = [(0, 1, 700), (1, 3, 40), (3, 4, 60), (4, 5, 650), (5, 8, 30)]
+    assert plan.prefix_runs == [(a, b, k, max(depth[a:b])) for a, b, k in runs]
     readers = [sum(roots[g] == r for g, _ in live) for r in range(3)]
     assert plan.root_runs == [(0, 1, 300, readers[0]), (1, 2, 20, readers[1]), (2, 3, 500, readers[2])]
     assert torch.allclose(got, padded, atol=1e-6, rtol=0)

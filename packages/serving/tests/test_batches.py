@@ -31,7 +31,6 @@ def test_decode_masks_split_prompt_and_own_tokens():
         lengths=[4, 5, 3],  # tokens in cache: rows 0, 1 of group 0 (prompt 3), row 2 of group 1 (prompt 2)
         row_prompt=[3, 3, 2],
         row_group=[0, 0, 1],
-        row_member=[0, 1, 0],
         group_prompt=[3, 2],
         gather=True,
         device=CPU,
@@ -43,20 +42,20 @@ def test_decode_masks_split_prompt_and_own_tokens():
     assert visible(plan.prefix_mask[:, 0, 0]) == [[1, 1, 1], [1, 1, 0]]
     assert visible(plan.suffix_mask[:, 0, 0]) == [[1, 1, 0], [1, 1, 1], [1, 1, 0]]
     assert visible(batch.mask[:, 0, 0]) == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1], [1, 1, 0, 1, 1, 0]]
-    no_gather = decode_batch([5], [3], [3], [0], [0], [3], gather=False, device=CPU, dtype=torch.float32)
+    no_gather = decode_batch([5], [3], [3], [0], [3], gather=False, device=CPU, dtype=torch.float32)
     assert no_gather.mask is None
     assert plan.same_pos == -1 and not plan.in_group_order  # rows write at 1, 2, 1; group 1 lacks a member
 
 
 def test_decode_plan_spots_grpo_layout_for_views_instead_of_scatters():
-    def plan(row_group, row_member):
+    def plan(row_group):
         """Two groups of two samples (prompts of 5 and 7 tokens), every row at its second own token."""
-        args = ([1, 2, 3, 4], [7, 7, 9, 9], [5, 5, 7, 7], row_group, row_member, [5, 7])
+        args = ([1, 2, 3, 4], [7, 7, 9, 9], [5, 5, 7, 7], row_group, [5, 7])
         return decode_batch(*args, gather=False, device=CPU, dtype=torch.float32).plan
 
     # started together: rows are the groups' blocks, all at one position
-    grpo = plan([0, 0, 1, 1], [0, 1, 0, 1])
+    grpo = plan([0, 0, 1, 1])
     assert grpo.same_pos == 2 and grpo.in_group_order
     # after compaction a group's rows may come out of order
-    shuffled = plan([0, 1, 0, 1], [0, 0, 1, 1])
+    shuffled = plan([0, 1, 0, 1])
     assert shuffled.same_pos == 2 and not shuffled.in_group_order

@@ -105,7 +105,6 @@ def decode_batch(
     lengths: list[int],
     row_prompt: list[int],
     row_group: list[int],
-    row_member: list[int],
     group_prompt: list[int],
     *,
     gather: bool,
@@ -118,7 +117,8 @@ def decode_batch(
     """Inputs for one decode step.
 
     Row ``b`` has ``lengths[b]`` tokens in the cache, ``row_prompt[b]`` of them its group's prompt;
-    it belongs to prefix slot ``row_group[b]`` as member ``row_member[b]``; ``group_prompt[g]`` is
+    it belongs to prefix slot ``row_group[b]`` (its group's rows are one query block, in the order
+    they come); ``group_prompt[g]`` is
     the prompt length held in prefix slot ``g``. With roots, prefix slot ``g`` belongs to root slot
     ``group_root[g]`` (-1: none), which holds ``root_len[r]`` tokens. ``run_call_keys`` > 0: the
     engine's attention reads the groups' prompts (and the roots) in runs of neighbouring slots
@@ -131,7 +131,15 @@ def decode_batch(
     own_keys = torch.arange(int(suffix_pos.max()) + 1, device=device)
     prefix_mask = _additive((prefix_keys[None, :] < prompt_len[:, None])[:, None, None], dtype)  # [G, 1, 1, P]
     suffix_mask = _additive((own_keys[None, :] <= suffix_pos[:, None])[:, None, None], dtype)  # [B, 1, 1, S]
-    members = max(row_member) + 1
+    # a row's place in its group's query block: its rank among the group's running rows (the samples'
+    # own indices leave holes when a group's first samples are done, and a block deeper than its
+    # rows is work for nothing)
+    seen = [0] * len(group_prompt)
+    row_member = []
+    for g in row_group:
+        row_member.append(seen[g])
+        seen[g] += 1
+    members = max(seen)
     positions = {n - p for n, p in zip(lengths, row_prompt)}
     plan = StepPlan(
         decoding=True,
@@ -147,7 +155,7 @@ def decode_batch(
         and all(g == b // members and m == b % members for b, (g, m) in enumerate(zip(row_group, row_member))),
     )
     if run_call_keys > 0 and not gather and len(group_prompt) > 1:
-        plan.prefix_runs = _runs(tuple(group_prompt), tuple(_depths(row_group, row_member, len(group_prompt))), run_call_keys)
+        plan.prefix_runs = _runs(tuple(group_prompt), tuple(seen), run_call_keys)
     if root_len:
         _add_roots(plan, row_group, group_root, root_len, device, dtype)
         if run_call_keys > 0 and len(root_len) > 1:
@@ -157,16 +165,6 @@ def decode_batch(
     mask = torch.cat([prefix_mask[plan.row_group], suffix_mask], dim=-1) if gather else None
     ids = torch.tensor(last_tokens, device=device)[:, None]
     return DecodeBatch(ids, lengths_t[:, None], mask, plan)
-
-
-def _depths(blocks: list[int], members: list[int], count: int) -> list[int]:
-    """How deep each of ``count`` query blocks must be: its rows' largest member index plus one. A
-    group's samples keep their member index when others of the group finish, so a group with one
-    running sample may need a block two or more deep (its count of rows is not enough)."""
-    depths = [0] * count
-    for b, m in zip(blocks, members):
-        depths[b] = max(depths[b], m + 1)
-    return depths
 
 
 def _counts(blocks: list[int], count: int) -> list[int]:

@@ -112,7 +112,6 @@ class KVSlots:
             [s.length for s in running],
             [len(s.group.prompt) for s in running],
             [s.group.slot for s in running],
-            [s.member for s in running],
             [len(g.prompt) - g.root_length for g in self.groups],  # what each prefix slot holds
             gather=gather,
             device=self.device,
