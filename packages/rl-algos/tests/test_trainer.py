@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from codemoe.core.errors import ConfigError
 from codemoe.rl.rollout import Score
 from codemoe.rl.trainer import RLConfig, RLTrainer
 from rl_toy import ToyEngine, tiny_policy, toy_scorer, toy_tasks
@@ -251,6 +252,13 @@ def test_resume_continues_step_for_step(registry, tmp_path):
     assert len(first) == 2 and len(second) == 2
     for a, b in zip(straight, first + second, strict=True):
         assert _same(a, b), (a, b)
+
+
+def test_checkpoint_every_0_saves_the_last_step_only(registry, tmp_path):
+    _fit(_trainer(registry, tmp_path, steps=2, checkpoint_every=0))
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("step-*")) == ["step-000002"]
+    with pytest.raises(ConfigError, match="checkpoint_every: -1 is negative"):
+        RLConfig(checkpoint_every=-1)
 
 
 def _read(path: Path) -> dict[int, dict[str, float]]:

@@ -84,7 +84,7 @@ class RLConfig:
     top_k: int = 0
     max_new_tokens: int = 64  # sampling budget, also the padded horizon T of every batch
     stop: list[str] = field(default_factory=list)  # stop strings: the completion text ends before them
-    checkpoint_every: int = 10  # steps between checkpoints; the last step is always saved
+    checkpoint_every: int = 10  # steps between checkpoints (0: none before the last); the last step is always saved
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     seed: int = 0  # data order and sampling seeds derive from it
     max_turns: int = 1  # actions per episode when the trainer has an environment (multi-step agents)
@@ -112,6 +112,9 @@ class RLConfig:
     def __post_init__(self) -> None:
         if self.micro_batch_size < 0:
             raise ConfigError(f"micro_batch_size: {self.micro_batch_size} is negative; give 0 (one forward) or more rows")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"checkpoint_every: {self.checkpoint_every} is negative; give the steps between "
+                              "checkpoints, or 0 to save the last step only")
         check_precision(self.precision)
         check_device(self.device)
         check_async_options(self)
@@ -198,7 +201,8 @@ class RLTrainer:
         try:
             for step in range(self.step + 1, self.config.steps + 1):
                 last = self.train_step(step)
-                if step % self.config.checkpoint_every == 0 or step == self.config.steps:
+                every = self.config.checkpoint_every
+                if (every and step % every == 0) or step == self.config.steps:
                     self._save()
         finally:
             if self._producer is not None:  # what it buffered or had in flight is not trained on
