@@ -347,6 +347,13 @@ def test_the_rl_stage_runs_asynchronously_on_a_copy_of_the_policy(tmp_path):
     # up to kernel rounding (the lean decode step against the module forward, ~1e-6)
     assert steps[0]["logp_mismatch_max"] < 1e-3
     assert steps[1]["logp_mismatch_max"] > steps[0]["logp_mismatch_max"]  # sampled by the weights before the update
+    # the last checkpoint holds the trained policy as a model folder, for `codemoe eval run` of a
+    # run's intermediate policies: the same weights as the stage's final checkpoint
+    from codemoe.core.models import load_policy
+
+    saved, _ = load_policy(ctx.run_dir / "rl" / "checkpoints" / "step-000003" / "policy")
+    final, _ = load_policy(ctx.results["rl"]["checkpoint"])
+    assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), final.state_dict().values(), strict=True))
 
     # the stage scored in a child process of its own (scorer_process: null, asynchronous); scoring in
     # the trainer's process instead gives the same samples the same rewards, step for step

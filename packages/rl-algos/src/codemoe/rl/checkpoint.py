@@ -20,7 +20,7 @@ import logging
 import random
 import shutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -68,8 +68,12 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     env: Dist,
     keep: int = 2,
+    export: Callable[[Path], Any] | None = None,
 ) -> Path:
-    """Write ``folder/step-NNNNNN`` atomically and point ``folder/latest`` at it; keep the newest ``keep``."""
+    """Write ``folder/step-NNNNNN`` atomically and point ``folder/latest`` at it; keep the newest ``keep``.
+
+    ``export(path)``, called on every rank, writes more into the checkpoint before it is complete
+    (the trainer's policy as a model folder, ``step-NNNNNN/policy``)."""
     final = folder / f"step-{step:06d}"
     tmp = folder / f"step-{step:06d}.tmp"
     if env.is_main:
@@ -79,6 +83,8 @@ def save_checkpoint(
     with _single_process_quiet():
         dcp.save(_app_state(modules), checkpoint_id=str(tmp), no_dist=not env.enabled)
     torch.save(_rng_state(), tmp / f"rng-rank{env.rank}.pt")
+    if export is not None:
+        export(tmp / "policy")
     env.barrier()
     if env.is_main:
         (tmp / "trainer.json").write_text(json.dumps({"step": step, "world": env.world, **trainer_state}))

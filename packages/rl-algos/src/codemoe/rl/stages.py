@@ -438,6 +438,7 @@ class RLStage:
             env=env,
             on_step=_reporter(ctx, stage, advance) if env.is_main else None,  # one rank writes the log
             on_rollouts=lambda step, batch: ctx.hooks.after_rollout_batch(ctx=ctx, stage=stage, step=step, batch=batch),
+            export_policy=lambda path: save_policy(policy, tokenizer, path, env),
             environment=self._environment(ctx, where, executor, recipe, tokenizer),
         )
 

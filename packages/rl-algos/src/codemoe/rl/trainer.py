@@ -86,6 +86,9 @@ class RLConfig:
     stop: list[str] = field(default_factory=list)  # stop strings: the completion text ends before them
     checkpoint_every: int = 10  # steps between checkpoints (0: none before the last); the last step is always saved
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    # each checkpoint also holds the policy as a model folder (step-N/policy) that `codemoe eval run`,
+    # `codemoe serve` and transformers load, so a run's intermediate policies can be scored
+    export_policy: bool = True
     seed: int = 0  # data order and sampling seeds derive from it
     max_turns: int = 1  # actions per episode when the trainer has an environment (multi-step agents)
     max_observation_tokens: int = 128  # an observation's tokens kept in the history (its head)
@@ -147,6 +150,7 @@ class RLTrainer:
         env: Dist | None = None,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
         on_rollouts: Callable[[int, Rollouts], None] | None = None,
+        export_policy: Callable[[Path], Any] | None = None,
         environment: Callable[[], Environment] | None = None,
     ) -> None:
         self.config, self.algo, self.engine, self.scorer = config, algorithm, engine, scorer
@@ -154,6 +158,7 @@ class RLTrainer:
         self.tasks, self.pad_id, self.checkpoint_dir = list(tasks), pad_id, Path(checkpoint_dir)
         self.env = env or Dist()
         self.on_step, self.on_rollouts = on_step, on_rollouts
+        self.export_policy = export_policy  # writes the policy into a checkpoint (step-N/policy) when set
         self._check_sizes()
         self.device = resolve_device(config.device)
         policy.to(self.device)  # before the copies and the sharding, which keep to the parameters' device
@@ -641,7 +646,8 @@ class RLTrainer:
         # the position after the last batch trained on: what the producer had buffered or in flight
         # is made again on resume, never trained on twice
         state = {"cursor": self._trained_cursor, "monitor": self.monitor.state()}
-        save_checkpoint(self.checkpoint_dir, self.step, self._modules(), state, self.env, self.config.keep_checkpoints)
+        save_checkpoint(self.checkpoint_dir, self.step, self._modules(), state, self.env, self.config.keep_checkpoints,
+                        export=self.export_policy if self.config.export_policy else None)
 
     def _resume(self) -> None:
         path = latest_checkpoint(self.checkpoint_dir)
