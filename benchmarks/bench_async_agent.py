@@ -37,6 +37,10 @@ from the synchronous step's machine CPU the shortest step the cores allow: the c
 has where generation, the sandbox and the update all want the same cores.
 
     flock -x /tmp/codemoe-bench.lock .venv/bin/python benchmarks/bench_async_agent.py --json runs/bench_async_agent.json
+
+``--rounds R`` runs each case's two sides R times in turn (synchronous, asynchronous, synchronous,
+...) and pools the timed steps of each side, so a machine that speeds up or slows down during the
+benchmark reaches both sides alike; it also prints the ratio of each round.
 """
 
 from __future__ import annotations
@@ -218,8 +222,9 @@ def run(name: str, k: int | None, engine_spec: Callable[[Any, Any], Any], checkp
 
 
 def sglang_runs(case: str, checkpoint: Path, registry: Any, tasks: list[Any], executor: Any,
-                args: argparse.Namespace, scratch: Path) -> dict[str, list[dict[str, float]]]:
-    """Synchronous then ``max_staleness: 1`` against one SGLang server on the checkpoint."""
+                args: argparse.Namespace, scratch: Path) -> dict[str, list[list[dict[str, float]]]]:
+    """Synchronous then ``max_staleness: 1`` against one SGLang server on the checkpoint, ``args.rounds``
+    times in turn; per side, each run's steps."""
     from codemoe.serving.sglang_server import SGLangServer
 
     out = {}
@@ -231,15 +236,17 @@ def sglang_runs(case: str, checkpoint: Path, registry: Any, tasks: list[Any], ex
             return registry.build("engine", {"name": "sglang", "base_url": server.url}, model=policy,
                                   tokenizer=tokenizer)
 
-        for name, k in ((f"{case}_sync", None), (f"{case}_async", 1)):
-            out[name] = run(name, k, spec, checkpoint, registry, tasks, executor, args, scratch)
+        for r in range(args.rounds):  # the two sides alternate, so a drift of the machine reaches both
+            for name, k in ((f"{case}_sync", None), (f"{case}_async", 1)):
+                out.setdefault(name, []).append(run(f"{name}_{r}", k, spec, checkpoint, registry, tasks, executor,
+                                                    args, scratch))
     return out
 
 
 def embedded_runs(case: str, checkpoint: Path, registry: Any, tasks: list[Any], executor: Any,
-                  args: argparse.Namespace, scratch: Path) -> dict[str, list[dict[str, float]]]:
+                  args: argparse.Namespace, scratch: Path) -> dict[str, list[list[dict[str, float]]]]:
     """Synchronous (the engine on the policy module) then ``max_staleness: 1`` (the engine in a
-    child process on a copy), as the ``rl`` stage builds them."""
+    child process on a copy), as the ``rl`` stage builds them, ``args.rounds`` times in turn."""
     embedded = {"name": "embedded", "prefix_cache_tokens": 65536}  # later turns continue kept histories
 
     def on_policy(policy: Any, tokenizer: Any) -> Any:
@@ -249,10 +256,13 @@ def embedded_runs(case: str, checkpoint: Path, registry: Any, tasks: list[Any], 
         return registry.build("engine", {**embedded, "process": True}, model=copy.deepcopy(policy),
                               tokenizer=tokenizer)
 
-    return {
-        "embedded_sync": run("embedded_sync", None, on_policy, checkpoint, registry, tasks, executor, args, scratch),
-        "embedded_async": run("embedded_async", 1, in_process, checkpoint, registry, tasks, executor, args, scratch),
-    }
+    out: dict[str, list[list[dict[str, float]]]] = {"embedded_sync": [], "embedded_async": []}
+    for r in range(args.rounds):  # the two sides alternate, so a drift of the machine reaches both
+        out["embedded_sync"].append(run(f"embedded_sync_{r}", None, on_policy, checkpoint, registry, tasks, executor,
+                                        args, scratch))
+        out["embedded_async"].append(run(f"embedded_async_{r}", 1, in_process, checkpoint, registry, tasks, executor,
+                                         args, scratch))
+    return out
 
 
 def median(rows: list[dict[str, float]], key: str) -> float:
@@ -274,6 +284,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0, help="sandbox workers (0: one per CPU)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the trainer (and the engine)")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of each side per case, synchronous and asynchronous in turn (step medians pool them)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -286,11 +298,13 @@ def main() -> None:
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
         parser.error(f"--cases: unknown {unknown}; choose from {', '.join(CASES)}")
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more")
     if args.steps - args.warmup - args.tail < 1:
         parser.error(f"--steps {args.steps} leaves no step between --warmup {args.warmup} and --tail {args.tail}")
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    steps: dict[str, list[dict[str, float]]] = {}
+    steps: dict[str, list[list[dict[str, float]]]] = {}  # per side, each run's steps
     with tempfile.TemporaryDirectory(prefix="codemoe-bench-") as tmp:
         scratch = Path(tmp)
         registry, tasks = setup(args, scratch / "policy")
@@ -303,11 +317,15 @@ def main() -> None:
 
     shape = (f"{args.prompts} of {len(tasks)} agentic-core tasks per step x {args.group} episodes, <= {args.turns} "
              f"turns of {args.new_tokens} tokens, {workers} sandbox workers, {args.steps} steps "
-             f"(median of steps {args.warmup + 1}-{args.steps - args.tail})")
-    table, halves, waits = [], {}, {}
+             f"(median of steps {args.warmup + 1}-{args.steps - args.tail}"
+             + (f" of {args.rounds} runs a side, alternating)" if args.rounds > 1 else ")"))
+    timed = slice(args.warmup, args.steps - args.tail)
+    table, halves, waits, rounds = [], {}, {}, {}
     for case in cases:
-        timed = slice(args.warmup, args.steps - args.tail)
-        sync, overlapped = steps[f"{case}_sync"][timed], steps[f"{case}_async"][timed]
+        sync = [row for rows in steps[f"{case}_sync"] for row in rows[timed]]
+        overlapped = [row for rows in steps[f"{case}_async"] for row in rows[timed]]
+        rounds[case] = [round(median(a[timed], "step_seconds") / median(b[timed], "step_seconds"), 3)
+                        for a, b in zip(steps[f"{case}_sync"], steps[f"{case}_async"], strict=True)]
         anchor, value = median(sync, "step_seconds"), median(overlapped, "step_seconds")
         table.append({"case": f"RL step on agent episodes, {CASES[case]}: max_staleness 1 vs synchronous",
                       "codemoe": round(value, 3), "anchor": round(anchor, 3), "ratio": round(anchor / value, 3),
@@ -324,8 +342,8 @@ def main() -> None:
                       "codemoe": round(machine_async, 3), "anchor": round(machine_sync, 3),
                       "ratio": round(machine_sync / machine_async, 3), "units": "CPU s per step (median)",
                       "shape": shape})
-        whole_sync = sum(r["step_seconds"] for r in steps[f"{case}_sync"])
-        whole_async = sum(r["step_seconds"] for r in steps[f"{case}_async"])
+        whole_sync = sum(r["step_seconds"] for rows in steps[f"{case}_sync"] for r in rows)
+        whole_async = sum(r["step_seconds"] for rows in steps[f"{case}_async"] for r in rows)
         table.append({"case": f"RL run, every step, {CASES[case]}: max_staleness 1 vs synchronous",
                       "codemoe": round(whole_async, 2), "anchor": round(whole_sync, 2),
                       "ratio": round(whole_sync / whole_async, 3), "units": "s", "shape": shape})
@@ -354,7 +372,11 @@ def main() -> None:
               f"({h['cpu_ceiling_ratio']:.2f}x at most); asynchronous: the trainer waited {w['rollout_wait_s']:.3f} s per step for "
               f"rollouts, the producer spent {w['producer_s']:.3f} s per batch, the weight sync waited "
               f"{w['sync_wait_s']:.3f} s (medians)")
-    curves = {name: [round(r.get("reward_mean", float("nan")), 4) for r in rows] for name, rows in steps.items()}
+    if args.rounds > 1:
+        for case in cases:
+            print(f"{CASES[case]}: ratio of each round's step medians: {rounds[case]}")
+    curves = {f"{name}_{i}": [round(r.get("reward_mean", float("nan")), 4) for r in rows]
+              for name, runs in steps.items() for i, rows in enumerate(runs)}
     for name, curve in curves.items():
         print(f"reward_mean per step, {name}: {curve}")
     after = os.getloadavg()[0]
@@ -362,7 +384,7 @@ def main() -> None:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
-            "cases": table, "sync_halves": halves, "async_waits": waits, "reward_mean": curves,
+            "cases": table, "sync_halves": halves, "async_waits": waits, "round_ratios": rounds, "reward_mean": curves,
             "load_average": {"before": load, "after": after, "cores": os.cpu_count()}, "wall_s": wall,
             "steps": steps,
         }, indent=2))
