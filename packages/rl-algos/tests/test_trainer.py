@@ -254,6 +254,25 @@ def test_resume_continues_step_for_step(registry, tmp_path):
         assert _same(a, b), (a, b)
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "rule"),
+    [
+        ("prompts_per_step", 0, "must be at least 1"),
+        ("lr", -1e-4, "must be a finite number > 0"),  # a negative rate would climb the loss, silently
+        ("lr", float("nan"), "must be a finite number > 0"),
+        ("temperature", -0.5, ">= 0 \\(0: greedy\\)"),
+        ("top_p", 0.0, "must be in \\(0, 1\\]"),
+        ("max_new_tokens", 0, "must be at least 1"),
+        ("keep_checkpoints", 0, "a resumed run starts from the newest"),
+        ("max_turns", 0, "actions per episode"),
+        ("max_live_episodes", 0, "must be at least 1"),
+    ],
+)
+def test_out_of_range_options_are_refused_naming_the_key(key, value, rule):
+    with pytest.raises(ConfigError, match=f"^{key}: .*{rule}"):
+        RLConfig(**{key: value})
+
+
 def test_checkpoint_every_0_saves_the_last_step_only(registry, tmp_path):
     _fit(_trainer(registry, tmp_path, steps=2, checkpoint_every=0))
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("step-*")) == ["step-000002"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -113,6 +114,24 @@ class RLConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
+        finite = math.isfinite
+        for key, ok, rule in (
+            ("steps", self.steps >= 0, "must be >= 0"),
+            ("prompts_per_step", self.prompts_per_step >= 1, "must be at least 1"),
+            ("lr", finite(self.lr) and self.lr > 0, "must be a finite number > 0"),
+            ("weight_decay", finite(self.weight_decay) and self.weight_decay >= 0, "must be a finite number >= 0"),
+            ("grad_clip", finite(self.grad_clip) and self.grad_clip >= 0, "must be a finite number >= 0 (0: no clipping)"),
+            ("temperature", finite(self.temperature) and self.temperature >= 0, "must be a finite number >= 0 (0: greedy)"),
+            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("top_k", self.top_k >= 0, "must be >= 0 (0 keeps every token)"),
+            ("max_new_tokens", self.max_new_tokens >= 1, "must be at least 1"),
+            ("keep_checkpoints", self.keep_checkpoints >= 1, "must be at least 1 (a resumed run starts from the newest)"),
+            ("max_turns", self.max_turns >= 1, "must be at least 1 (actions per episode)"),
+            ("max_observation_tokens", self.max_observation_tokens >= 0, "must be >= 0"),
+            ("max_live_episodes", self.max_live_episodes >= 1, "must be at least 1"),
+        ):
+            if not ok:
+                raise ConfigError(f"{key}: {getattr(self, key)!r} {rule}")
         if self.micro_batch_size < 0:
             raise ConfigError(f"micro_batch_size: {self.micro_batch_size} is negative; give 0 (one forward) or more rows")
         if self.checkpoint_every < 0:
