@@ -118,11 +118,11 @@ def decode_batch(
 
     Row ``b`` has ``lengths[b]`` tokens in the cache, ``row_prompt[b]`` of them its group's prompt;
     it belongs to prefix slot ``row_group[b]`` (its group's rows are one query block, in the order
-    they come); ``group_prompt[g]`` is
-    the prompt length held in prefix slot ``g``. With roots, prefix slot ``g`` belongs to root slot
-    ``group_root[g]`` (-1: none), which holds ``root_len[r]`` tokens. ``run_call_keys`` > 0: the
-    engine's attention reads the groups' prompts (and the roots) in runs of neighbouring slots
-    (:func:`codemoe.serving.attention.key_runs`, one attention call costing that many keys).
+    they come); ``group_prompt[g]`` is the prompt length held in prefix slot ``g``. With roots,
+    prefix slot ``g`` belongs to root slot ``group_root[g]`` (-1: none), which holds ``root_len[r]``
+    tokens. ``run_call_keys`` > 0: the engine's attention reads the groups' prompts (and the roots)
+    in runs of neighbouring slots (:func:`codemoe.serving.attention.key_runs`, one attention call
+    costing that many keys).
     """
     lengths_t = torch.tensor(lengths, device=device)
     suffix_pos = lengths_t - torch.tensor(row_prompt, device=device)  # [B] write position in own tokens

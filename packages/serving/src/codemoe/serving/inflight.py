@@ -36,7 +36,6 @@ class SampleState:
 
     group: Group
     index: int  # sample index within its prompt
-    member: int  # position within its group (a row of the group's query block)
     key: int  # random stream key
     length: int  # positions of this sample (prompt included) already in the KV cache
     tokens: list[int] = field(default_factory=list)
@@ -79,8 +78,8 @@ class Group:
     def samples(self, length: int, finish_reason: str | None = None) -> list[SampleState]:
         """One state per sample it owes, each with ``length`` positions in the KV cache."""
         return [
-            SampleState(self, index, member, key, length, finish_reason=finish_reason)
-            for member, (index, key) in enumerate(zip(self.sample_indices, self.keys))
+            SampleState(self, index, key, length, finish_reason=finish_reason)
+            for index, key in zip(self.sample_indices, self.keys)
         ]
 
     def take_prompt_routing(self, fresh: torch.Tensor | None) -> torch.Tensor | None:
