@@ -65,6 +65,9 @@ class RLStageConfig(RLConfig):
     # id of the earlier stage whose result holds the starting "checkpoint"; None: 'sft' unless `checkpoint` is set
     checkpoint_from: str | None = None
     checkpoint: str = ""  # a checkpoint folder to start from instead of an earlier stage's (as eval takes)
+    # each checkpoint also holds the policy as a model folder (step-N/policy) that `codemoe eval run`,
+    # `codemoe serve` and transformers load, so a run's intermediate policies can be scored
+    export_policy: bool = True
     algo: Any = field(default_factory=lambda: {"name": "policy_gradient"}, metadata={"kind": "algorithm"})
     engine: Any = field(default_factory=lambda: {"name": "embedded"}, metadata={"kind": "engine"})
     executor: Any = field(default_factory=lambda: {"name": "local"}, metadata={"kind": "executor"})
@@ -438,7 +441,7 @@ class RLStage:
             env=env,
             on_step=_reporter(ctx, stage, advance) if env.is_main else None,  # one rank writes the log
             on_rollouts=lambda step, batch: ctx.hooks.after_rollout_batch(ctx=ctx, stage=stage, step=step, batch=batch),
-            export_policy=lambda path: save_policy(policy, tokenizer, path, env),
+            export_policy=(lambda path: save_policy(policy, tokenizer, path, env)) if cfg.export_policy else None,
             environment=self._environment(ctx, where, executor, recipe, tokenizer),
         )
 

@@ -87,9 +87,6 @@ class RLConfig:
     stop: list[str] = field(default_factory=list)  # stop strings: the completion text ends before them
     checkpoint_every: int = 10  # steps between checkpoints (0: none before the last); the last step is always saved
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
-    # each checkpoint also holds the policy as a model folder (step-N/policy) that `codemoe eval run`,
-    # `codemoe serve` and transformers load, so a run's intermediate policies can be scored
-    export_policy: bool = True
     seed: int = 0  # data order and sampling seeds derive from it
     max_turns: int = 1  # actions per episode when the trainer has an environment (multi-step agents)
     max_observation_tokens: int = 128  # an observation's tokens kept in the history (its head)
@@ -666,7 +663,7 @@ class RLTrainer:
         # is made again on resume, never trained on twice
         state = {"cursor": self._trained_cursor, "monitor": self.monitor.state()}
         save_checkpoint(self.checkpoint_dir, self.step, self._modules(), state, self.env, self.config.keep_checkpoints,
-                        export=self.export_policy if self.config.export_policy else None)
+                        export=self.export_policy)
 
     def _resume(self) -> None:
         path = latest_checkpoint(self.checkpoint_dir)

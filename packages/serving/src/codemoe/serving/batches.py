@@ -134,11 +134,7 @@ def decode_batch(
     # a row's place in its group's query block: its rank among the group's running rows (the samples'
     # own indices leave holes when a group's first samples are done, and a block deeper than its
     # rows is work for nothing)
-    seen = [0] * len(group_prompt)
-    row_member = []
-    for g in row_group:
-        row_member.append(seen[g])
-        seen[g] += 1
+    row_member, seen = _ranks(row_group, len(group_prompt))
     members = max(seen)
     positions = {n - p for n, p in zip(lengths, row_prompt)}
     plan = StepPlan(
@@ -157,9 +153,8 @@ def decode_batch(
     if run_call_keys > 0 and not gather and len(group_prompt) > 1:
         plan.prefix_runs = _runs(tuple(group_prompt), tuple(seen), run_call_keys)
     if root_len:
-        _add_roots(plan, row_group, group_root, root_len, device, dtype)
+        readers = _add_roots(plan, row_group, group_root, root_len, device, dtype)
         if run_call_keys > 0 and len(root_len) > 1:
-            readers = _counts([group_root[g] for g in row_group if group_root[g] >= 0], len(root_len))
             plan.root_runs = _runs(tuple(root_len), tuple(readers), run_call_keys)
     # gathered keys are the prompt's then the row's own, so the mask is the two side by side
     mask = torch.cat([prefix_mask[plan.row_group], suffix_mask], dim=-1) if gather else None
@@ -167,12 +162,14 @@ def decode_batch(
     return DecodeBatch(ids, lengths_t[:, None], mask, plan)
 
 
-def _counts(blocks: list[int], count: int) -> list[int]:
-    """How many of the rows belong to each of ``count`` blocks."""
-    counts = [0] * count
+def _ranks(blocks: list[int], count: int) -> tuple[list[int], list[int]]:
+    """Each row's rank among the rows of its block (in row order), and each of ``count`` blocks' rows."""
+    sizes = [0] * count
+    ranks = []
     for b in blocks:
-        counts[b] += 1
-    return counts
+        ranks.append(sizes[b])
+        sizes[b] += 1
+    return ranks, sizes
 
 
 @functools.lru_cache(maxsize=16)
@@ -183,17 +180,13 @@ def _runs(lengths: tuple[int, ...], members: tuple[int, ...], call_keys: int) ->
     return runs if len(runs) > 1 else None
 
 
-def _add_roots(plan: StepPlan, row_group: list[int], group_root: list[int], root_len: list[int], device, dtype):
-    """Which rows read which root, and as which member of its query block."""
-    rows, roots, members = [], [], []
-    count = [0] * len(root_len)
-    for b, g in enumerate(row_group):
-        r = group_root[g]
-        if r >= 0:
-            rows.append(b)
-            roots.append(r)
-            members.append(count[r])
-            count[r] += 1
+def _add_roots(
+    plan: StepPlan, row_group: list[int], group_root: list[int], root_len: list[int], device, dtype
+) -> list[int]:
+    """Which rows read which root, and as which member of its query block; returns each root's readers."""
+    rows = [b for b, g in enumerate(row_group) if group_root[g] >= 0]
+    roots = [group_root[row_group[b]] for b in rows]
+    members, count = _ranks(roots, len(root_len))
     lengths = torch.tensor(root_len, device=device)
     keys = torch.arange(int(lengths.max()), device=device)
     plan.root_mask = _additive((keys[None, :] < lengths[:, None])[:, None, None], dtype)  # [R, 1, 1, L]
@@ -205,3 +198,4 @@ def _add_roots(plan: StepPlan, row_group: list[int], group_root: list[int], root
     plan.roots_in_order = len(rows) == len(row_group) == len(root_len) * per and all(
         r == b // per and m == b % per for b, (r, m) in enumerate(zip(roots, members))
     )
+    return count
