@@ -221,8 +221,8 @@ def test_samples_left_running_in_a_group_whose_first_samples_stopped_match_teach
     prompts = [long[:1500], engine.encode("import os"), engine.encode("x = 1"), long[:700]]
     params = SamplingParams(n=4, temperature=1.0, max_new_tokens=16, seed=5, stop=["e"])
     out = engine.generate(prompts, params)
-    lengths = [len(s.token_ids) for o in out for s in o.samples]
-    assert min(lengths) < max(lengths)  # samples of a group did finish at different steps
+    # the case in question happened: a group's earlier sample stopped while a later one ran on
+    assert any(len(a.token_ids) < len(b.token_ids) for o in out for i, a in enumerate(o.samples) for b in o.samples[i + 1 :])
     for o in out:
         for sample in o.samples:
             full = torch.tensor([o.prompt_token_ids + sample.token_ids])
