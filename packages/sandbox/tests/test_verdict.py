@@ -115,3 +115,15 @@ def test_canaries_may_be_missing_when_collection_failed_or_options_deselect_them
     assert status == "error" and not reason.startswith("forged")
     report = {"kind": "pytest", "nonce": "n1", "tests": {"tests/test_a.py::test_x": "passed"}, "exitstatus": 0}
     assert decide(_obs(runner="pytest", messages=[report], canaries=CANARIES, canaries_required=False))[0] == "passed"
+
+
+def test_a_test_failed_by_a_lying_comparison_makes_the_verdict_a_forged_comparison():
+    """The report names the tests ``ForgedComparison`` failed; the failing canary's own lie is not one."""
+    tests = {"tests/test_a.py::test_x": "failed", "tests/test_a.py::test_y": "passed", **CANARIES}
+    status, reason, out = _graded(tests, 1, 1, forged_comparisons=["tests/test_a.py::test_x", *CANARIES])
+    assert status == "failed" and reason.startswith("forged comparison in tests/test_a.py::test_x: ")
+    assert out == {"tests/test_a.py::test_x": "failed", "tests/test_a.py::test_y": "passed"}
+    only_canary = {"tests/test_a.py::test_x": "passed", **CANARIES}
+    assert _graded(only_canary, 1, 1, forged_comparisons=list(CANARIES)) == (
+        "passed", "", {"tests/test_a.py::test_x": "passed"})
+    assert _graded(only_canary, 1, 1, forged_comparisons="tests/test_a.py::test_x")[0] == "passed"  # not a list

@@ -21,8 +21,11 @@ Three ways to run
     With ``graded=True`` (a verdict comes from the run) no plugin is loaded from the work dir: a
     ``conftest.py`` not listed in ``trusted`` is not laid out, ``pytest_plugins`` outside ``trusted``
     is a collection error, ``addopts`` of an untrusted config file is ignored; and canary tests,
-    one that must pass and one that must fail, check the report (a forged one is ``failed``, reason
-    ``"forged test report: ..."``). The canaries never appear in ``tests``.
+    one that must pass and two that must fail, check the report (a forged one is ``failed``, reason
+    ``"forged test report: ..."``). The canaries never appear in ``tests``. In every pytest run the
+    comparisons of the test modules are checked (:mod:`codemoe.sandbox.honest`): an object under
+    test that lies to one fails its test, and the result is ``failed`` with reason
+    ``"forged comparison in NODEID: ..."``.
 
 ``runner="asserts"`` (HumanEval style)
     The files must include ``program.py`` and ``checks.py``, the way a HumanEval program is

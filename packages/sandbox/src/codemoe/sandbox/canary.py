@@ -3,8 +3,9 @@
 pytest runs in the same process as the code it tests, so that code can reach the reporter and
 change what it says (patch ``TestReport``, wrap a hook, rewrite the outgoing message). Before the
 clone, the worker adds one test module of its own to a graded run, at a fresh name among the task's
-tests: one test that must pass and one that must fail, their names and numbers drawn anew for each
-execution. A report in which the failing canary passed, or from which the canaries are missing,
+tests: one test that must pass and two that must fail, their names, order and numbers drawn anew
+for each execution. One of the failing two compares an object that lies about equality, so it
+passes only where the comparison check of :mod:`codemoe.sandbox.honest` was taken out. A report in which the failing canary passed, or from which the canaries are missing,
 was forged: the verdict is ``failed`` with a reason starting ``forged test report``, and every test
 counts as failed. A forgery that flips failures into passes, or drops what it does not know,
 shows up; one that recognises the canaries first and spares them does not (see
@@ -54,13 +55,24 @@ def make(files: Mapping[str, object]) -> tuple[str, str, dict[str, str]]:
         path = posixpath.join(folder, f"test_{_name(taken)}.py")
         if path not in files:
             break
-    good, bad = f"test_{_name(taken)}", f"test_{_name(taken)}"
-    x, y, p, q = (1 + secrets.randbelow(999) for _ in range(4))
+    good, bad, liar = (f"test_{_name(taken)}" for _ in range(3))
+    x, y, p, q, r = (1 + secrets.randbelow(999) for _ in range(5))
+    helper = f"_{_name(taken)}"
     bodies = [
         (good, f"    assert {x} + {y} == {x + y}\n"),
         (bad, f"    assert {p} * {q} == {p * q + 1 + secrets.randbelow(9)}\n"),
+        (liar, _liar(helper, r, r + 1 + secrets.randbelow(9))),
     ]
-    if secrets.randbelow(2):
-        bodies.reverse()
-    source = "\n\n".join(f"def {name}():\n{body}" for name, body in bodies)
-    return path, source, {f"{path}::{good}": MUST_PASS, f"{path}::{bad}": MUST_FAIL}
+    order = [bodies.pop(secrets.randbelow(len(bodies))) for _ in range(3)]
+    source = "\n\n".join(f"def {name}():\n{body}" for name, body in order)
+    return path, source, {f"{path}::{good}": MUST_PASS, f"{path}::{bad}": MUST_FAIL, f"{path}::{liar}": MUST_FAIL}
+
+
+def _liar(helper: str, value: int, expected: int) -> str:
+    """A test that must fail: an object that says it equals what it is not, which
+    :mod:`codemoe.sandbox.honest` catches; it passes only where that check was taken out."""
+    if secrets.randbelow(2):  # a subclass of int whose comparison ignores its operand
+        make = f"type({helper!r}, (int,), {{'__eq__': lambda s, o: True, '__hash__': int.__hash__}})({value})"
+    else:  # an object of a class of its own, equal to every int
+        make = f"type({helper!r}, (), {{'__eq__': lambda s, o: type(o) is int}})()"
+    return f"    assert (lambda: {make})() == {expected}\n"

@@ -5,7 +5,10 @@ result channel (descriptor 3) when the session finishes; see :mod:`codemoe.sandb
 they count only with the nonce, and :mod:`codemoe.sandbox.canary` for what checks them in a graded
 run. What the report path calls is bound here, at import: a JSON encoder built once (the C
 encoder, holding its own references), ``os.write``. A program that rebinds ``json.dumps``,
-``json.encoder.*``, ``os.write`` or ``os._exit`` changes nothing of what is sent.
+``json.encoder.*``, ``os.write`` or ``os._exit`` changes nothing of what is sent. A test that
+failed because an object under test lied to one of its comparisons
+(:class:`codemoe.sandbox.honest.ForgedComparison`) is named in the report's
+``forged_comparisons``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ __all__ = ["Reporter", "encode_line"]
 
 CHANNEL_FD = 3
 _OUTCOMES = ("passed", "failed", "error", "skipped")
+_FORGED = "ForgedComparison"
 
 
 def _refuse(value: Any) -> Any:
@@ -69,6 +73,7 @@ class Reporter:
         self.tests: dict[str, str] = {}
         self.collect_errors: list[str] = []
         self.memory = False
+        self.forged: list[str] = []  # tests failed by a comparison an object under test lied to
         self._write = write
 
     def send(self, message: dict[str, Any]) -> None:
@@ -110,8 +115,13 @@ class Reporter:
             self.collect_errors.append(_text(crash_line(report)) or "")
 
     def pytest_runtest_logreport(self, report: Any) -> None:
-        if report.failed and crash_line(report).startswith("MemoryError"):
-            self.memory = True
+        if report.failed:
+            crash = crash_line(report)
+            if crash.startswith("MemoryError"):
+                self.memory = True
+            nodeid = _text(report.nodeid)
+            if _FORGED in crash and nodeid is not None and nodeid not in self.forged:
+                self.forged.append(nodeid)
         if report.when == "call":
             outcome = report.outcome
             if hasattr(report, "wasxfail"):
@@ -129,6 +139,7 @@ class Reporter:
             "exitstatus": int.__index__(exitstatus) if isinstance(exitstatus, int) else -1,
             "collect_errors": self.collect_errors[:20],
             "memory": bool(self.memory),
+            "forged_comparisons": self.forged[:20],
         })
 
 

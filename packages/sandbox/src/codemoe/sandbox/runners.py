@@ -133,6 +133,10 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
             args = ["-o", "addopts=", *args]  # its other options (pythonpath, markers) may be the task's fix
         canary_path, source, canaries = canary.make(contents)
         contents[canary_path] = source
+        # the reporter collects the canaries after everything else; left to pytest's own collection
+        # too they would be imported among the task's modules (before code under test that later ones
+        # import could change what compiles them) and run twice
+        args = [f"--ignore={canary_path}", *args]
     files = [(path, content.encode() if isinstance(content, str) else content) for path, content in contents.items()]
     folders = sorted({os.path.dirname(p) for p, _ in files} - {""}, key=lambda f: f.count("/"))
     stdin = request.stdin.encode() if isinstance(request.stdin, str) else (request.stdin or b"")
@@ -259,8 +263,11 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
     worker before any code under test existed, so patching ``json`` or ``os`` does not reach it.
     """
     import pytest
+    from codemoe.sandbox import honest
     from codemoe.sandbox.pytest_report import Reporter
 
+    honest.install()  # done in the pytest fork server already; a no-op there
+    honest.reseed()  # this execution's probes, drawn where the code under test never saw them
     reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path)
     args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *setup.pytest_args]
     _write_all(CHANNEL_FD, setup.start)  # from here on, code under test may run in this process

@@ -371,6 +371,9 @@ def _warm_up() -> None:
     failure report compiles) is there for every fork."""
     import codemoe.sandbox.pytest_report  # noqa: F401  (the runner's plugin, loaded once here)
     import pytest
+    from codemoe.sandbox import honest
+
+    honest.install()  # every test module's comparisons checked (codemoe.sandbox.honest), warmed up below
 
     with tempfile.TemporaryDirectory(prefix="codemoe-warm-") as folder:
         with open(os.path.join(folder, "test_warm.py"), "w") as f:
