@@ -103,6 +103,15 @@ LIARS = {
         def make():
             return R()
         """),
+    # equal to ints of a plausible size only: the value the test's is asked against is as plausible
+    "equal-to-every-small-int": _returns("""
+        class R:
+            def __eq__(self, other):
+                return type(other) is int and abs(other) < 2**40
+
+        def make():
+            return R()
+        """),
     # takes the first value it is compared with as its own
     "adopts-the-first-value": _returns("""
         class R:
@@ -392,6 +401,40 @@ def test_a_subclass_of_a_builtin_is_held_to_its_value():
         honest.compare(honest.EQ, Flat(0), 5, 1)
     with pytest.raises(honest.ForgedComparison):
         honest.compare(honest.EQ, [Flat(0)], [5], 1)  # inside a container too
+
+
+class _Next:
+    """An rng that always draws +1: the value next to the test's is then the test's value + 1."""
+
+    def choice(self, seq):
+        return seq[-1]
+
+    def randrange(self, start, stop=None):
+        return start if stop is None or start > 0 else 1
+
+
+class Box:
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return self.value == (other.value if isinstance(other, Box) else other)
+
+
+def test_a_wrong_result_that_happens_to_be_the_value_asked_about_is_an_ordinary_failure(monkeypatch):
+    """Asked whether it equals 5 (the test's 4, plus one), a Box holding 5 says yes, honestly: it is
+    a lie only if the same object also equals 4."""
+    monkeypatch.setattr(honest._State, "rng", _Next())
+    assert honest._near(4) == 5
+    assert honest.compare(honest.EQ, Box(5), 4, 1) is False
+    assert honest.compare(honest.EQ, Box(4), 4, 1) is True
+
+    class Both(Box):
+        def __eq__(self, other):
+            return other in (4, 5)
+
+    with pytest.raises(honest.ForgedComparison, match="equal to 5, as well as"):
+        honest.compare(honest.EQ, Both(0), 4, 1)
 
 
 def test_what_the_test_wrote_itself_is_not_asked():

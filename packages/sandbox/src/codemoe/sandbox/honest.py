@@ -19,9 +19,10 @@ runner puts in place when pytest rewrites the test module's asserts (:func:`inst
   overrides; a comparison that says True where the values say False is a lie.
 - **any other object that comes from running code is asked questions it cannot tell from the
   test's**, before and after the test's own, a number of rounds drawn per comparison: does it
-  equal an object of a class made for this execution, or a value far from the one the test
-  expects (``5`` -> ``5 + 2**62 + ...``, ``"abc"`` -> ``"abc\\x00<tag>"``), is it less than
-  itself, does it contain an object it has never seen? An honest object says no; one that says
+  equal an object of a class made for this execution, or a value next to the one the test
+  expects (``5`` -> ``5 +- up to 1000``, ``"abc"`` -> ``"abcq"``, as plausible as the test's), is it
+  less than itself, does it contain an object it has never seen? An honest object says no (or yes
+  to the value next to the test's only when it is not the test's: a wrong result); one that says
   yes is lying, and the test fails with :class:`ForgedComparison`, which the report carries to
   the verdict (``forged comparison``: the reward recipes void their test terms). Code that counts
   calls to lie only at the test's cannot know which call that is.
@@ -196,6 +197,42 @@ def _far(v: Any) -> Any:
     return _State.sentinel() if same else far
 
 
+def _near(v: Any) -> Any:
+    """A plain value next to plain ``v`` that no honest object equal to ``v`` also equals, and that
+    looks like a result (an int a few hundred away, a string one letter longer): code cannot tell
+    it from the test's value by its size."""
+    rng = _State.rng
+    t = type(v)
+    if t is bool:
+        near: Any = not v
+    elif t is int:
+        near = v + rng.choice((-1, 1)) * rng.randrange(1, 1000)
+    elif t is float:
+        near = v + rng.choice((-1, 1)) * rng.randrange(1, 1000) * 1e-3 * max(1.0, abs(v)) if math.isfinite(v) else 1.0
+    elif t is complex:
+        near = v + complex(rng.randrange(1, 1000) * 1e-3 * max(1.0, abs(v)), 0.0)
+    elif t is str:
+        near = v + rng.choice("abcdefghijklmnopqrstuvwxyz")
+    elif t is bytes:
+        near = v + bytes([rng.randrange(97, 123)])
+    elif t is list or t is tuple:
+        near = t(_near(e) for e in v) if v else t((_State.sentinel(),))
+    elif t is dict:
+        near = {k: _near(e) for k, e in v.items()} if v else {_State.sentinel(): _State.sentinel()}
+    elif t is set or t is frozenset:
+        try:
+            near = t(_near(e) for e in v) if v else t((_State.sentinel(),))
+        except TypeError:
+            near = t((_State.sentinel(),))
+    else:
+        return _State.sentinel()
+    try:
+        same = bool(near == v)
+    except Exception:  # (plain values: only a float overflow or the like)
+        same = True
+    return _State.sentinel() if same else near
+
+
 def _above(v: Any) -> Any:
     """A plain value above plain ``v`` in its order (``_NO`` where there is none to take)."""
     t = type(v)
@@ -240,30 +277,36 @@ def _forged(x: Any, question: str) -> ForgedComparison:
     )
 
 
-def _probe(op: int, x: Any, left: bool, other_plain: Any) -> None:
+def _probe(op: int, x: Any, left: bool, other_plain: Any) -> Any:
     """Questions with one honest answer, whatever the test's comparison: ``x`` is the operand that
     came from running code, ``left`` whether it is the left one, ``other_plain`` the other
-    operand's plain value (or ``_NO``)."""
+    operand's plain value (or ``_NO``). Returns the value near the test's that ``x`` said it
+    equals (a lie if it also equals the test's: decided after the test's comparison), or ``_NO``."""
     __tracebackhide__ = True  # pytest shows the test's line, not this module's
     stranger = _State.sentinel()
     if op == IN and not left:  # x is the container
         if _says_yes(IN, stranger, x):
             raise _forged(x, "containing an object made for this test run")
-        return
+        return _NO
     if _says_yes(EQ, x, stranger):
         raise _forged(x, "equal to an object made for this test run")
-    if op in (EQ, NE) and other_plain is not _NO:
+    if op == NE and other_plain is not _NO:
         far = _far(other_plain)
         if _says_yes(EQ, x, far):
-            raise _forged(x, f"equal to {_short(far)}, as well as to what the test compares it with")
+            raise _forged(x, f"equal to {_short(far)}, a value no result is")
     if op in (IN, NOT_IN) and type(other_plain) in (list, tuple, set, frozenset, dict) and other_plain:
         far = [_far(e) for e in other_plain]  # a dict's keys
         if _says_yes(IN, x, far):
-            raise _forged(x, f"being in {_short(far)}, as well as in what the test looks in")
+            raise _forged(x, f"being in {_short(far)}, values no result is")
     if op in (LT, GT) and _says_yes(op, x, x):
         raise _forged(x, f"'{SYMBOLS[op]}' itself")
     if op in (LE, GE) and _says_yes(op, x, stranger):
         raise _forged(x, f"'{SYMBOLS[op]}' an object made for this test run")
+    if op == EQ and other_plain is not _NO:
+        near = _near(other_plain)
+        if _says_yes(EQ, x, near):
+            return near
+    return _NO
 
 
 def _check_claim(op: int, a: Any, b: Any, ca: Any, cb: Any, suspects: list[tuple[Any, bool]]) -> None:
@@ -321,14 +364,21 @@ def compare(op: int, a: Any, b: Any, dynamic: int = 3) -> Any:
     suspects = [(x, left) for x, left, plain, bit in ((a, True, plain_a, 1), (b, False, plain_b, 2))
                 if not plain and dynamic & bit]  # fmt: skip
     rounds = _State.rng.randrange(1, 4) if suspects else 0
+    near: list[tuple[Any, Any]] = []  # (suspect, a value near the test's it said it equals)
     for _ in range(rounds):
         for x, left in suspects:
-            _probe(op, x, left, cb if left else ca)
+            said = _probe(op, x, left, cb if left else ca)
+            if said is not _NO:
+                near.append((x, said))
     truth, result = _truth(_OPS[op](a, b))
     if truth is None:
         return result
     for x, left in suspects:
-        _probe(op, x, left, cb if left else ca)
+        said = _probe(op, x, left, cb if left else ca)
+        if said is not _NO:
+            near.append((x, said))
+    if truth and near:  # equal to the test's value and to one next to it: a wrong result may be the second, never both
+        raise _forged(near[0][0], f"equal to {_short(near[0][1])}, as well as to what the test compares it with")
     if truth and op != NOT_IN:
         _check_claim(op, a, b, ca, cb, suspects)
     return result
