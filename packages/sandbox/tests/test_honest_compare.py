@@ -236,7 +236,7 @@ HONEST_TESTS = {
         from collections import Counter, OrderedDict, namedtuple
         from decimal import Decimal
         from fractions import Fraction
-        from unittest.mock import ANY
+        from unittest.mock import ANY, Mock, call
 
         import numpy as np
         import pytest
@@ -267,6 +267,10 @@ HONEST_TESTS = {
             assert 3 in {1: "a", 3: "b"} and "ell" in "hello" and frozenset({1}) in {frozenset({1})}
             assert None == None and [Point(0, 0)] == [Point(0, 0)]  # noqa: E711
             assert not (Point(0, 0) == Point(0, 1))
+            assert 3 in (i for i in range(5)) and 7 not in iter([1, 2])  # iterators are not used up by a question
+            recorder = Mock()
+            recorder(1, 2)
+            assert recorder.call_args == call(1, 2) and recorder.call_args_list == [call(1, 2)]
 
 
         def test_a_wrong_value_is_an_ordinary_failure():
@@ -435,6 +439,20 @@ def test_a_wrong_result_that_happens_to_be_the_value_asked_about_is_an_ordinary_
 
     with pytest.raises(honest.ForgedComparison, match="equal to 5, as well as"):
         honest.compare(honest.EQ, Both(0), 4, 1)
+
+
+def test_a_library_subclass_of_a_builtin_keeps_its_own_equality():
+    """Counter ignores zero counts; mock's ``call`` compares a call's two-part and three-part forms:
+    both say yes where their tuple or dict values differ, so they are asked, not recomputed."""
+    from collections import Counter
+    from unittest.mock import Mock, call
+
+    recorder = Mock()
+    recorder(1, 2)
+    assert honest.compare(honest.EQ, recorder.call_args, call(1, 2), 1) is True
+    assert honest.compare(honest.EQ, recorder.call_args_list, [call(1, 2)], 1) is True
+    assert honest.compare(honest.EQ, Counter(a=1, b=0), Counter(a=1), 3) is True
+    assert honest.compare(honest.IN, 3, (i for i in range(5)), 3) is True  # an iterator is not used up
 
 
 def test_what_the_test_wrote_itself_is_not_asked():

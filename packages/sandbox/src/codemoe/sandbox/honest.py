@@ -123,7 +123,15 @@ def _defining_class(t: type, name: str) -> type | None:
     return None
 
 
-_TRUSTED_OVERRIDES: frozenset[type] = frozenset()  # builtin subclasses whose comparisons are the standard library's
+_BUILTIN_BASES = frozenset({object, int, float, complex, str, bytes, bool, list, tuple, dict, set, frozenset})
+
+
+def _library_class(klass: type) -> bool:
+    """Whether ``klass`` says it is the standard library's, pytest's or numpy's (a class that claims
+    so falsely is still asked questions: only recomputing its answer from its value is skipped)."""
+    module = getattr(klass, "__module__", None)
+    top = module.split(".")[0] if isinstance(module, str) else ""
+    return top in sys.stdlib_module_names or top in _TRUSTED_TOP
 
 
 def _canon(x: Any, depth: int = 0) -> Any:
@@ -133,10 +141,13 @@ def _canon(x: Any, depth: int = 0) -> Any:
         return x
     if depth >= _DEPTH:
         return _NO
-    if t not in (list, tuple, dict, set, frozenset) and any(
-        _defining_class(t, n) in _TRUSTED_OVERRIDES for n in _COMPARISONS
-    ):
-        return _NO  # e.g. Counter, equal to a Counter without its zero counts: asked, not recomputed
+    if t not in (list, tuple, dict, set, frozenset):
+        for name in _COMPARISONS:
+            klass = _defining_class(t, name)
+            if klass is not None and klass not in _BUILTIN_BASES and _library_class(klass):
+                # a library's own comparison (Counter ignores zero counts, mock's call two forms of
+                # a call): its answer is asked about, not recomputed from the value
+                return _NO
     for base, value in _BASE_VALUE:
         if issubclass(t, base):  # the real type: ``isinstance`` would believe a ``__class__`` property
             return value(x)
@@ -284,7 +295,9 @@ def _probe(op: int, x: Any, left: bool, other_plain: Any) -> Any:
     equals (a lie if it also equals the test's: decided after the test's comparison), or ``_NO``."""
     __tracebackhide__ = True  # pytest shows the test's line, not this module's
     stranger = _State.sentinel()
-    if op == IN and not left:  # x is the container
+    if op in (IN, NOT_IN) and not left:  # x is the container
+        if hasattr(type(x), "__next__"):
+            return _NO  # an iterator: asking would use up what the test's own question reads
         if _says_yes(IN, stranger, x):
             raise _forged(x, "containing an object made for this test run")
         return _NO
@@ -294,7 +307,7 @@ def _probe(op: int, x: Any, left: bool, other_plain: Any) -> Any:
         far = _far(other_plain)
         if _says_yes(EQ, x, far):
             raise _forged(x, f"equal to {_short(far)}, a value no result is")
-    if op in (IN, NOT_IN) and type(other_plain) in (list, tuple, set, frozenset, dict) and other_plain:
+    if op in (IN, NOT_IN) and type(other_plain) in (list, tuple, set, frozenset, dict) and other_plain:  # x: the member
         far = [_far(e) for e in other_plain]  # a dict's keys
         if _says_yes(IN, x, far):
             raise _forged(x, f"being in {_short(far)}, values no result is")
@@ -614,14 +627,10 @@ _INSTALLED: list[Callable[..., None]] = []
 def install() -> None:
     """Make pytest's assertion rewriting route every test module's comparisons through
     :func:`compare` (once per process; the pytest runner calls it before any code under test)."""
-    global _TRUSTED_OVERRIDES
     if _INSTALLED:
         return
-    import collections
-
     import _pytest.assertion.rewrite as rewrite
 
-    _TRUSTED_OVERRIDES = frozenset({collections.Counter})
     original = rewrite.rewrite_asserts
 
     def rewrite_asserts(mod: ast.Module, source: bytes, module_path: str | None = None, config: Any = None) -> None:
