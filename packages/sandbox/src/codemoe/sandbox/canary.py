@@ -5,9 +5,11 @@ change what it says (patch ``TestReport``, wrap a hook, rewrite the outgoing mes
 clone, the worker adds one test module of its own to a graded run, at a fresh name among the task's
 tests: one test that must pass and two that must fail, their names, order and numbers drawn anew
 for each execution. One of the failing two compares an object that lies about equality, so it
-passes only where the comparison check of :mod:`codemoe.sandbox.honest` was taken out. A report in which the failing canary passed, or from which the canaries are missing,
-was forged: the verdict is ``failed`` with a reason starting ``forged test report``, and every test
-counts as failed. A forgery that flips failures into passes, or drops what it does not know,
+passes only where the comparison check of :mod:`codemoe.sandbox.honest` was taken out. A report in
+which a failing canary passed, or from which the canaries are missing, was forged: the verdict
+is ``failed`` with a reason starting ``forged test report``, and every test counts as failed. The
+reporter collects the module after every other test module (pytest's own collection skips it), so
+it is compiled last and runs once. A forgery that flips failures into passes, or drops what it does not know,
 shows up; one that recognises the canaries first and spares them does not (see
 ``docs/reliability.md``), which takes code naming the runner's internals, and the
 ``runner_tampering`` hack detector flags that.
