@@ -365,7 +365,7 @@ def test_taking_the_check_out_shows_up_in_the_canary_that_must_fail(executor, fo
 def test_a_canary_lies_in_one_of_two_ways_drawn_per_run():
     kinds = set()
     for _ in range(40):
-        _, source, expected = canary.make({"tests/test_calc.py": ""})
+        _, source, expected, _ = canary.make({"tests/test_calc.py": ""})
         assert sorted(expected.values()) == ["failed", "failed", "passed"]
         liar = next(line for line in source.splitlines() if "type(" in line)
         kinds.add("int subclass" if "(int,)" in liar else "own class")

@@ -127,3 +127,31 @@ def test_a_test_failed_by_a_lying_comparison_makes_the_verdict_a_forged_comparis
     assert _graded(only_canary, 1, 1, forged_comparisons=list(CANARIES)) == (
         "passed", "", {"tests/test_a.py::test_x": "passed"})
     assert _graded(only_canary, 1, 1, forged_comparisons="tests/test_a.py::test_x")[0] == "passed"  # not a list
+
+
+def test_a_report_naming_a_replaced_name_is_a_forged_test_environment():
+    tests = {"tests/test_a.py::test_x": "passed", **CANARIES}
+    status, reason, out = _graded(tests, 1, 1, tampered=["math.isclose (changed by the end of collection)"])
+    assert status == "failed" and reason.startswith("forged test environment: math.isclose (changed by the end")
+    assert out == {"tests/test_a.py::test_x": "passed"}
+    assert _graded(tests, 1, 1, tampered="math.isclose")[0] == "passed"  # not a list
+
+
+def _with_replacement(tests: dict[str, str], tampered: list[str], **kwargs) -> tuple[str, str, dict[str, str]]:
+    report = {"kind": "pytest", "nonce": "n1", "tests": tests, "exitstatus": 1, "tampered": tampered, **kwargs}
+    return decide(_obs(runner="pytest", exit_code=1, messages=[report], canaries=CANARIES,
+                       canary_replaced="textwrap.indent"))
+
+
+def test_the_canary_modules_replacement_must_be_named_and_is_not_a_finding_itself():
+    tests = {"tests/test_a.py::test_x": "passed", **CANARIES}
+    named = ["textwrap.indent (changed by the end of collection)"]
+    assert _with_replacement(tests, named)[:2] == ("passed", "")
+    status, reason, _ = _with_replacement(tests, [])
+    assert status == "failed" and reason.startswith("forged test report: the canary module's replacement of textwrap.indent")
+    status, reason, _ = _with_replacement(tests, [*named, "builtins.len (changed by the end of the session)"])
+    assert status == "failed" and reason.startswith("forged test environment: builtins.len")
+    # collection failed before the canary module was imported: no canary test ran, nothing to name
+    broken = {"tests/test_a.py": "error"}
+    status, reason, _ = _with_replacement(broken, [], collect_errors=["ImportError: x"])
+    assert status == "error" and not reason.startswith("forged")

@@ -25,7 +25,11 @@ Three ways to run
     ``"forged test report: ..."``). The canaries never appear in ``tests``. In every pytest run the
     comparisons of the test modules are checked (:mod:`codemoe.sandbox.honest`): an object under
     test that lies to one fails its test, and the result is ``failed`` with reason
-    ``"forged comparison in NODEID: ..."``.
+    ``"forged comparison in NODEID: ..."``; and what the tests call is checked against what was
+    loaded before any code under test (:mod:`codemoe.sandbox.pristine`): code that replaced a
+    function, class, method or constant of the standard library, ``builtins`` or pytest (or, graded,
+    of a trusted test module) makes the result ``failed`` with reason
+    ``"forged test environment: ..."``.
 
 ``runner="asserts"`` (HumanEval style)
     The files must include ``program.py`` and ``checks.py``, the way a HumanEval program is

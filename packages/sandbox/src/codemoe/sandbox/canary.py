@@ -5,7 +5,11 @@ change what it says (patch ``TestReport``, wrap a hook, rewrite the outgoing mes
 clone, the worker adds one test module of its own to a graded run, at a fresh name among the task's
 tests: one test that must pass and two that must fail, their names, order and numbers drawn anew
 for each execution. One of the failing two compares an object that lies about equality, so it
-passes only where the comparison check of :mod:`codemoe.sandbox.honest` was taken out. A report in
+passes only where the comparison check of :mod:`codemoe.sandbox.honest` was taken out. When it is
+imported, the module also replaces one standard-library function (drawn per execution from
+:data:`REPLACEABLE`) with a wrapper that does the same, which the environment check of
+:mod:`codemoe.sandbox.pristine` must name; a report that does not, while canary tests ran, comes
+from a run whose check was taken out. A report in
 which a failing canary passed, or from which the canaries are missing, was forged: the verdict
 is ``failed`` with a reason starting ``forged test report``, and every test counts as failed. The
 reporter collects the module after every other test module (pytest's own collection skips it), so
@@ -19,10 +23,11 @@ from __future__ import annotations
 
 import posixpath
 import secrets
+import sys
 from collections import Counter
 from collections.abc import Mapping
 
-__all__ = ["MUST_FAIL", "MUST_PASS", "PYTEST_CONFIG_FILES", "SELECTING_OPTIONS", "make"]
+__all__ = ["MUST_FAIL", "MUST_PASS", "PYTEST_CONFIG_FILES", "REPLACEABLE", "SELECTING_OPTIONS", "make"]
 
 MUST_PASS, MUST_FAIL = "passed", "failed"
 # the files pytest takes its configuration from, in the order it looks for them in one folder
@@ -49,8 +54,16 @@ def _folder(paths: list[str]) -> str:
     return folders.most_common(1)[0][0] if folders else ""
 
 
-def make(files: Mapping[str, object]) -> tuple[str, str, dict[str, str]]:
-    """(path, source, node id -> expected outcome) of a fresh canary module for a run over ``files``."""
+# standard-library functions of the pytest fork server the canary module replaces with a wrapper that
+# does the same: the environment check (codemoe.sandbox.pristine) must name the one drawn
+REPLACEABLE = (("textwrap", "indent"), ("textwrap", "shorten"), ("shlex", "quote"), ("fnmatch", "fnmatchcase"),
+               ("string", "capwords"), ("posixpath", "commonprefix"), ("difflib", "get_close_matches"))  # fmt: skip
+
+
+def make(files: Mapping[str, object]) -> tuple[str, str, dict[str, str], str]:
+    """(path, source, node id -> expected outcome, ``module.name`` it replaces) of a fresh canary
+    module for a run over ``files``. The replacement is made when the module is imported (during
+    collection) and does what the original does; ``""`` if none of :data:`REPLACEABLE` is loaded."""
     taken = {posixpath.basename(p)[:-3] for p in files if p.endswith(".py")}
     folder = _folder(list(files))
     while True:
@@ -67,7 +80,21 @@ def make(files: Mapping[str, object]) -> tuple[str, str, dict[str, str]]:
     ]
     order = [bodies.pop(secrets.randbelow(len(bodies))) for _ in range(3)]
     source = "\n\n".join(f"def {name}():\n{body}" for name, body in order)
-    return path, source, {f"{path}::{good}": MUST_PASS, f"{path}::{bad}": MUST_FAIL, f"{path}::{liar}": MUST_FAIL}
+    prologue, replaced = _replacement(_name(taken))
+    outcomes = {f"{path}::{good}": MUST_PASS, f"{path}::{bad}": MUST_FAIL, f"{path}::{liar}": MUST_FAIL}
+    return path, prologue + source, outcomes, replaced
+
+
+def _replacement(alias: str) -> tuple[str, str]:
+    """Source that replaces a drawn loaded standard-library function with one that calls it, and
+    its ``module.name``: a report that does not name it comes from a run whose environment check
+    was taken out."""
+    loaded = [(m, f) for m, f in REPLACEABLE if callable(getattr(sys.modules.get(m), f, None))]
+    if not loaded:
+        return "", ""
+    module, name = loaded[secrets.randbelow(len(loaded))]
+    wrapper = f"_{alias}.wraps(_{alias}_m.{name})(lambda *a, _f=_{alias}_m.{name}, **k: _f(*a, **k))"
+    return f"import functools as _{alias}, {module} as _{alias}_m\n_{alias}_m.{name} = {wrapper}\n\n\n", f"{module}.{name}"
 
 
 def _liar(helper: str, value: int, expected: int) -> str:

@@ -8,7 +8,9 @@ encoder, holding its own references), ``os.write``. A program that rebinds ``jso
 ``json.encoder.*``, ``os.write`` or ``os._exit`` changes nothing of what is sent. A test that
 failed because an object under test lied to one of its comparisons
 (:class:`codemoe.sandbox.honest.ForgedComparison`) is named in the report's
-``forged_comparisons``.
+``forged_comparisons``. Names the code under test replaced or deleted in what the tests call (the
+standard library, ``builtins``, pytest, a trusted test module's own names: see
+:mod:`codemoe.sandbox.pristine`) are named in its ``tampered``.
 """
 
 from __future__ import annotations
@@ -16,17 +18,20 @@ from __future__ import annotations
 import json.encoder
 import os
 import posixpath
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from codemoe.sandbox.pristine import Snapshot
 
 __all__ = ["Reporter", "encode_line"]
 
 CHANNEL_FD = 3
 _OUTCOMES = ("passed", "failed", "error", "skipped")
 _FORGED = "ForgedComparison"
+_MODULES = sys.modules  # bound at import: rebinding ``sys.modules`` does not hide a module from the reporter
 
 
 def _refuse(value: Any) -> Any:
@@ -61,11 +66,13 @@ class Reporter:
 
     ``graded``: a test module outside ``trusted`` may not load plugins (``pytest_plugins``).
     ``canary``: a module (relative to the root dir) whose tests run after every collected one,
-    whatever the arguments select.
+    whatever the arguments select. ``pristine``: what was loaded before any code under test, taken as
+    it is when the session starts and checked after collection and when the session finishes.
     """
 
     def __init__(self, nonce: str, *, graded: bool = False, trusted: frozenset[str] = frozenset(),
-                 canary: str = "", write: Callable[[int, bytes], int] = os.write) -> None:
+                 canary: str = "", pristine: Snapshot | None = None,
+                 write: Callable[[int, bytes], int] = os.write) -> None:
         self.nonce = nonce
         self.graded = graded
         self.trusted = trusted
@@ -74,6 +81,8 @@ class Reporter:
         self.collect_errors: list[str] = []
         self.memory = False
         self.forged: list[str] = []  # tests failed by a comparison an object under test lied to
+        self.pristine = pristine
+        self.tampered: list[str] = []  # "module.name (replaced by the end of WHEN)"
         self._write = write
 
     def send(self, message: dict[str, Any]) -> None:
@@ -97,6 +106,32 @@ class Reporter:
             consider(module)
 
         manager.consider_module = consider_module
+
+    def _check(self, when: str) -> None:
+        if self.pristine is not None:
+            for name in self.pristine.check():
+                if len(self.tampered) < 20:
+                    self.tampered.append(f"{name} (changed by the end of {when})")
+
+    @pytest.hookimpl(trylast=True)  # after pytest's own session setup (its hooks, faulthandler, ...)
+    def pytest_sessionstart(self, session: Any) -> None:
+        if self.pristine is not None:
+            self.pristine.rebase()
+
+    # the checks run outside every other wrapper of the hook (tryfirst, registered last): what pytest
+    # swaps for the length of collection or of the session's end (warnings capture) is back
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection(self, session: Any) -> Any:
+        try:
+            return (yield)
+        finally:
+            self._check("collection")
+            if self.pristine is not None and self.graded:
+                root = str(session.config.rootpath).rstrip("/") + "/"
+                for name, module in list(_MODULES.items()):
+                    path = getattr(module, "__file__", None)
+                    if type(path) is str and path.startswith(root) and path[len(root):] in self.trusted:
+                        self.pristine.watch(name, vars(module))
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
     def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
@@ -132,7 +167,15 @@ class Reporter:
         elif report.skipped:
             self._record(report.nodeid, "skipped")
 
-    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> Any:
+        try:
+            return (yield)
+        finally:
+            self._check("the session")
+            self._send_report(exitstatus)
+
+    def _send_report(self, exitstatus: Any) -> None:
         self.send({
             "kind": "pytest",
             "tests": self.tests,
@@ -140,6 +183,7 @@ class Reporter:
             "collect_errors": self.collect_errors[:20],
             "memory": bool(self.memory),
             "forged_comparisons": self.forged[:20],
+            "tampered": self.tampered[:20],
         })
 
 

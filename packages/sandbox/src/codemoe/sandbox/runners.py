@@ -107,6 +107,7 @@ class ChildSetup:
     canaries: dict[str, str] = field(default_factory=dict)  # graded pytest runs: node id -> expected outcome
     canaries_required: bool = True  # False when the run's options may stop or deselect them honestly
     canary_path: str = ""  # the canary module, which the reporter adds to the collected tests
+    canary_replaced: str = ""  # the module.name the canary module replaces, which the report must name
     seed: int = 0  # the asserts runner's seed of random for the checks, shared with the checker
     start: bytes = b""  # the runners' start marker, with the nonce
 
@@ -125,13 +126,13 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
         contents.pop("checks.py")  # the checks are compiled from the request; the program never reads them from a file
     args = list(request.command or []) if request.runner == "pytest" else []
     canaries: dict[str, str] = {}
-    canary_path = ""
+    canary_path = replaced = ""
     trusted = frozenset(request.trusted)
     if request.runner == "pytest" and request.graded:
         contents = {p: c for p, c in contents.items() if posixpath.basename(p) != "conftest.py" or p in trusted}
         if any(posixpath.basename(p) in canary.PYTEST_CONFIG_FILES and p not in trusted for p in contents):
             args = ["-o", "addopts=", *args]  # its other options (pythonpath, markers) may be the task's fix
-        canary_path, source, canaries = canary.make(contents)
+        canary_path, source, canaries, replaced = canary.make(contents)
         contents[canary_path] = source
         # the reporter collects the canaries after everything else; left to pytest's own collection
         # too they would be imported among the task's modules (before code under test that later ones
@@ -145,6 +146,7 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
                       done=_line({"kind": "done", "nonce": request.nonce}), nonce=request.nonce,
                       start=_line({"kind": "start", "nonce": request.nonce}),
                       pytest_args=args, trusted=trusted, canaries=canaries, canary_path=canary_path,
+                      canary_replaced=replaced,
                       seed=random.getrandbits(64) if request.runner == "asserts" else 0,
                       canaries_required=not any(a.split("=", 1)[0] in canary.SELECTING_OPTIONS or
                                                 (a.startswith("-x") and a[1:].isalpha()) for a in args))
@@ -263,12 +265,14 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
     worker before any code under test existed, so patching ``json`` or ``os`` does not reach it.
     """
     import pytest
-    from codemoe.sandbox import honest
+    from codemoe.sandbox import honest, pristine
     from codemoe.sandbox.pytest_report import Reporter
 
     honest.install()  # done in the pytest fork server already; a no-op there
     honest.reseed()  # this execution's probes, drawn where the code under test never saw them
-    reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path)
+    snapshot = pristine.taken() or pristine.take()  # taken in the pytest fork server, before any code under test
+    reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path,
+                        pristine=snapshot)
     args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *setup.pytest_args]
     _write_all(CHANNEL_FD, setup.start)  # from here on, code under test may run in this process
     try:

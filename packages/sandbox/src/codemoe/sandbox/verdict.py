@@ -40,6 +40,7 @@ class Observation:
     oom_kill: bool = False  # the execution's cgroup counted an OOM kill (a trusted observation)
     canaries: dict[str, str] = field(default_factory=dict)  # graded pytest: canary node id -> expected outcome
     canaries_required: bool = True  # False when the run's options may honestly stop or deselect them
+    canary_replaced: str = ""  # graded pytest: the module.name the canary module replaced, which the report must name
 
     def __post_init__(self) -> None:
         self.messages = _authentic(self.messages, self.nonce)
@@ -192,6 +193,18 @@ def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]:
         more = f" (and {len(liars) - 1} more)" if len(liars) > 1 else ""
         return "failed", (f"forged comparison in {liars[0]}{more}: an object under test answered a test's "
                           "comparison with what it is not")
+    tampered = report.get("tampered")
+    tampered = [str(n) for n in tampered] if isinstance(tampered, list) else []
+    if obs.canary_replaced:
+        named = [n for n in tampered if n.split(" ", 1)[0] == obs.canary_replaced]
+        tampered = [n for n in tampered if n not in named]
+        if not named and any(nodeid in reported for nodeid in obs.canaries):  # its module was imported
+            return "failed", (f"forged test report: the canary module's replacement of {obs.canary_replaced} "
+                              "is not named: the environment check was taken out")
+    if tampered:
+        more = f" (and {len(tampered) - 1} more)" if len(tampered) > 1 else ""
+        return "failed", (f"forged test environment: {tampered[0]}{more}: code under test replaced what the "
+                          "tests call (codemoe.sandbox.pristine)")
     bad = sorted(k for k, v in tests.items() if v in ("failed", "error"))
     if obs.canaries and exitstatus == 1 and obs.exit_code == 1 and not bad:
         exitstatus = 0  # the failing canary alone

@@ -333,6 +333,7 @@ def _result(
         oom_kill=oom_kill,
         canaries=setup.canaries,
         canaries_required=setup.canaries_required,
+        canary_replaced=setup.canary_replaced,
     )
     verdict, reason, tests = decide(observation)
     return ExecutionResult(
@@ -410,6 +411,15 @@ def _index_module_files() -> None:
     inspect.getmodule(None, os.path.join(os.sep, "codemoe-index-modules.py"))  # a file no module has
 
 
+def _index_and_snapshot() -> None:
+    """The last of the pytest fork server's warm-up: the module index, then the snapshot of
+    everything loaded (:mod:`codemoe.sandbox.pristine`), which each execution's reporter checks."""
+    from codemoe.sandbox import pristine
+
+    _index_module_files()
+    pristine.take()
+
+
 def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: WorkerState,
            pytest_zygote: _Zygote | None, checker: Checker | None = None) -> int:
     """Answer requests until ``control_in`` closes; pytest requests go to ``pytest_zygote``."""
@@ -481,7 +491,7 @@ def _start_pytest_zygote(plan: IsolationPlan) -> _Zygote:
         os.close(from_child)
         linux.parent_death_signal(signal.SIGKILL)
         _warm_up()
-        state = _settle(plan, _index_module_files)
+        state = _settle(plan, _index_and_snapshot)
         wire.send(to_parent, {"ready": True})
         code = _serve(from_parent, to_parent, plan, state, None)
         release_worker(state)

@@ -1,0 +1,201 @@
+"""What a test calls is what the runner loaded: names the code under test replaced are a forgery.
+
+A test's ``assert math.isclose(area(), 0.3)``, ``with pytest.raises(ValueError)`` or
+``assert len(evens(xs)) == 2`` calls names the code under test can rebind in the same process:
+``math.isclose = lambda *a, **k: True`` at import makes the first pass whatever ``area`` returns,
+``pytest.raises = contextlib.suppress`` the second, and a ``len`` that says 2 for the list type the
+code returns the third. The comparison itself is honest (:mod:`codemoe.sandbox.honest`); what was
+asked was not.
+
+So the pytest fork server takes a :class:`Snapshot` before any code under test exists, of
+everything loaded then (the standard library, ``builtins``, pytest and its plugins, the runner):
+each module's functions, classes, submodules and constant values, every entry of each class those
+modules define, and which module each ``sys.modules`` name holds. The runner's reporter takes the
+state when the session starts as the one to keep (pytest's own setup swaps ``pdb.set_trace``),
+checks it after collection and when the session finishes, and names what was replaced or deleted
+in the report (``tampered``); the verdict is then ``failed`` with a reason that starts
+``forged test environment``, which voids the reward's test terms. A trusted test module's
+functions, classes and modules are checked the same way from the end of collection on.
+
+A check costs one read per dictionary: CPython gives every dict a version tag that changes with
+each insertion, replacement or deletion (PEP 509), read here through ``ctypes`` without touching
+the objects the dict holds (so a forked execution copies few of the server's pages for it): about
+0.15 ms for the 1,900 dicts of a warm pytest server. Only a dict whose tag moved is compared entry
+by entry; where the interpreter has no such tag (checked when the snapshot is taken), every one is.
+
+Not covered (``docs/reliability.md``): a replacement undone before the next check (a patched
+function that restores the original the first time it is called), and code that rewrites the
+snapshot or memory itself (``ctypes``, which the ``runner_tampering`` detector flags).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import itertools
+import operator
+import sys
+import types
+from collections.abc import Iterable
+from operator import attrgetter
+from typing import Any
+
+__all__ = ["Snapshot", "take", "taken"]
+
+_ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (a C type's dict cannot be written)
+_MISSING = object()
+_VALUE = attrgetter("value")
+# module attributes that running code rebinds as a matter of course (streams, hooks pytest swaps per
+# test, the last exception); what they hold is data, not something a test calls for its answer
+_MUTABLE = {
+    "sys": frozenset({"stdin", "stdout", "stderr", "displayhook", "excepthook", "unraisablehook",
+                      "breakpointhook", "last_type", "last_value", "last_traceback"}),
+    "threading": frozenset({"excepthook"}),
+    "time": frozenset({"tzname", "timezone", "altzone", "daylight"}),  # time.tzset() rebinds them
+    "builtins": frozenset({"_"}),
+}  # fmt: skip
+# modules whose constants are settings a program may set (sys.dont_write_bytecode, sys.tracebacklimit):
+# only their functions, classes and submodules are checked
+_SETTINGS = frozenset({"sys"})
+
+
+def _kept(value: Any, constants: bool = True) -> bool:
+    """Whether rebinding ``value`` can change a test's answer: what it calls, or a constant it reads."""
+    return callable(value) or isinstance(value, (types.ModuleType, *_ATOMS) if constants else types.ModuleType)
+
+
+def _tag_offset() -> int | None:
+    """Where a dict's version tag lies on this interpreter (CPython 3.8+), verified; None if not."""
+    if sys.implementation.name != "cpython":
+        return None
+    offset = 2 * ctypes.sizeof(ctypes.c_void_p) + ctypes.sizeof(ctypes.c_ssize_t)  # after the header and ma_used
+    probe: dict[str, object] = {"a": 1}
+    tag = ctypes.c_uint64.from_address(id(probe) + offset)
+    seen = [tag.value]
+    for change in (lambda: probe.__setitem__("a", 2), lambda: probe.__setitem__("b", 3), lambda: probe.pop("b")):
+        change()
+        seen.append(tag.value)
+    grows = all(b > a for a, b in itertools.pairwise(seen))
+    return offset if grows and len(probe) == 1 else None
+
+
+class _Watched:
+    """One dictionary and the entries of it that are checked."""
+
+    __slots__ = ("entries", "label", "mapping")
+
+    def __init__(self, label: str, mapping: dict[str, Any], entries: tuple[tuple[str, Any], ...]) -> None:
+        self.label = label
+        self.mapping = mapping
+        self.entries = entries
+
+    def changed(self) -> list[str]:
+        """Entries replaced or deleted; one that held None may be set (a lazily made global, like
+        pytest's doctest runner class: nothing a test called was replaced)."""
+        get = self.mapping.get
+        return [name for name, value in self.entries if get(name, _MISSING) is not value and value is not None]
+
+    def accept(self) -> None:
+        """Take what the dict holds now as its state (entries that are gone stay gone)."""
+        get = self.mapping.get
+        self.entries = tuple((name, get(name)) for name, _ in self.entries if get(name, _MISSING) is not _MISSING)
+
+
+class Snapshot:
+    """The names of everything loaded so far, to check later that none was replaced or deleted."""
+
+    def __init__(self, watched: list[_Watched], offset: int | None) -> None:
+        self._watched = watched
+        self._offset = offset
+        self._views: list[Any] = []
+        self._tags: list[int] = []
+        self._reported: set[str] = set()
+        self._retag()
+
+    @classmethod
+    def take(cls, modules: Iterable[tuple[str, types.ModuleType]] | None = None) -> Snapshot:
+        """Of ``modules`` (default: every module in ``sys.modules`` but ``__main__``)."""
+        pairs = [(n, m) for n, m in (list(sys.modules.items()) if modules is None else modules)
+                 if isinstance(m, types.ModuleType) and n != "__main__"]  # fmt: skip
+        loaded = tuple((n, m) for n, m in pairs if sys.modules.get(n) is m)
+        watched: list[_Watched] = [_Watched("sys.modules", sys.modules, loaded)]
+        classes: dict[int, tuple[str, type]] = {}
+        seen: set[int] = set()
+        for key, module in pairs:
+            if id(module) in seen:  # one module under two names (os.path is posixpath): watched once
+                continue
+            seen.add(id(module))
+            name = getattr(module, "__name__", None)
+            name = name if isinstance(name, str) else key
+            exempt = _MUTABLE.get(name, frozenset())
+            constants = name not in _SETTINGS
+            entries = tuple((k, v) for k, v in vars(module).items() if k not in exempt and _kept(v, constants))
+            watched.append(_Watched(name, vars(module), entries))
+            for _, value in entries:
+                if isinstance(value, type) and value.__flags__ & _HEAPTYPE and value.__module__ == name:
+                    classes.setdefault(id(value), (f"{name}.{value.__qualname__}", value))
+        for label, klass in classes.values():
+            real = [r for r in gc.get_referents(vars(klass)) if isinstance(r, dict)]  # the dict behind the mappingproxy
+            if len(real) == 1:
+                watched.append(_Watched(label, real[0], tuple(real[0].items())))
+        return cls(watched, _tag_offset())
+
+    def watch(self, label: str, mapping: dict[str, Any]) -> None:
+        """Check ``mapping``'s functions, classes and modules from now on (a trusted test module's
+        names; its other globals are its own state, which its tests may change)."""
+        entries = tuple((k, v) for k, v in mapping.items() if _kept(v, constants=False))
+        self._watched.append(_Watched(label, mapping, entries))
+        if self._offset is not None:
+            self._views.append(ctypes.c_uint64.from_address(id(mapping) + self._offset))
+            self._tags.append(self._views[-1].value)
+
+    def _retag(self) -> None:
+        if self._offset is None:
+            return
+        offset, view = self._offset, ctypes.c_uint64.from_address
+        self._views = [view(id(w.mapping) + offset) for w in self._watched]
+        self._tags = list(map(_VALUE, self._views))
+
+    def _moved(self) -> Iterable[int]:
+        """Indices of the dicts that may have changed since the last check."""
+        if self._offset is None:
+            return range(len(self._watched))
+        tags = list(map(_VALUE, self._views))
+        if tags == self._tags:
+            return ()
+        moved = list(itertools.compress(itertools.count(), map(operator.ne, tags, self._tags)))
+        self._tags = tags
+        return moved
+
+    def rebase(self) -> None:
+        """Take the present state as the one to keep (the session's own setup is done)."""
+        for i in self._moved():
+            self._watched[i].accept()
+
+    def check(self) -> list[str]:
+        """What was replaced or deleted since the snapshot (or the last :meth:`rebase`), as
+        ``module.name``; each name once, at the first check that finds it."""
+        found: list[str] = []
+        for i in self._moved():
+            watched = self._watched[i]
+            for name in watched.changed():
+                label = f"sys.modules[{name!r}]" if watched.mapping is sys.modules else f"{watched.label}.{name}"
+                if label not in self._reported:
+                    self._reported.add(label)
+                    found.append(label)
+        return found
+
+
+_TAKEN: list[Snapshot] = []
+
+
+def take() -> Snapshot:
+    """Take this process's snapshot (the pytest fork server, once, after warming up)."""
+    _TAKEN[:] = [Snapshot.take()]
+    return _TAKEN[0]
+
+
+def taken() -> Snapshot | None:
+    """The snapshot :func:`take` took in this process, if any."""
+    return _TAKEN[0] if _TAKEN else None
