@@ -6,6 +6,7 @@ the standard library the way repositories do keep their verdicts.
 
 from __future__ import annotations
 
+import ast
 import sys
 import textwrap
 import types
@@ -112,7 +113,7 @@ TAMPERING = {
     ),
     # a module replaced in sys.modules before a test module imports it
     "sys-modules-entry": (
-        "sys.modules['math']",
+        "math (imported from math)",
         "test_area_of_two",
         textwrap.dedent("""
         import sys, types
@@ -440,15 +441,22 @@ def test_watched_test_module_names_are_its_functions_classes_and_modules_not_its
     assert snapshot.check() == ["tests.test_x.f"]
 
 
-def test_sys_modules_entries_are_checked():
-    module = _module()
-    sys.modules["codemoe_pristine_probe"] = module
-    try:
-        snapshot = Snapshot.take([("codemoe_pristine_probe", module)])
-        sys.modules["codemoe_pristine_probe"] = types.ModuleType("codemoe_pristine_probe")
-        assert snapshot.check() == ["sys.modules['codemoe_pristine_probe']"]
-    finally:
-        del sys.modules["codemoe_pristine_probe"]
+def test_a_test_modules_imports_must_bind_what_the_snapshot_holds():
+    math_module, fake = types.ModuleType("mathx"), types.ModuleType("mathx")
+    math_module.isclose = fake.isclose = None
+    math_module.isclose, fake.isclose = (lambda *a: False), (lambda *a: True)
+    snapshot = Snapshot([], None, {"mathx": math_module})
+    tree = ast.parse("import mathx\nimport mathx as m2\nimport mathx.sub\nfrom mathx import isclose as near\n"
+                     "from mathx import *\nfrom . import local\nfrom other import thing\nif True:\n    import mathx as nested\n")
+    found = pristine.imports(tree)
+    assert found == [("mathx", "mathx", None), ("m2", "mathx", None), ("mathx", "mathx", None),
+                     ("near", "mathx", "isclose"), ("thing", "other", "thing")]
+    honest_globals = {"mathx": math_module, "m2": math_module, "near": math_module.isclose, "thing": object()}
+    assert snapshot.imported("tests.t", honest_globals, found) == []
+    faked = {"mathx": fake, "m2": math_module, "near": fake.isclose, "thing": object()}
+    assert snapshot.imported("tests.t", faked, found) == [
+        "tests.t.mathx (imported from mathx)", "tests.t.near (imported from mathx)"]
+    assert snapshot.imported("tests.t", faked, found) == []  # each once
 
 
 @pytest.mark.skipif(sys.implementation.name != "cpython", reason="dict version tags are CPython's")

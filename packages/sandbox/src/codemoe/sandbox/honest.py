@@ -626,11 +626,14 @@ def install() -> None:
     if _INSTALLED:
         return
     import _pytest.assertion.rewrite as rewrite
+    from codemoe.sandbox import pristine
 
     original = rewrite.rewrite_asserts
 
     def rewrite_asserts(mod: ast.Module, source: bytes, module_path: str | None = None, config: Any = None) -> None:
         root = str(getattr(config, "rootpath", "") or "") or None
+        if module_path:
+            pristine.record_imports(str(module_path), mod)  # what the module's imports must bind
         surveyed = survey(mod, _trusted_roots(module_path, root))
         original(mod, source, module_path, config)
         instrument(mod, surveyed)

@@ -9,13 +9,14 @@ asked was not.
 
 So the pytest fork server takes a :class:`Snapshot` before any code under test exists, of
 everything loaded then (the standard library, ``builtins``, pytest and its plugins, the runner):
-each module's functions, classes, submodules and constant values, every entry of each class those
-modules define, and which module each ``sys.modules`` name holds. The runner's reporter takes the
-state when the session starts as the one to keep (pytest's own setup swaps ``pdb.set_trace``),
-checks it after collection and when the session finishes, and names what was replaced or deleted
-in the report (``tampered``); the verdict is then ``failed`` with a reason that starts
-``forged test environment``, which voids the reward's test terms. A trusted test module's
-functions, classes and modules are checked the same way from the end of collection on.
+each module's functions, classes, submodules and constant values, and every entry of each class
+those modules define. The runner's reporter takes the state when the session starts as the one to
+keep (pytest's own setup swaps ``pdb.set_trace``), checks it after collection and when the session
+finishes, and names what was replaced or deleted in the report (``tampered``); the verdict is then
+``failed`` with a reason that starts ``forged test environment``, which voids the reward's test
+terms. A trusted test module's functions, classes and modules are checked the same way from the end
+of collection on, and what its top-level imports bound must be what the snapshotted modules hold
+(a fake module put in ``sys.modules`` before the test module imported it is named).
 
 A check costs one read per dictionary: CPython gives every dict a version tag that changes with
 each insertion, replacement or deletion (PEP 509), read here through ``ctypes`` without touching
@@ -30,17 +31,19 @@ snapshot or memory itself (``ctypes``, which the ``runner_tampering`` detector f
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import gc
 import itertools
 import operator
+import os
 import sys
 import types
 from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["Snapshot", "take", "taken"]
+__all__ = ["Snapshot", "imports", "record_imports", "recorded_imports", "take", "taken"]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (a C type's dict cannot be written)
@@ -105,8 +108,10 @@ class _Watched:
 class Snapshot:
     """The names of everything loaded so far, to check later that none was replaced or deleted."""
 
-    def __init__(self, watched: list[_Watched], offset: int | None) -> None:
+    def __init__(self, watched: list[_Watched], offset: int | None,
+                 modules: dict[str, types.ModuleType] | None = None) -> None:
         self._watched = watched
+        self._modules = dict(modules or {})  # name -> the module sys.modules held when the snapshot was taken
         self._offset = offset
         self._views: list[Any] = []
         self._tags: list[int] = []
@@ -118,8 +123,8 @@ class Snapshot:
         """Of ``modules`` (default: every module in ``sys.modules`` but ``__main__``)."""
         pairs = [(n, m) for n, m in (list(sys.modules.items()) if modules is None else modules)
                  if isinstance(m, types.ModuleType) and n != "__main__"]  # fmt: skip
-        loaded = tuple((n, m) for n, m in pairs if sys.modules.get(n) is m)
-        watched: list[_Watched] = [_Watched("sys.modules", sys.modules, loaded)]
+        modules = {n: m for n, m in pairs if sys.modules.get(n) is m}
+        watched: list[_Watched] = []
         classes: dict[int, tuple[str, type]] = {}
         seen: set[int] = set()
         for key, module in pairs:
@@ -139,7 +144,7 @@ class Snapshot:
             real = [r for r in gc.get_referents(vars(klass)) if isinstance(r, dict)]  # the dict behind the mappingproxy
             if len(real) == 1:
                 watched.append(_Watched(label, real[0], tuple(real[0].items())))
-        return cls(watched, _tag_offset())
+        return cls(watched, _tag_offset(), modules)
 
     def watch(self, label: str, mapping: dict[str, Any]) -> None:
         """Check ``mapping``'s functions, classes and modules from now on (a trusted test module's
@@ -180,11 +185,56 @@ class Snapshot:
         for i in self._moved():
             watched = self._watched[i]
             for name in watched.changed():
-                label = f"sys.modules[{name!r}]" if watched.mapping is sys.modules else f"{watched.label}.{name}"
+                label = f"{watched.label}.{name}"
                 if label not in self._reported:
                     self._reported.add(label)
                     found.append(label)
         return found
+
+    def imported(self, label: str, mapping: dict[str, Any], imports: Iterable[tuple[str, str, str | None]]) -> list[str]:
+        """Names a test module bound with ``import`` from a snapshotted module that are not what that
+        module holds (a fake put in ``sys.modules`` before the test module imported it); each once."""
+        found = []
+        for bound, module_name, attr in imports:
+            module = self._modules.get(module_name)
+            if module is None:
+                continue
+            expected = module if attr is None else vars(module).get(attr, _MISSING)
+            label_of = f"{label}.{bound} (imported from {module_name})"
+            if expected is not _MISSING and mapping.get(bound, _MISSING) is not expected and label_of not in self._reported:
+                self._reported.add(label_of)
+                found.append(label_of)
+        return found
+
+
+def imports(tree: ast.Module) -> list[tuple[str, str, str | None]]:
+    """(name bound, module, attribute or None) of each import statement at a module's top level."""
+    found: list[tuple[str, str, str | None]] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    found.append((alias.asname, alias.name, None))
+                else:
+                    head = alias.name.split(".", 1)[0]
+                    found.append((head, head, None))
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found += [(a.asname or a.name, node.module, a.name) for a in node.names if a.name != "*"]
+    return found
+
+
+_IMPORTS: dict[str, list[tuple[str, str, str | None]]] = {}
+
+
+def record_imports(path: str, tree: ast.Module) -> None:
+    """Keep the top-level imports of a test module pytest rewrites (called from its rewrite hook,
+    before the module runs), for :meth:`Snapshot.imported`."""
+    _IMPORTS[os.path.abspath(path)] = imports(tree)
+
+
+def recorded_imports(path: str) -> list[tuple[str, str, str | None]]:
+    """What :func:`record_imports` kept for the module at ``path``."""
+    return _IMPORTS.get(os.path.abspath(path), [])
 
 
 _TAKEN: list[Snapshot] = []

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from codemoe.sandbox.pristine import Snapshot
+from codemoe.sandbox.pristine import Snapshot, recorded_imports
 
 __all__ = ["Reporter", "encode_line"]
 
@@ -128,10 +128,10 @@ class Reporter:
             self._check("collection")
             if self.pristine is not None and self.graded:
                 root = str(session.config.rootpath).rstrip("/") + "/"
-                for name, module in list(_MODULES.items()):
-                    path = getattr(module, "__file__", None)
-                    if type(path) is str and path.startswith(root) and path[len(root):] in self.trusted:
-                        self.pristine.watch(name, vars(module))
+                for name, module in _trusted_modules(self.trusted, root):
+                    self.pristine.watch(name, vars(module))
+                    for found in self.pristine.imported(name, vars(module), recorded_imports(module.__file__)):
+                        self.tampered.append(f"{found} (changed by the end of collection)")
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
     def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
@@ -185,6 +185,26 @@ class Reporter:
             "forged_comparisons": self.forged[:20],
             "tampered": self.tampered[:20],
         })
+
+
+def _trusted_modules(trusted: frozenset[str], root: str) -> list[tuple[str, Any]]:
+    """The loaded modules made from ``trusted`` files, found by the names an import of each file can
+    have (``tests/test_a.py``: ``test_a``, ``tests.test_a``) rather than by reading every module,
+    which would touch (and so copy into the fork) every page of the server's modules."""
+    found = []
+    for path in sorted(trusted):
+        if not path.endswith(".py"):
+            continue
+        parts = path[:-3].split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        for start in range(len(parts)):
+            name = ".".join(parts[start:])
+            module = _MODULES.get(name)
+            if module is not None and getattr(module, "__file__", None) == root + path:
+                found.append((name, module))
+                break
+    return found
 
 
 def crash_line(report: Any) -> str:
