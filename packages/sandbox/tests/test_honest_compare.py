@@ -10,7 +10,7 @@ import ast
 import textwrap
 
 import pytest
-from codemoe.sandbox import ExecutionRequest, Limits, canary, honest
+from codemoe.sandbox import ExecutionRequest, Limits, canary, honest, runners
 
 TESTS = {
     "tests/test_calc.py": textwrap.dedent("""
@@ -486,3 +486,31 @@ def test_the_survey_tells_the_tests_own_expectations_from_values_of_running_code
     assert list(surveyed.values()) == [[1], [1], [3], [0], [2, 1], [1]]
     rebound = ast.parse("from pytest import approx as add\nadd = 1\nassert add == 1\n")
     assert list(honest.survey(rebound, trusted).values()) == [[1]]  # a variable now, not pytest's name
+
+
+HELPER_TESTS = {
+    "tests/helpers.py": "def check_sum(value, expected):\n    assert value == expected\n",
+    "tests/test_calc.py": "from calc import add\nfrom helpers import check_sum\n\n\ndef test_add():\n"
+                          "    check_sum(add(2, 2), 4)\n\n\ndef test_more():\n    check_sum(add(1, 2), 3)\n",
+}
+
+
+def test_a_comparison_in_a_trusted_helper_module_of_the_tests_is_checked_too(executor):
+    """pytest rewrites test modules and conftests only; a helper they import (``tests/helpers.py``)
+    compared as plain Python, so a liar passed there. Trusted helpers are rewritten like the tests."""
+    liar = LIARS["int-subclass-reads-its-operand"]
+    result = _run(executor, {"calc.py": liar}, HELPER_TESTS)
+    assert result.status == "failed" and result.reason.startswith("forged comparison in tests/test_calc.py::test_")
+    assert "ForgedComparison" in result.stdout
+    honest_add = _run(executor, {"calc.py": "def add(a, b):\n    return a + b\n"}, HELPER_TESTS)
+    assert honest_add.status == "passed", honest_add.reason
+    wrong_add = _run(executor, {"calc.py": "def add(a, b):\n    return a - b\n"}, HELPER_TESTS)
+    assert wrong_add.status == "failed" and wrong_add.reason.startswith("2 of 2 tests failed"), wrong_add.reason
+
+
+def test_the_helpers_are_trusted_files_beside_trusted_test_modules():
+    trusted = frozenset({"tests/test_a.py", "tests/helpers.py", "tests/util/strings.py", "tests/conftest.py",
+                         "tests/data.json", "calc.py", "test_root.py", "src/pkg/tests/check_test.py",
+                         "src/pkg/tests/fixtures.py", "src/pkg/core.py"})
+    assert runners.test_helpers(trusted) == ["src/pkg/tests/fixtures.py", "tests/helpers.py", "tests/util/strings.py"]
+    assert runners.test_helpers(frozenset({"test_root.py", "helpers.py"})) == []  # tests at the root: none

@@ -9,7 +9,8 @@ answers True to ints only, or one that takes the first value it is compared with
 
 So every comparison written in a test module (``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``,
 ``not in``, and the unittest ``assertEqual`` family) goes through :func:`compare`, which the pytest
-runner puts in place when pytest rewrites the test module's asserts (:func:`install`):
+runner puts in place when pytest rewrites the test module's asserts (:func:`install`); a graded run's
+trusted helper modules beside the tests are rewritten too (:func:`rewrite_helpers`):
 
 - **plain values compare as they are.** Exact ``int``, ``float``, ``str``, ``bytes``, ``bool``,
   ``None``, ``complex`` and lists, tuples, dicts and sets of them cannot lie: their comparison is
@@ -45,10 +46,10 @@ import operator
 import os
 import random
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["ForgedComparison", "check_call", "compare", "install", "instrument", "reseed"]
+__all__ = ["ForgedComparison", "check_call", "compare", "install", "instrument", "reseed", "rewrite_helpers"]
 
 EQ, NE, LT, LE, GT, GE, IN, NOT_IN = range(8)
 SYMBOLS = ("==", "!=", "<", "<=", ">", ">=", "in", "not in")
@@ -639,6 +640,32 @@ def install() -> None:
         instrument(mod, surveyed)
 
     rewrite.rewrite_asserts = rewrite_asserts
+    hook = rewrite.AssertionRewritingHook
+    should, bailout = hook._should_rewrite, hook._early_rewrite_bailout
+
+    def _should_rewrite(self: Any, name: str, fn: str, state: Any) -> bool:
+        return fn in _HELPERS or should(self, name, fn, state)
+
+    def _early_rewrite_bailout(self: Any, name: str, state: Any) -> bool:
+        return name.rpartition(".")[2] not in _HELPER_NAMES and bailout(self, name, state)
+
+    hook._should_rewrite, hook._early_rewrite_bailout = _should_rewrite, _early_rewrite_bailout
     _INSTALLED.append(original)
     reseed()
+
+
+_HELPERS: set[str] = set()  # absolute paths of this execution's trusted helper modules
+_HELPER_NAMES: set[str] = set()  # their module names' last parts
+
+
+def rewrite_helpers(paths: Iterable[str]) -> None:
+    """Have pytest rewrite these files too (and so check their comparisons), whatever their names:
+    the helper modules a task's tests import (``tests/helpers.py``), which pytest rewrites only
+    when a plugin registers them. Set per execution, before any code under test."""
+    _HELPERS.clear()
+    _HELPER_NAMES.clear()
+    for path in paths:
+        _HELPERS.add(os.path.abspath(path))
+        stem = os.path.basename(path)[:-3]
+        _HELPER_NAMES.add(os.path.basename(os.path.dirname(path)) if stem == "__init__" else stem)
 

@@ -108,6 +108,7 @@ class ChildSetup:
     canaries_required: bool = True  # False when the run's options may stop or deselect them honestly
     canary_path: str = ""  # the canary module, which the reporter adds to the collected tests
     canary_replaced: str = ""  # the module.name the canary module replaces, which the report must name
+    helpers: list[str] = field(default_factory=list)  # trusted helper modules of the tests, rewritten like them
     seed: int = 0  # the asserts runner's seed of random for the checks, shared with the checker
     start: bytes = b""  # the runners' start marker, with the nonce
 
@@ -146,10 +147,23 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
                       done=_line({"kind": "done", "nonce": request.nonce}), nonce=request.nonce,
                       start=_line({"kind": "start", "nonce": request.nonce}),
                       pytest_args=args, trusted=trusted, canaries=canaries, canary_path=canary_path,
-                      canary_replaced=replaced,
+                      canary_replaced=replaced, helpers=test_helpers(trusted),
                       seed=random.getrandbits(64) if request.runner == "asserts" else 0,
                       canaries_required=not any(a.split("=", 1)[0] in canary.SELECTING_OPTIONS or
                                                 (a.startswith("-x") and a[1:].isalpha()) for a in args))
+
+
+def test_helpers(trusted: frozenset[str]) -> list[str]:
+    """The trusted Python files in a folder (or below one) that holds a trusted test module, other than
+    test modules and conftests: the helpers the tests import (``tests/helpers.py``), whose comparisons
+    :mod:`codemoe.sandbox.honest` checks too. Test modules at the root make no folder of helpers (the
+    repository's own modules live there)."""
+    def is_test(name: str) -> bool:
+        return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+    folders = {posixpath.dirname(p) for p in trusted if p.endswith(".py") and is_test(posixpath.basename(p))} - {""}
+    return sorted(p for p in trusted if p.endswith(".py") and not is_test(posixpath.basename(p))
+                  and any(p.startswith(folder + "/") for folder in folders))  # fmt: skip
 
 
 def _write_files(setup: ChildSetup) -> None:
@@ -269,6 +283,7 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
     from codemoe.sandbox.pytest_report import Reporter
 
     honest.install()  # done in the pytest fork server already; a no-op there
+    honest.rewrite_helpers(os.path.join(os.getcwd(), p) for p in setup.helpers)
     honest.reseed()  # this execution's probes, drawn where the code under test never saw them
     snapshot = pristine.taken() or pristine.take()  # taken in the pytest fork server, before any code under test
     reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path,
