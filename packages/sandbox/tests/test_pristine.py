@@ -51,6 +51,17 @@ TESTS = {
         def test_area_of_two():
             assert math.isclose(area(2), 12.566, rel_tol=1e-3)
         """),
+    "tests/test_mock.py": textwrap.dedent("""
+        from unittest import mock
+
+        from geo import notify
+
+
+        def test_notify_calls_the_sink_once():
+            sink = mock.Mock()
+            notify(sink, 3)
+            sink.assert_called_once_with(3)
+        """),
     "tests/test_helper.py": textwrap.dedent("""
         from geo import area
 
@@ -80,6 +91,10 @@ def evens(xs):
 
 def check(x):
     return x
+
+
+def notify(sink, value):
+    return None
 """
 
 TAMPERING = {
@@ -96,6 +111,12 @@ TAMPERING = {
         "ApproxScalar.__eq__",
         "test_area_approx",
         "import pytest\ntype(pytest.approx(1.0)).__eq__ = lambda s, o: True\n",
+    ),
+    # a method of a module the tests import that only the pytest fork server's warm-up loads
+    "mock-assertion": (
+        "NonCallableMock.assert_called_once_with",
+        "test_notify_calls_the_sink_once",
+        "from unittest import mock\nmock.NonCallableMock.assert_called_once_with = lambda self, *a, **k: None\n",
     ),
     # a builtin that lies only about the code's own list type
     "builtin-for-its-own-type": (
@@ -287,6 +308,10 @@ HONEST = textwrap.dedent("""
         return [x for x in xs if x % 2 == 0]
 
 
+    def notify(sink, value):
+        sink(value)
+
+
     def check(x):
         if x < 0:
             warnings.warn("negative", UserWarning)
@@ -361,7 +386,7 @@ HONEST_TESTS = {
 def test_honest_code_and_tests_that_use_the_standard_library_keep_their_verdicts(executor):
     result = _run(executor, HONEST, HONEST_TESTS)
     assert result.status == "passed", (result.reason, result.stdout[-2000:])
-    assert len(result.tests) == 16 and result.tests["tests/test_features.py::test_skipped"] == "skipped"
+    assert len(result.tests) == 17 and result.tests["tests/test_features.py::test_skipped"] == "skipped"
 
 
 # -------------------------------------------------------------------------------------------------

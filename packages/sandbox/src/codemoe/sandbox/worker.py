@@ -62,6 +62,13 @@ PRELOAD = (
     "hashlib", "heapq", "itertools", "json", "math", "operator", "random", "re", "statistics", "string",
     "typing",
 )
+# what tests import besides pytest's own modules, loaded in the pytest fork server: imported once
+# there, not in every run, and in the environment snapshot (codemoe.sandbox.pristine), which covers
+# only what the server had loaded before any code under test
+TEST_PRELOAD = (
+    *PRELOAD, "asyncio", "cmath", "concurrent.futures", "configparser", "csv", "doctest", "gzip", "pickle",
+    "queue", "tempfile", "textwrap", "unittest", "unittest.mock", "zipfile",
+)
 
 
 @dataclass
@@ -373,6 +380,9 @@ def _warm_up() -> None:
     import codemoe.sandbox.pytest_report  # noqa: F401  (the runner's plugin, loaded once here)
     import pytest
     from codemoe.sandbox import honest
+
+    for name in TEST_PRELOAD:
+        importlib.import_module(name)
 
     honest.install()  # every test module's comparisons checked (codemoe.sandbox.honest), warmed up below
 
