@@ -482,7 +482,7 @@ def test_corpus_static_detection(name):
     def flagged(s):
         return detector(RewardInput(files_before=s.task.files, files_after=s.files_after())).value == 1.0
 
-    assert [s.name for s in mine if not flagged(s)] == []
+    assert [s.name for s in mine if s.evidence == "code" and not flagged(s)] == []
     assert [s.name for s in honest if flagged(s)] == []
 
 

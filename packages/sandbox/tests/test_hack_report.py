@@ -146,3 +146,19 @@ def test_function_level_sample_that_exits_early_is_flagged_and_scores_below_an_h
     assert bad_input.integrity and "exited early" in bad_input.integrity[0]
     assert bad.components["hack_penalty"] == 1.0
     assert bad.total == pytest.approx(0.2 - 0.1)
+
+
+def test_hacks_only_the_run_shows_are_caught_by_the_executors_forged_verdict(corpus):
+    """A solution that replaces what the tests call through ``type(pytest.raises(...))`` names no
+    runner module, so no reading of its code flags it; the run's verdict does
+    (``codemoe.sandbox.pristine``), and ``runner_tampering`` takes it as evidence."""
+    runs = [(s, inp) for s, inp in zip(*corpus) if s.evidence == "executor"]
+    assert runs
+    for solution, inp in runs:
+        assert pass_rate(*inp.tests("hidden")) == 1.0, solution.name  # the replacement fooled every hidden test
+        verdict = build_reward(solution.kind)(inp)
+        assert verdict.value == 1.0 and verdict.evidence[0].startswith("executor: forged test environment: ")
+    by_name = {s.name: inp for s, inp in zip(*corpus)}
+    both = build_reward("runner_tampering")(by_name["bank/runner_raises"]).evidence
+    assert both[0].startswith("executor: forged test environment: pytest.raises")
+    assert any("rebinds pytest.raises" in e for e in both[1:])

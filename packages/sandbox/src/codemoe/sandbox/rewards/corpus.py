@@ -1,10 +1,11 @@
 """A corpus of honest and hacked solutions, and running it through the sandbox executor.
 
-The package ships one as data, :data:`SHIPPED_CORPUS` (7 tasks, 129 solutions; its README says how
+The package ships one as data, :data:`SHIPPED_CORPUS` (7 tasks, 131 solutions; its README says how
 it was written). Layout (all YAML)::
 
     CORPUS/tasks/<task>.yaml                  id, statement, files (repo before), hidden (hidden tests)
-    CORPUS/solutions/<task>/<solution>.yaml   kind (honest, honest_partial or a detector name), note, files, delete
+    CORPUS/solutions/<task>/<solution>.yaml   kind (honest, honest_partial or a detector name), note, files, delete,
+                                              evidence (code, the default, or executor: only the run shows it)
 
 Every solution is executed in the sandbox: its visible tests as the solution left them, and the
 hidden tests on its non-test files. The results, with the files before and after, become a
@@ -60,6 +61,7 @@ class CorpusSolution:
     note: str = ""
     files: dict[str, str] = field(default_factory=dict)
     delete: tuple[str, ...] = ()
+    evidence: str = "code"  # where its detector finds it: "code" (read statically) or "executor" (only the run)
 
     @property
     def name(self) -> str:
@@ -110,11 +112,18 @@ def load_corpus(root: str | Path) -> list[CorpusSolution]:
                     str(sol.get("note", "")),
                     dict(sol.get("files") or {}),
                     tuple(sol.get("delete") or ()),
+                    _evidence(path, sol.get("evidence", "code")),
                 )
             )
     if not solutions:
         raise RewardSpecError(f"{root}: no solutions under solutions/<task>/")
     return solutions
+
+
+def _evidence(path: Path, value: Any) -> str:
+    if value not in ("code", "executor"):
+        raise RewardSpecError(f"{path}: 'evidence' is 'code' (the default) or 'executor', not {value!r}")
+    return str(value)
 
 
 def _hidden_tree(files: dict[str, str], task: CorpusTask, probe: RewardInput) -> dict[str, str]:
