@@ -118,20 +118,6 @@ TAMPERING = {
         "test_notify_calls_the_sink_once",
         "from unittest import mock\nmock.NonCallableMock.assert_called_once_with = lambda self, *a, **k: None\n",
     ),
-    # a builtin that lies only about the code's own list type
-    "builtin-for-its-own-type": (
-        "builtins.len",
-        "test_evens_count",
-        textwrap.dedent("""
-        import builtins
-        _len = builtins.len
-        class Evens(list):
-            pass
-        builtins.len = lambda x: 2 if type(x) is Evens else _len(x)
-        def evens(xs):
-            return Evens(xs)
-        """),
-    ),
     # a module replaced in sys.modules before a test module imports it
     "sys-modules-entry": (
         "math (imported from math)",
@@ -156,6 +142,25 @@ TAMPERING = {
             return 0.0
         """),
     ),
+}
+
+# builtins replaced by the code under test: a test module's functions call the builtins as the fork
+# server loaded them, so none of these fools a test; one that stays replaced is still named
+BUILTINS = {
+    # a builtin that lies only about the code's own list type
+    "builtin-for-its-own-type": (
+        "builtins.len",
+        "test_evens_count",
+        textwrap.dedent("""
+        import builtins
+        _len = builtins.len
+        class Evens(list):
+            pass
+        builtins.len = lambda x: 2 if type(x) is Evens else _len(x)
+        def evens(xs):
+            return Evens(xs)
+        """),
+    ),
     # installed by the code under test during a test, not at import; left for the next test
     "installed-during-a-test": (
         "builtins.len",
@@ -168,6 +173,21 @@ TAMPERING = {
         def evens(xs):
             builtins.len = lambda x: 2 if type(x) is Evens else _len(x)
             return Evens(xs)
+        """),
+    ),
+    # put back the first time it is called: no check can see it, and the test's len is not it
+    "put-back-when-used": (
+        "",
+        "test_evens_count",
+        textwrap.dedent("""
+        import builtins
+        _len = builtins.len
+        def _once(x):
+            builtins.len = _len
+            return 2
+        def evens(xs):
+            builtins.len = _once
+            return list(xs)
         """),
     ),
 }
@@ -201,8 +221,20 @@ def test_code_that_replaces_what_the_tests_call_is_a_forged_test_environment(exe
     assert what in result.reason.split(":", 2)[1], result.reason
 
 
+@pytest.mark.parametrize("name", list(BUILTINS))
+def test_a_replaced_builtin_does_not_reach_a_test_function_and_one_left_replaced_is_named(executor, name):
+    what, fooled_before, tamper = BUILTINS[name]
+    result = _run(executor, _program(tamper))
+    assert result.tests[f"tests/test_geo.py::{fooled_before}"] == "failed", result.tests
+    assert result.status == "failed", result
+    if what:
+        assert result.reason.startswith(f"forged test environment: {what} "), result.reason
+    else:  # nothing left to name: an ordinary failure
+        assert "tests failed or errored" in result.reason and "forged" not in result.reason, result.reason
+
+
 def test_a_replacement_made_during_a_test_is_named_when_the_session_ends(executor):
-    result = _run(executor, _program(TAMPERING["installed-during-a-test"][2]))
+    result = _run(executor, _program(BUILTINS["installed-during-a-test"][2]))
     assert "builtins.len (changed by the end of the session)" in result.reason, result.reason
     at_import = _run(executor, _program(TAMPERING["stdlib-function"][2]))
     assert "math.isclose (changed by the end of collection)" in at_import.reason, at_import.reason
@@ -312,6 +344,10 @@ HONEST = textwrap.dedent("""
         sink(value)
 
 
+    def ask():
+        return int(input("how many? "))
+
+
     def check(x):
         if x < 0:
             warnings.warn("negative", UserWarning)
@@ -330,13 +366,19 @@ HONEST_TESTS = {
             yield 1
         """),
     "tests/test_features.py": textwrap.dedent("""
+        import builtins
         import logging
         import math
         import unittest
         import warnings
 
         import pytest
-        from geo import area, check
+        from geo import area, ask, check
+
+
+        def test_a_monkeypatched_builtin_reaches_the_code_under_test(monkeypatch):
+            monkeypatch.setattr(builtins, "input", lambda *a: "42")
+            assert ask() == 42
 
 
         def test_monkeypatched_and_restored(monkeypatch, unit):
@@ -386,7 +428,7 @@ HONEST_TESTS = {
 def test_honest_code_and_tests_that_use_the_standard_library_keep_their_verdicts(executor):
     result = _run(executor, HONEST, HONEST_TESTS)
     assert result.status == "passed", (result.reason, result.stdout[-2000:])
-    assert len(result.tests) == 17 and result.tests["tests/test_features.py::test_skipped"] == "skipped"
+    assert len(result.tests) == 18 and result.tests["tests/test_features.py::test_skipped"] == "skipped"
 
 
 # -------------------------------------------------------------------------------------------------

@@ -419,7 +419,7 @@ _UNITTEST = {
     "assertListEqual": EQ, "assertTupleEqual": EQ, "assertDictEqual": EQ, "assertSetEqual": EQ,
     "assertSequenceEqual": EQ, "assertMultiLineEqual": EQ,
 }  # fmt: skip
-COMPARE_NAME, CHECK_NAME = "@codemoe_compare", "@codemoe_check"
+COMPARE_NAME, CHECK_NAME, BUILTINS_NAME = "@codemoe_compare", "@codemoe_check", "@codemoe_builtins"
 
 
 class _Provenance:
@@ -572,13 +572,17 @@ def _at(new: ast.AST, old: ast.AST) -> Any:
 
 
 def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[int]]) -> None:
-    """Route the module's comparisons through :func:`compare` (in place), after pytest's rewrite."""
+    """Route the module's comparisons through :func:`compare` (in place), after pytest's rewrite,
+    and make its functions call the builtins as the fork server loaded them
+    (:func:`codemoe.sandbox.pristine.builtins_for`)."""
     transformer = _Instrument(surveyed)
     transformer.visit(tree)
-    if not transformer.changed:
-        return
-    imported = ast.ImportFrom(module=__name__, names=[ast.alias("compare", COMPARE_NAME),
-                                                      ast.alias("check_call", CHECK_NAME)], level=0)  # fmt: skip
+    names = [ast.alias("compare", COMPARE_NAME), ast.alias("check_call", CHECK_NAME)] if transformer.changed else []
+    imported = ast.ImportFrom(module=__name__, names=names, level=0)
+    # the module's functions call the builtins as the fork server loaded them (codemoe.sandbox.pristine)
+    frozen = ast.ImportFrom(module="codemoe.sandbox.pristine", names=[ast.alias("builtins_for", BUILTINS_NAME)], level=0)
+    assign = ast.Assign(targets=[ast.Name("__builtins__", ast.Store())],
+                        value=ast.Call(ast.Name(BUILTINS_NAME, ast.Load()), [ast.Name("__name__", ast.Load())], []))
     body = tree.body
     at = 0
     for i, stmt in enumerate(body):  # after the docstring, __future__ imports and pytest's own imports
@@ -589,9 +593,12 @@ def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[
         ):
             at = i + 1
     lineno = getattr(body[at - 1], "lineno", 1) if 0 < at <= len(body) else 1
-    for node in (imported, *imported.names):
-        node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = lineno, 0, lineno, 0
-    body.insert(at, imported)
+    added = [imported] if names else []
+    for stmt in [*added, frozen, assign]:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.stmt, ast.expr, ast.alias)):
+                node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = lineno, 0, lineno, 0
+    body[at:at] = [*added, frozen, assign]
 
 
 def _trusted_roots(module_path: str | None, root: str | None) -> Callable[[str], bool]:

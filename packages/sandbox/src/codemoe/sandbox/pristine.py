@@ -16,7 +16,9 @@ finishes, and names what was replaced or deleted in the report (``tampered``); t
 ``failed`` with a reason that starts ``forged test environment``, which voids the reward's test
 terms. A trusted test module's functions, classes and modules are checked the same way from the end
 of collection on, and what its top-level imports bound must be what the snapshotted modules hold
-(a fake module put in ``sys.modules`` before the test module imported it is named).
+(a fake module put in ``sys.modules`` before the test module imported it is named). Builtins are
+closed by design: a test module's functions call a copy of them as the server loaded them
+(:func:`builtins_for`), so a replaced ``len`` never reaches a test, even one put back before a check.
 
 A check costs one read per dictionary: CPython gives every dict a version tag that changes with
 each insertion, replacement or deletion (PEP 509), read here through ``ctypes`` without touching
@@ -24,14 +26,15 @@ the objects the dict holds (so a forked execution copies few of the server's pag
 0.15 ms for the 1,900 dicts of a warm pytest server. Only a dict whose tag moved is compared entry
 by entry; where the interpreter has no such tag (checked when the snapshot is taken), every one is.
 
-Not covered (``docs/reliability.md``): a replacement undone before the next check (a patched
-function that restores the original the first time it is called), and code that rewrites the
+Not covered (``docs/reliability.md``): a replacement of a module's function undone before the next
+check (one that restores the original the first time it is called), and code that rewrites the
 snapshot or memory itself (``ctypes``, which the ``runner_tampering`` detector flags).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import ctypes
 import gc
 import itertools
@@ -43,7 +46,7 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["Snapshot", "imports", "record_imports", "recorded_imports", "take", "taken"]
+__all__ = ["Snapshot", "builtins_for", "imports", "record_imports", "recorded_imports", "take", "taken"]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (a C type's dict cannot be written)
@@ -112,6 +115,7 @@ class Snapshot:
                  modules: dict[str, types.ModuleType] | None = None) -> None:
         self._watched = watched
         self._modules = dict(modules or {})  # name -> the module sys.modules held when the snapshot was taken
+        self.builtins = dict(vars(builtins))  # the builtins as they were, which test modules' functions use
         self._offset = offset
         self._views: list[Any] = []
         self._tags: list[int] = []
@@ -238,6 +242,20 @@ def recorded_imports(path: str) -> list[tuple[str, str, str | None]]:
 
 
 _TAKEN: list[Snapshot] = []
+
+
+def builtins_for(module: str) -> dict[str, Any]:
+    """The builtins a test module's functions use: a copy of them as the fork server loaded them
+    (the test module's rewrite sets ``__builtins__`` to it first thing), watched like the rest. A
+    builtin the code under test replaces (``builtins.len = ...``), even one that puts the original
+    back the first time it is called, is not what a test function calls; the code under test and
+    the libraries it calls see the real ``builtins`` (a test's ``monkeypatch.setattr(builtins, ...)``
+    still reaches them)."""
+    snapshot = taken()
+    frozen = dict(snapshot.builtins if snapshot is not None else vars(builtins))
+    if snapshot is not None:
+        snapshot.watch(f"{module}.__builtins__", frozen)
+    return frozen
 
 
 def take() -> Snapshot:
