@@ -62,6 +62,17 @@ TESTS = {
             notify(sink, 3)
             sink.assert_called_once_with(3)
         """),
+    "tests/test_early.py": textwrap.dedent("""
+        def _close(a, b):
+            assert abs(a - b) < 1e-3
+
+
+        from geo import area  # noqa: E402  (a helper above the import of the code under test)
+
+
+        def test_area_half():
+            _close(area(0.5), 0.7854)
+        """),
     "tests/test_helper.py": textwrap.dedent("""
         from geo import area
 
@@ -127,6 +138,18 @@ TAMPERING = {
         fake = types.ModuleType("math")
         fake.isclose = lambda *a, **k: True
         sys.modules["math"] = fake
+        """),
+    ),
+    # a trusted test module's helper defined above its import of the code under test, replaced
+    # while that import runs (before collection ends)
+    "helper-above-the-import": (
+        "_close",
+        "test_area_half",
+        textwrap.dedent("""
+        import sys
+        for _module in list(sys.modules.values()):
+            if hasattr(_module, "_close"):
+                _module._close = lambda a, b: None
         """),
     ),
     # a trusted test module's own helper, replaced from inside the first call: the later test passes
@@ -428,7 +451,7 @@ HONEST_TESTS = {
 def test_honest_code_and_tests_that_use_the_standard_library_keep_their_verdicts(executor):
     result = _run(executor, HONEST, HONEST_TESTS)
     assert result.status == "passed", (result.reason, result.stdout[-2000:])
-    assert len(result.tests) == 18 and result.tests["tests/test_features.py::test_skipped"] == "skipped"
+    assert len(result.tests) == 19 and result.tests["tests/test_features.py::test_skipped"] == "skipped"
 
 
 # -------------------------------------------------------------------------------------------------
@@ -506,6 +529,18 @@ def test_watched_test_module_names_are_its_functions_classes_and_modules_not_its
     assert snapshot.check() == []
     module.f = lambda: None
     assert snapshot.check() == ["tests.test_x.f"]
+
+
+def test_a_watched_module_is_held_to_what_its_definitions_bound_not_to_what_it_holds_when_watched(snapshot_of):
+    module = _module()
+    snapshot = snapshot_of(types.ModuleType("other"))
+    original = module.f
+    pristine.defined("tests.test_y", "f", original)
+    module.f = lambda: None  # replaced before the watch starts (while the module imported the code)
+    snapshot.watch("tests.test_y", vars(module), pristine.definitions("tests.test_y"))
+    assert snapshot.check() == ["tests.test_y.f"]
+    module.f = original
+    assert snapshot.check() == []  # named once; back as it was
 
 
 def test_a_test_modules_imports_must_bind_what_the_snapshot_holds():

@@ -420,6 +420,7 @@ _UNITTEST = {
     "assertSequenceEqual": EQ, "assertMultiLineEqual": EQ,
 }  # fmt: skip
 COMPARE_NAME, CHECK_NAME, BUILTINS_NAME = "@codemoe_compare", "@codemoe_check", "@codemoe_builtins"
+DEFINED_NAME = "@codemoe_defined"
 
 
 class _Provenance:
@@ -580,7 +581,8 @@ def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[
     names = [ast.alias("compare", COMPARE_NAME), ast.alias("check_call", CHECK_NAME)] if transformer.changed else []
     imported = ast.ImportFrom(module=__name__, names=names, level=0)
     # the module's functions call the builtins as the fork server loaded them (codemoe.sandbox.pristine)
-    frozen = ast.ImportFrom(module="codemoe.sandbox.pristine", names=[ast.alias("builtins_for", BUILTINS_NAME)], level=0)
+    frozen = ast.ImportFrom(module="codemoe.sandbox.pristine", level=0,
+                            names=[ast.alias("builtins_for", BUILTINS_NAME), ast.alias("defined", DEFINED_NAME)])
     assign = ast.Assign(targets=[ast.Name("__builtins__", ast.Store())],
                         value=ast.Call(ast.Name(BUILTINS_NAME, ast.Load()), [ast.Name("__name__", ast.Load())], []))
     body = tree.body
@@ -595,10 +597,25 @@ def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[
     lineno = getattr(body[at - 1], "lineno", 1) if 0 < at <= len(body) else 1
     added = [imported] if names else []
     for stmt in [*added, frozen, assign]:
-        for node in ast.walk(stmt):
-            if isinstance(node, (ast.stmt, ast.expr, ast.alias)):
-                node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = lineno, 0, lineno, 0
-    body[at:at] = [*added, frozen, assign]
+        _place(stmt, lineno)
+    # each top-level function and class is recorded as it is defined, before any later statement
+    # (an import of the code under test among them) runs: a replacement made later is found
+    rest = []
+    for stmt in body[at:]:
+        rest.append(stmt)
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            call = ast.Call(ast.Name(DEFINED_NAME, ast.Load()), [ast.Name("__name__", ast.Load()), ast.Constant(stmt.name),
+                                                                  ast.Name(stmt.name, ast.Load())], [])  # fmt: skip
+            rest.append(_place(ast.Expr(call), getattr(stmt, "end_lineno", None) or stmt.lineno))
+    body[at:] = [*added, frozen, assign, *rest]
+
+
+def _place(stmt: ast.stmt, lineno: int) -> ast.stmt:
+    """Give an added statement and everything in it a position (line ``lineno``, column 0)."""
+    for node in ast.walk(stmt):
+        if isinstance(node, (ast.stmt, ast.expr, ast.alias)):
+            node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = lineno, 0, lineno, 0
+    return stmt
 
 
 def _trusted_roots(module_path: str | None, root: str | None) -> Callable[[str], bool]:

@@ -15,7 +15,8 @@ keep (pytest's own setup swaps ``pdb.set_trace``), checks it after collection an
 finishes, and names what was replaced or deleted in the report (``tampered``); the verdict is then
 ``failed`` with a reason that starts ``forged test environment``, which voids the reward's test
 terms. A trusted test module's functions, classes and modules are checked the same way from the end
-of collection on, and what its top-level imports bound must be what the snapshotted modules hold
+of collection on, each held to what its ``def`` or ``class`` bound (:func:`defined`, called by the
+module's rewrite right after each), and what its top-level imports bound must be what the snapshotted modules hold
 (a fake module put in ``sys.modules`` before the test module imported it is named). Builtins are
 closed by design: a test module's functions call a copy of them as the server loaded them
 (:func:`builtins_for`), so a replaced ``len`` never reaches a test, even one put back before a check.
@@ -46,7 +47,8 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["Snapshot", "builtins_for", "imports", "record_imports", "recorded_imports", "take", "taken"]
+__all__ = ["Snapshot", "builtins_for", "defined", "definitions", "imports", "record_imports", "recorded_imports",
+           "take", "taken"]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (a C type's dict cannot be written)
@@ -150,14 +152,17 @@ class Snapshot:
                 watched.append(_Watched(label, real[0], tuple(real[0].items())))
         return cls(watched, _tag_offset(), modules)
 
-    def watch(self, label: str, mapping: dict[str, Any]) -> None:
+    def watch(self, label: str, mapping: dict[str, Any], originals: dict[str, Any] | None = None) -> None:
         """Check ``mapping``'s functions, classes and modules from now on (a trusted test module's
-        names; its other globals are its own state, which its tests may change)."""
-        entries = tuple((k, v) for k, v in mapping.items() if _kept(v, constants=False))
-        self._watched.append(_Watched(label, mapping, entries))
-        if self._offset is not None:
+        names; its other globals are its own state, which its tests may change), held to
+        ``originals`` where given (what each name was bound to when it was defined)."""
+        originals = originals or {}
+        entries = {k: v for k, v in mapping.items() if _kept(v, constants=False)}
+        entries.update(originals)
+        self._watched.append(_Watched(label, mapping, tuple(entries.items())))
+        if self._offset is not None:  # compared entry by entry at the next check, then by its tag
             self._views.append(ctypes.c_uint64.from_address(id(mapping) + self._offset))
-            self._tags.append(self._views[-1].value)
+            self._tags.append(-1)
 
     def _retag(self) -> None:
         if self._offset is None:
@@ -228,6 +233,18 @@ def imports(tree: ast.Module) -> list[tuple[str, str, str | None]]:
 
 
 _IMPORTS: dict[str, list[tuple[str, str, str | None]]] = {}
+_DEFINED: dict[str, dict[str, Any]] = {}
+
+
+def defined(module: str, name: str, value: Any) -> None:
+    """Record what a test module's top-level ``def`` or ``class`` bound, right after it ran (the
+    rewrite adds the call after each one), for :meth:`Snapshot.watch`."""
+    _DEFINED.setdefault(module, {})[name] = value
+
+
+def definitions(module: str) -> dict[str, Any]:
+    """What :func:`defined` recorded for ``module`` (its ``__name__``)."""
+    return _DEFINED.get(module, {})
 
 
 def record_imports(path: str, tree: ast.Module) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from codemoe.sandbox.pristine import Snapshot, recorded_imports
+from codemoe.sandbox.pristine import Snapshot, definitions, recorded_imports
 
 __all__ = ["Reporter", "encode_line"]
 
@@ -125,13 +125,13 @@ class Reporter:
         try:
             return (yield)
         finally:
-            self._check("collection")
-            if self.pristine is not None and self.graded:
+            if self.pristine is not None and self.graded:  # watched from here, held to what they defined
                 root = str(session.config.rootpath).rstrip("/") + "/"
                 for name, module in _trusted_modules(self.trusted, root):
-                    self.pristine.watch(name, vars(module))
+                    self.pristine.watch(name, vars(module), definitions(name))
                     for found in self.pristine.imported(name, vars(module), recorded_imports(module.__file__)):
                         self.tampered.append(f"{found} (changed by the end of collection)")
+            self._check("collection")
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
     def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
