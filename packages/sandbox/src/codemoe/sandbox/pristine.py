@@ -155,14 +155,14 @@ class Snapshot:
     def watch(self, label: str, mapping: dict[str, Any], originals: dict[str, Any] | None = None) -> None:
         """Check ``mapping``'s functions, classes and modules from now on (a trusted test module's
         names; its other globals are its own state, which its tests may change), held to
-        ``originals`` where given (what each name was bound to when it was defined)."""
-        originals = originals or {}
+        ``originals`` where given (what each name was bound to when it was defined): then it is
+        compared entry by entry at the next check, since it may differ already."""
         entries = {k: v for k, v in mapping.items() if _kept(v, constants=False)}
-        entries.update(originals)
+        entries.update(originals or {})
         self._watched.append(_Watched(label, mapping, tuple(entries.items())))
-        if self._offset is not None:  # compared entry by entry at the next check, then by its tag
+        if self._offset is not None:
             self._views.append(ctypes.c_uint64.from_address(id(mapping) + self._offset))
-            self._tags.append(-1)
+            self._tags.append(-1 if originals else self._views[-1].value)
 
     def _retag(self) -> None:
         if self._offset is None:
