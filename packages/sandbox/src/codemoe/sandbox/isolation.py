@@ -718,6 +718,7 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
                    f"unavailable ({error_seccomp}); keyctl, ptrace, io_uring, vsock and namespace calls "
                    "are open to executions (the kernel keyring is shared by an execution user's runs)"),
         _cgroup_protection(plan, error_cgroup),
+        _environment_protection(),
     ]
     found += _limits_protections(plan, root)
     plan.protections = found
@@ -892,6 +893,17 @@ def _drop_site_view(plan: IsolationPlan, exposed: set[str]) -> None:
     plan.site_hidden, plan.site_keep, plan.site_names = [], [], []
     if plan.keep_paths:
         plan.keep_paths = sorted({*interpreter_paths(), *exposed})
+
+
+def _environment_protection() -> Protection:
+    """The pytest runner's check that the code under test replaced nothing the tests call
+    (:mod:`codemoe.sandbox.pristine`), and how fast it can be on this interpreter."""
+    from codemoe.sandbox import pristine
+
+    how = ("one read of each dict's version tag per check" if pristine._tag_offset() is not None else
+           "every dict compared entry by entry (this interpreter gives dicts no version tag): slower")
+    return Protection("pytest environment check", True, "what tests call (standard library, builtins, pytest, "
+                      f"trusted test modules) is checked against what the pytest server loaded; {how}")
 
 
 def _cgroup_protection(plan: IsolationPlan, error: str) -> Protection:
