@@ -82,7 +82,7 @@ class Reporter:
         self.memory = False
         self.forged: list[str] = []  # tests failed by a comparison an object under test lied to
         self.pristine = pristine
-        self.tampered: list[str] = []  # "module.name (replaced by the end of WHEN)"
+        self.tampered: list[str] = []  # "module.name (changed by the end of WHEN)", at most 20
         self._write = write
 
     def send(self, message: dict[str, Any]) -> None:
@@ -109,9 +109,10 @@ class Reporter:
 
     def _check(self, when: str) -> None:
         if self.pristine is not None:
-            for name in self.pristine.check():
-                if len(self.tampered) < 20:
-                    self.tampered.append(f"{name} (changed by the end of {when})")
+            self._note(self.pristine.check(), when)
+
+    def _note(self, names: list[str], when: str) -> None:
+        self.tampered += [f"{name} (changed by the end of {when})" for name in names][:max(0, 20 - len(self.tampered))]
 
     @pytest.hookimpl(trylast=True)  # after pytest's own session setup (its hooks, faulthandler, ...)
     def pytest_sessionstart(self, session: Any) -> None:
@@ -129,8 +130,8 @@ class Reporter:
                 root = str(session.config.rootpath).rstrip("/") + "/"
                 for name, module in _trusted_modules(self.trusted, root):
                     self.pristine.watch(name, vars(module), definitions(name))
-                    for found in self.pristine.imported(name, vars(module), recorded_imports(module.__file__)):
-                        self.tampered.append(f"{found} (changed by the end of collection)")
+                    self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
+                               "collection")
             self._check("collection")
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
