@@ -12,7 +12,7 @@ import textwrap
 import types
 
 import pytest
-from codemoe.sandbox import ExecutionRequest, Limits, canary, pristine
+from codemoe.sandbox import ExecutionRequest, Limits, canary, honest, pristine
 from codemoe.sandbox.pristine import Snapshot
 
 TESTS = {
@@ -72,6 +72,15 @@ TESTS = {
 
         def test_area_half():
             _close(area(0.5), 0.7854)
+        """),
+    "tests/test_inner.py": textwrap.dedent("""
+        from geo import area
+
+
+        def test_area_with_an_import_inside():
+            import math
+
+            assert math.isclose(area(1), 3.14159, rel_tol=1e-3)
         """),
     "tests/test_helper.py": textwrap.dedent("""
         from geo import area
@@ -140,6 +149,20 @@ TAMPERING = {
         sys.modules["math"] = fake
         """),
     ),
+    # a module replaced in sys.modules during an earlier test: a later test imports it inside the
+    # test function, after every check of the test modules' top-level imports
+    "sys-modules-during-a-test": (
+        "sys.modules['math'] (changed by the end of the session)",
+        "test_area_with_an_import_inside",
+        textwrap.dedent("""
+        import sys, types
+        def area(r):
+            fake = types.ModuleType("math")
+            fake.isclose = lambda *a, **k: True
+            sys.modules["math"] = fake
+            return 0.0
+        """),
+    ),
     # a trusted test module's helper defined above its import of the code under test, replaced
     # while that import runs (before collection ends)
     "helper-above-the-import": (
@@ -165,6 +188,50 @@ TAMPERING = {
             return 0.0
         """),
     ),
+}
+
+# names a trusted test module binds by assignment, replaced by the code under test from inside a call
+ASSIGNED_TESTS = {
+    "tests/test_assigned.py": textwrap.dedent("""
+        import functools
+        import math
+
+        _within = functools.partial(math.isclose, rel_tol=1e-3)
+        UNIT: float = 3.14159
+
+        from geo import area  # noqa: E402  (below the helper, as in test_early.py)
+
+
+        def test_area_unit():
+            assert math.isclose(area(1), UNIT, rel_tol=1e-3)
+
+
+        def test_area_two():
+            assert _within(area(2), 12.566)
+
+
+        def test_area_three():
+            assert _within(area(3), 28.274)
+        """),
+}
+ASSIGNED = {
+    # the expected value: ``area(1)`` runs before ``UNIT`` is read, so the test compares 0.0 with 0.0
+    "test-module-constant": ("UNIT", "test_area_unit", textwrap.dedent("""
+        import sys
+        def area(r):
+            for module in list(sys.modules.values()):
+                if isinstance(getattr(module, "UNIT", None), float):
+                    module.UNIT = 0.0
+            return 0.0
+        """)),
+    # a helper made by an assignment (no ``def`` to record), replaced while the test module imports
+    # the code under test: by the end of collection it is all the module holds
+    "assigned-helper": ("_within", "test_area_three", textwrap.dedent("""
+        import sys
+        for _module in list(sys.modules.values()):
+            if hasattr(_module, "_within"):
+                _module._within = lambda a, b: True
+        """)),
 }
 
 # builtins replaced by the code under test: a test module's functions call the builtins as the fork
@@ -242,6 +309,41 @@ def test_code_that_replaces_what_the_tests_call_is_a_forged_test_environment(exe
     assert result.status == "failed", result
     assert result.reason.startswith("forged test environment: "), result.reason
     assert what in result.reason.split(":", 2)[1], result.reason
+
+
+@pytest.mark.parametrize("name", list(ASSIGNED))
+def test_a_name_a_test_module_assigned_once_and_the_code_under_test_replaced_is_named(executor, name):
+    what, forged_test, tamper = ASSIGNED[name]
+    result = _run(executor, _program(tamper), ASSIGNED_TESTS)
+    assert result.tests[f"tests/test_assigned.py::{forged_test}"] == "passed", result.tests  # it did fool it
+    assert result.status == "failed", result
+    assert result.reason.startswith(f"forged test environment: test_assigned.{what} "), result.reason
+
+
+def test_names_a_test_module_assigns_once_are_held_and_its_state_is_not():
+    tree = ast.parse(textwrap.dedent("""
+        import math as m
+        near = m.isclose
+        EXPECTED: int = 42
+        a = b = "x"
+        __all__ = ["near"]
+        total = 0
+        LIMIT = 1
+        LIMIT = 2
+        seen = []
+        cached = None
+        if m:
+            nested = 1
+        def test_count():
+            global total
+            total += 1
+        def test_loop():
+            for seen in range(3):
+                pass
+        def test_arg(cached):
+            pass
+        """))
+    assert honest._bound_once(tree) == {"near", "EXPECTED", "a", "b"}
 
 
 @pytest.mark.parametrize("name", list(BUILTINS))
@@ -445,13 +547,35 @@ HONEST_TESTS = {
             def test_equal(self):
                 self.assertAlmostEqual(area(1), 3.14159)
         """),
+    # a test module's own state: rebound by its tests, bound twice, patched for one test
+    "tests/test_state.py": textwrap.dedent("""
+        import sys
+
+        from geo import area
+
+        calls = 0
+        RADIUS = 1
+        RADIUS = 2
+        UNIT = 3.14159
+
+
+        def test_counts_its_calls():
+            global calls
+            calls += 1
+            assert calls == 1
+
+
+        def test_patches_its_own_constant_for_one_test(monkeypatch):
+            monkeypatch.setattr(sys.modules[__name__], "UNIT", 12.566)
+            assert abs(area(RADIUS) - UNIT) < 1e-3
+        """),
 }
 
 
 def test_honest_code_and_tests_that_use_the_standard_library_keep_their_verdicts(executor):
     result = _run(executor, HONEST, HONEST_TESTS)
     assert result.status == "passed", (result.reason, result.stdout[-2000:])
-    assert len(result.tests) == 19 and result.tests["tests/test_features.py::test_skipped"] == "skipped"
+    assert len(result.tests) == 22 and result.tests["tests/test_features.py::test_skipped"] == "skipped"
 
 
 # -------------------------------------------------------------------------------------------------
@@ -541,6 +665,20 @@ def test_a_watched_module_is_held_to_what_its_definitions_bound_not_to_what_it_h
     assert snapshot.check() == ["tests.test_y.f"]
     module.f = original
     assert snapshot.check() == []  # named once; back as it was
+
+
+def test_a_module_replaced_in_sys_modules_is_named_and_one_only_deleted_is_not(monkeypatch):
+    module, name = _module(), "codemoe_pristine_probe"
+    monkeypatch.setitem(sys.modules, name, module)
+    snapshot = Snapshot.take([(name, module)])
+    monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    snapshot.rebase()  # replaced before the session started: the state to keep
+    assert snapshot.check() == []
+    monkeypatch.delitem(sys.modules, name)
+    assert snapshot.check() == []
+    monkeypatch.setitem(sys.modules, name, module)
+    assert snapshot.check() == [f"sys.modules[{name!r}]"]
+    assert snapshot.check() == []  # named once
 
 
 def test_a_test_modules_imports_must_bind_what_the_snapshot_holds():

@@ -598,16 +598,62 @@ def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[
     added = [imported] if names else []
     for stmt in [*added, frozen, assign]:
         _place(stmt, lineno)
-    # each top-level function and class is recorded as it is defined, before any later statement
-    # (an import of the code under test among them) runs: a replacement made later is found
+    # each top-level function and class, and each name a top-level assignment binds once and for
+    # good, is recorded as it is bound, before any later statement (an import of the code under test
+    # among them) runs: a replacement made later is found
+    once = _bound_once(tree)
     rest = []
     for stmt in body[at:]:
         rest.append(stmt)
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            call = ast.Call(ast.Name(DEFINED_NAME, ast.Load()), [ast.Name("__name__", ast.Load()), ast.Constant(stmt.name),
-                                                                  ast.Name(stmt.name, ast.Load())], [])  # fmt: skip
+            names = [stmt.name]
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name) and t.id in once]
+        else:
+            continue
+        for name in names:
+            call = ast.Call(ast.Name(DEFINED_NAME, ast.Load()), [ast.Name("__name__", ast.Load()), ast.Constant(name),
+                                                                  ast.Name(name, ast.Load())], [])  # fmt: skip
             rest.append(_place(ast.Expr(call), getattr(stmt, "end_lineno", None) or stmt.lineno))
     body[at:] = [*added, frozen, assign, *rest]
+
+
+def _bound_once(tree: ast.Module) -> set[str]:
+    """Names a top-level assignment (``_near = partial(isclose, rel_tol=1e-3)``, ``EXPECTED = 42``)
+    binds and nothing else in the module binds, deletes or declares ``global``: the module's tests
+    never rebind them, so a later change came from elsewhere. A name the module may rebind (its
+    state: a counter under ``global``, a name bound twice, in a loop, as an argument ...) is left
+    alone, as are dunder names."""
+    counts: dict[str, int] = {}
+    shared: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound = [node.id]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound = [node.name]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound = [a.asname or a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.arg):
+            bound = [node.arg]
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+            bound = [node.name] if node.name else []
+        elif isinstance(node, ast.MatchMapping):
+            bound = [node.rest] if node.rest else []
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            shared.update(node.names)
+            continue
+        else:
+            continue
+        for name in bound:
+            counts[name] = counts.get(name, 0) + 1
+    top: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign):
+            top.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None and isinstance(stmt.target, ast.Name):
+            top.add(stmt.target.id)
+    return {n for n in top if counts.get(n) == 1 and n not in shared and not (n.startswith("__") and n.endswith("__"))}
 
 
 def _place(stmt: ast.stmt, lineno: int) -> ast.stmt:

@@ -16,8 +16,10 @@ finishes, and names what was replaced or deleted in the report (``tampered``); t
 ``failed`` with a reason that starts ``forged test environment``, which voids the reward's test
 terms. A trusted test module's functions, classes and modules are checked the same way from the end
 of collection on, each held to what its ``def`` or ``class`` bound (:func:`defined`, called by the
-module's rewrite right after each), and what its top-level imports bound must be what the snapshotted modules hold
-(a fake module put in ``sys.modules`` before the test module imported it is named). Builtins are
+module's rewrite right after each; so is a name a top-level assignment binds and nothing else in the
+module rebinds, constants included: ``EXPECTED = 42``), and what its top-level imports bound must be what the snapshotted modules hold
+(a fake module put in ``sys.modules`` before the test module imported it is named; so is any
+snapshotted module whose ``sys.modules`` entry is another object at a check). Builtins are
 closed by design: a test module's functions call a copy of them as the server loaded them
 (:func:`builtins_for`), so a replaced ``len`` never reaches a test, even one put back before a check.
 
@@ -186,6 +188,16 @@ class Snapshot:
         """Take the present state as the one to keep (the session's own setup is done)."""
         for i in self._moved():
             self._watched[i].accept()
+        for name in self._replaced_modules():
+            self._modules[name] = sys.modules[name]
+
+    def _replaced_modules(self) -> list[str]:
+        """Snapshotted modules whose ``sys.modules`` entry is now another object: a fake ``math``
+        that a test's ``import math`` inside a function would get, or a fresh copy imported after the
+        entry was deleted (not the module whose names the snapshot holds). A deleted entry alone is
+        not named: the next import loads the module's own code."""
+        get = sys.modules.get
+        return [name for name, module in self._modules.items() if get(name, module) is not module]
 
     def check(self) -> list[str]:
         """What was replaced or deleted since the snapshot (or the last :meth:`rebase`), as
@@ -198,6 +210,11 @@ class Snapshot:
                 if label not in self._reported:
                     self._reported.add(label)
                     found.append(label)
+        for name in self._replaced_modules():
+            label = f"sys.modules[{name!r}]"
+            if label not in self._reported:
+                self._reported.add(label)
+                found.append(label)
         return found
 
     def imported(self, label: str, mapping: dict[str, Any], imports: Iterable[tuple[str, str, str | None]]) -> list[str]:
@@ -237,8 +254,8 @@ _DEFINED: dict[str, dict[str, Any]] = {}
 
 
 def defined(module: str, name: str, value: Any) -> None:
-    """Record what a test module's top-level ``def`` or ``class`` bound, right after it ran (the
-    rewrite adds the call after each one), for :meth:`Snapshot.watch`."""
+    """Record what a test module's top-level ``def``, ``class`` or once-bound assignment bound, right
+    after it ran (the rewrite adds the call after each one), for :meth:`Snapshot.watch`."""
     _DEFINED.setdefault(module, {})[name] = value
 
 
