@@ -667,18 +667,36 @@ def test_a_watched_module_is_held_to_what_its_definitions_bound_not_to_what_it_h
     assert snapshot.check() == []  # named once; back as it was
 
 
-def test_a_module_replaced_in_sys_modules_is_named_and_one_only_deleted_is_not(monkeypatch):
-    module, name = _module(), "codemoe_pristine_probe"
+def test_a_watched_module_replaced_in_sys_modules_is_named_and_one_only_deleted_is_not(monkeypatch):
+    module, other, name = _module(), types.ModuleType("other"), "codemoe_pristine_probe"
     monkeypatch.setitem(sys.modules, name, module)
-    snapshot = Snapshot.take([(name, module)])
-    monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    snapshot.rebase()  # replaced before the session started: the state to keep
-    assert snapshot.check() == []
+    monkeypatch.setitem(sys.modules, "codemoe_pristine_other", other)
+    snapshot = Snapshot.take([(name, module), ("codemoe_pristine_other", other)])
+    snapshot.watch_modules([name, "not_in_the_snapshot"])
+    monkeypatch.setitem(sys.modules, "codemoe_pristine_other", types.ModuleType("other"))  # not watched
     monkeypatch.delitem(sys.modules, name)
     assert snapshot.check() == []
-    monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     assert snapshot.check() == [f"sys.modules[{name!r}]"]
     assert snapshot.check() == []  # named once
+
+
+def test_the_imports_a_module_makes_off_its_top_level_are_found():
+    tree = ast.parse(textwrap.dedent("""
+        import math
+        from json import loads
+        def test_a():
+            import os.path
+            from statistics import mean as m
+            from . import local
+        class TestB:
+            import decimal
+        try:
+            import tomllib
+        except ImportError:
+            pass
+        """))
+    assert pristine.inner_imports(tree) == {"os", "os.path", "statistics", "decimal", "tomllib"}
 
 
 def test_a_test_modules_imports_must_bind_what_the_snapshot_holds():

@@ -18,8 +18,8 @@ terms. A trusted test module's functions, classes and modules are checked the sa
 of collection on, each held to what its ``def`` or ``class`` bound (:func:`defined`, called by the
 module's rewrite right after each; so is a name a top-level assignment binds and nothing else in the
 module rebinds, constants included: ``EXPECTED = 42``), and what its top-level imports bound must be what the snapshotted modules hold
-(a fake module put in ``sys.modules`` before the test module imported it is named; so is any
-snapshotted module whose ``sys.modules`` entry is another object at a check). Builtins are
+(a fake module put in ``sys.modules`` before the test module imported it is named; so is a fake
+in the ``sys.modules`` entry of a snapshotted module the test module imports inside a function). Builtins are
 closed by design: a test module's functions call a copy of them as the server loaded them
 (:func:`builtins_for`), so a replaced ``len`` never reaches a test, even one put back before a check.
 
@@ -49,8 +49,8 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["Snapshot", "builtins_for", "defined", "definitions", "imports", "record_imports", "recorded_imports",
-           "take", "taken"]
+__all__ = ["Snapshot", "builtins_for", "defined", "definitions", "imports", "inner_imports", "record_imports",
+           "recorded_imports", "recorded_inner_imports", "take", "taken"]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (a C type's dict cannot be written)
@@ -119,6 +119,7 @@ class Snapshot:
                  modules: dict[str, types.ModuleType] | None = None) -> None:
         self._watched = watched
         self._modules = dict(modules or {})  # name -> the module sys.modules held when the snapshot was taken
+        self._inside: dict[str, types.ModuleType] = {}  # those whose sys.modules entries are checked
         self.builtins = dict(vars(builtins))  # the builtins as they were, which test modules' functions use
         self._offset = offset
         self._views: list[Any] = []
@@ -188,16 +189,21 @@ class Snapshot:
         """Take the present state as the one to keep (the session's own setup is done)."""
         for i in self._moved():
             self._watched[i].accept()
-        for name in self._replaced_modules():
-            self._modules[name] = sys.modules[name]
+
+    def watch_modules(self, names: Iterable[str]) -> None:
+        """Check from now on that the ``sys.modules`` entries of these snapshotted modules (what a
+        test module imports inside its functions) are the snapshot's modules. Only these: reading
+        every entry would write the reference count of every module object, and so copy a page of
+        the server's memory into the fork for most of them."""
+        self._inside.update((n, self._modules[n]) for n in names if n in self._modules)
 
     def _replaced_modules(self) -> list[str]:
-        """Snapshotted modules whose ``sys.modules`` entry is now another object: a fake ``math``
-        that a test's ``import math`` inside a function would get, or a fresh copy imported after the
-        entry was deleted (not the module whose names the snapshot holds). A deleted entry alone is
-        not named: the next import loads the module's own code."""
+        """Watched modules whose ``sys.modules`` entry is now another object: a fake ``math`` that a
+        test's ``import math`` inside a function would get, or a fresh copy imported after the entry
+        was deleted (not the module whose names the snapshot holds). A deleted entry alone is not
+        named: the next import loads the module's own code."""
         get = sys.modules.get
-        return [name for name, module in self._modules.items() if get(name, module) is not module]
+        return [name for name, module in self._inside.items() if get(name, module) is not module]
 
     def check(self) -> list[str]:
         """What was replaced or deleted since the snapshot (or the last :meth:`rebase`), as
@@ -250,6 +256,7 @@ def imports(tree: ast.Module) -> list[tuple[str, str, str | None]]:
 
 
 _IMPORTS: dict[str, list[tuple[str, str, str | None]]] = {}
+_INNER: dict[str, set[str]] = {}
 _DEFINED: dict[str, dict[str, Any]] = {}
 
 
@@ -264,10 +271,37 @@ def definitions(module: str) -> dict[str, Any]:
     return _DEFINED.get(module, {})
 
 
+def inner_imports(tree: ast.Module) -> set[str]:
+    """The modules a module imports other than at its top level (inside functions, classes, ``if``
+    and ``try`` blocks): each dotted name and its parents (``import os.path``: ``os``, ``os.path``)."""
+    top = set(map(id, tree.body))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in top:
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return found
+
+
 def record_imports(path: str, tree: ast.Module) -> None:
-    """Keep the top-level imports of a test module pytest rewrites (called from its rewrite hook,
-    before the module runs), for :meth:`Snapshot.imported`."""
+    """Keep the imports of a test module pytest rewrites (called from its rewrite hook, before the
+    module runs): its top-level ones for :meth:`Snapshot.imported`, the others for
+    :meth:`Snapshot.watch_modules`."""
     _IMPORTS[os.path.abspath(path)] = imports(tree)
+    _INNER[os.path.abspath(path)] = inner_imports(tree)
+
+
+def recorded_inner_imports(path: str) -> set[str]:
+    """What :func:`record_imports` kept of the module at ``path``'s other imports."""
+    return _INNER.get(os.path.abspath(path), set())
 
 
 def recorded_imports(path: str) -> list[tuple[str, str, str | None]]:

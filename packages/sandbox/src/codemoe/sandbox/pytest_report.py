@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from codemoe.sandbox.pristine import Snapshot, definitions, recorded_imports
+from codemoe.sandbox.pristine import Snapshot, definitions, recorded_imports, recorded_inner_imports
 
 __all__ = ["Reporter", "encode_line"]
 
@@ -132,6 +132,7 @@ class Reporter:
                     self.pristine.watch(name, vars(module), definitions(name))
                     self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
                                "collection")
+                    self.pristine.watch_modules(recorded_inner_imports(module.__file__))
             self._check("collection")
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
