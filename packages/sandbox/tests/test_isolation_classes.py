@@ -481,6 +481,22 @@ def test_site_packages_lists_what_executions_may_import(python_request):
     assert result.status == "passed" and result.stdout == "imported\n", (result.reason, result.stderr)
 
 
+def test_a_view_without_numpy_keeps_it_out_of_pytest_runs_too():
+    """The pytest fork server preloads numpy only where the executions' view shows it."""
+    from codemoe.sandbox import LocalExecutor
+    from codemoe.sandbox.api import ExecutionRequest
+
+    pytest.importorskip("numpy")
+    test = "import sys\n\ndef test_numpy():\n    import numpy\n\ndef test_not_loaded():\n    assert 'numpy' not in sys.modules\n"
+    with LocalExecutor(workers=1, site_packages=["pytest"]) as ex:
+        result = ex.run(ExecutionRequest(files={"test_np.py": test}, runner="pytest"))
+        view = {p["name"]: p for p in ex.protections}.get("site-packages view", {})
+    if not view.get("active"):
+        pytest.skip("no site-packages view on this machine (doctor says why)")
+    assert result.tests == {"test_np.py::test_numpy": "failed", "test_np.py::test_not_loaded": "passed"}, (
+        result.tests, result.stdout[-2000:])
+
+
 def _fake_hierarchy(tmp_path, own: str, delegated: dict[str, str], controllers: str = "cpu memory pids"):
     """A cgroup2 tree in a plain folder: each cgroup's controllers and subtree_control files."""
     root = tmp_path / "cgroup2"

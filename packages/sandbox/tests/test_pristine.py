@@ -365,6 +365,39 @@ def test_a_replacement_made_during_a_test_is_named_when_the_session_ends(executo
     assert "math.isclose (changed by the end of collection)" in at_import.reason, at_import.reason
 
 
+NUMPY_TESTS = {
+    "tests/test_scale.py": textwrap.dedent("""
+        import numpy as np
+        from geo import scale
+
+
+        def test_allclose():
+            assert np.allclose(scale([1.0, 2.0]), [2.0, 4.0])
+
+
+        def test_assert_allclose():
+            np.testing.assert_allclose(scale([1.0]), [2.0])
+        """),
+}
+
+
+@pytest.mark.parametrize("tamper", [
+    "import numpy as np\nnp.allclose = lambda *a, **k: True\nnp.testing.assert_allclose = lambda *a, **k: None\n",
+    "import numpy.testing as t\nt.assert_allclose = lambda *a, **k: None\nimport numpy\nnumpy.allclose = lambda *a, **k: True\n",
+], ids=["through-the-package", "through-the-submodule"])
+def test_numpy_functions_the_code_under_test_replaced_are_named(executor, tamper):
+    """numpy is in the default site-packages view, and the pytest fork server preloads it, so its
+    functions are in the snapshot: before, the execution imported numpy itself, after any snapshot."""
+    pytest.importorskip("numpy")
+    wrong = "def scale(xs):\n    return [0.0 for x in xs]\n"
+    result = _run(executor, tamper + wrong, NUMPY_TESTS)
+    assert set(result.tests.values()) == {"passed"}, result.tests  # the replacements did fool both tests
+    assert result.status == "failed", result
+    assert result.reason.startswith("forged test environment: numpy.allclose "), result.reason
+    honest = _run(executor, "def scale(xs):\n    return [2 * x for x in xs]\n", NUMPY_TESTS)
+    assert honest.status == "passed", (honest.reason, honest.stdout[-2000:])
+
+
 def test_ungraded_runs_name_it_too(executor):
     """An agent's own ``run_tests`` is told its environment was forged, not that its tests pass."""
     result = _run(executor, _program(TAMPERING["stdlib-function"][2]), graded=False)

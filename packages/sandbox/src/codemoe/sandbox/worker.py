@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import select
@@ -69,6 +70,10 @@ TEST_PRELOAD = (
     *PRELOAD, "asyncio", "cmath", "concurrent.futures", "configparser", "csv", "doctest", "gzip", "pickle",
     "queue", "tempfile", "textwrap", "unittest", "unittest.mock", "zipfile",
 )
+# what tests import from site-packages, loaded in the pytest fork server where the executions' view of
+# site-packages shows it (the default view does: DEFAULT_SITE_PACKAGES)
+SITE_PRELOAD = ("numpy", "numpy.testing")
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass
@@ -421,11 +426,37 @@ def _index_module_files() -> None:
     inspect.getmodule(None, os.path.join(os.sep, "codemoe-index-modules.py"))  # a file no module has
 
 
+def _preload_site_modules() -> None:
+    """Import ``SITE_PRELOAD`` where executions can (the site-packages view shows it; this runs in
+    the worker's mount namespace), one BLAS thread each: a fork server must have no thread pool.
+
+    Then the snapshot holds numpy's functions too: a ``np.allclose = lambda *a, **k: True`` in the
+    code under test made a test that asks ``np.allclose(result, expected)`` pass when numpy was first
+    imported by the execution itself. And no execution imports numpy again (~0.1 s each)."""
+    if importlib.util.find_spec(SITE_PRELOAD[0]) is None:
+        return
+    saved = {name: os.environ.get(name) for name in _BLAS_THREADS}
+    os.environ.update(dict.fromkeys(_BLAS_THREADS, "1"))
+    try:
+        for name in SITE_PRELOAD:
+            importlib.import_module(name)
+    except Exception:  # a broken install: executions import it themselves and see why
+        pass
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _index_and_snapshot() -> None:
-    """The last of the pytest fork server's warm-up: the module index, then the snapshot of
-    everything loaded (:mod:`codemoe.sandbox.pristine`), which each execution's reporter checks."""
+    """The last of the pytest fork server's warm-up: what tests import from site-packages, the
+    module index, then the snapshot of everything loaded (:mod:`codemoe.sandbox.pristine`), which
+    each execution's reporter checks."""
     from codemoe.sandbox import pristine
 
+    _preload_site_modules()
     _index_module_files()
     pristine.take()
 
