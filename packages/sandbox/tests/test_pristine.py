@@ -343,7 +343,7 @@ def test_names_a_test_module_assigns_once_are_held_and_its_state_is_not():
         def test_arg(cached):
             pass
         """))
-    assert honest._bound_once(tree) == {"near", "EXPECTED", "a", "b"}
+    assert honest._Provenance(tree, lambda root: True).held == {"near", "EXPECTED", "a", "b"}
 
 
 @pytest.mark.parametrize("name", list(BUILTINS))
@@ -729,7 +729,8 @@ def test_the_imports_a_module_makes_off_its_top_level_are_found():
         except ImportError:
             pass
         """))
-    assert pristine.inner_imports(tree) == {"os", "os.path", "statistics", "decimal", "tomllib"}
+    assert honest._Provenance(tree, lambda root: True).inner_imports == {"os", "os.path", "statistics", "decimal",
+                                                                         "tomllib"}
 
 
 def test_a_test_modules_imports_must_bind_what_the_snapshot_holds():

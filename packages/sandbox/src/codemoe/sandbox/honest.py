@@ -432,6 +432,11 @@ class _Provenance:
         assigned: dict[str, list[ast.expr]] = {}  # name -> the values of its ``name = value`` bindings
         simple: set[int] = set()  # the target nodes of those bindings
         bound: set[str] = set()  # names bound any other way (arguments, loops, definitions ...)
+        top_level = set(map(id, tree.body))
+        # the modules imported other than at the top level (inside functions, classes, ``if`` and ``try``
+        # blocks): each dotted name and its parents (``import os.path``: ``os``, ``os.path``), whose
+        # sys.modules entries the environment check watches (codemoe.sandbox.pristine)
+        self.inner_imports: set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -440,6 +445,8 @@ class _Provenance:
                         assigned.setdefault(t.id, []).append(node.value)
                         simple.add(id(t))
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                if id(node) not in top_level:
+                    self._note_inner(node)
                 top = (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else ""
                 for alias in node.names:
                     name = alias.asname or alias.name.split(".")[0]
@@ -452,10 +459,20 @@ class _Provenance:
                 bound.add(node.name)
             elif isinstance(node, ast.arg):
                 bound.add(node.arg)
-            elif isinstance(node, ast.ExceptHandler) and node.name:
+            elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
                 bound.add(node.name)
+            elif isinstance(node, ast.MatchMapping) and node.rest:
+                bound.add(node.rest)
             elif isinstance(node, (ast.Global, ast.Nonlocal)):
                 bound.update(node.names)
+        # names a top-level assignment binds and nothing else in the module binds, deletes or declares
+        # global (``_near = partial(isclose, rel_tol=1e-3)``, ``EXPECTED = 42``): its tests never
+        # rebind them, so the environment check holds them to that value (a counter under ``global``,
+        # a name bound twice, in a loop or as an argument is the module's state; dunders are left alone)
+        top = {t.id for stmt in tree.body if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None
+               for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]) if isinstance(t, ast.Name)}
+        self.held: set[str] = {n for n in top if len(assigned.get(n, ())) == 1 and n not in bound
+                               and n not in imported and not (n.startswith("__") and n.endswith("__"))}  # fmt: skip
         other = bound | set(assigned)
         self.names: set[str] = {n for n, ok in imported.items() if ok and n not in other}
         self.names |= {n for n in _BUILTIN_CONSTRUCTORS if n not in other and n not in imported}
@@ -469,6 +486,15 @@ class _Provenance:
                     self.names.add(name)
                     del pending[name]
                     changed = True
+
+    def _note_inner(self, node: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            names = [node.module] if node.module and not node.level else []
+        for name in names:
+            parts = name.split(".")
+            self.inner_imports.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
 
     def written(self, node: ast.AST | None) -> bool:
         """Whether ``node`` is the test's own (no call into code under test, no variable)."""
@@ -518,10 +544,11 @@ def _key(node: ast.AST) -> tuple[int, int, int, int]:
             getattr(node, "end_lineno", -1) or -1, getattr(node, "end_col_offset", -1) or -1)  # fmt: skip
 
 
-def survey(tree: ast.Module, trusted: Callable[[str], bool]) -> dict[tuple[int, int, int, int], list[int]]:
+def survey(tree: ast.Module, trusted: Callable[[str], bool],
+           provenance: _Provenance | None = None) -> dict[tuple[int, int, int, int], list[int]]:
     """Before pytest rewrites the module: for each comparison (by its place in the source), the
     ``dynamic`` bits of each pair of operands, in order (a chain ``a < b < c`` has two)."""
-    provenance = _Provenance(tree, trusted)
+    provenance = provenance or _Provenance(tree, trusted)
     found: dict[tuple[int, int, int, int], list[int]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
@@ -572,10 +599,12 @@ def _at(new: ast.AST, old: ast.AST) -> Any:
     return ast.copy_location(new, old)
 
 
-def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[int]]) -> None:
+def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[int]],
+               held: set[str] | frozenset[str] = frozenset()) -> None:
     """Route the module's comparisons through :func:`compare` (in place), after pytest's rewrite,
-    and make its functions call the builtins as the fork server loaded them
-    (:func:`codemoe.sandbox.pristine.builtins_for`)."""
+    make its functions call the builtins as the fork server loaded them
+    (:func:`codemoe.sandbox.pristine.builtins_for`), and record what its top-level definitions and
+    the assignments of ``held`` names (``_Provenance.held``) bound."""
     transformer = _Instrument(surveyed)
     transformer.visit(tree)
     names = [ast.alias("compare", COMPARE_NAME), ast.alias("check_call", CHECK_NAME)] if transformer.changed else []
@@ -598,10 +627,9 @@ def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[
     added = [imported] if names else []
     for stmt in [*added, frozen, assign]:
         _place(stmt, lineno)
-    # each top-level function and class, and each name a top-level assignment binds once and for
-    # good, is recorded as it is bound, before any later statement (an import of the code under test
-    # among them) runs: a replacement made later is found
-    once = _bound_once(tree)
+    # each top-level function and class, and each held name, is recorded as it is bound, before any
+    # later statement (an import of the code under test among them) runs: a replacement made later
+    # is found
     rest = []
     for stmt in body[at:]:
         rest.append(stmt)
@@ -609,7 +637,7 @@ def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[
             names = [stmt.name]
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            names = [t.id for t in targets if isinstance(t, ast.Name) and t.id in once]
+            names = [t.id for t in targets if isinstance(t, ast.Name) and t.id in held]
         else:
             continue
         for name in names:
@@ -617,43 +645,6 @@ def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[
                                                                   ast.Name(name, ast.Load())], [])  # fmt: skip
             rest.append(_place(ast.Expr(call), getattr(stmt, "end_lineno", None) or stmt.lineno))
     body[at:] = [*added, frozen, assign, *rest]
-
-
-def _bound_once(tree: ast.Module) -> set[str]:
-    """Names a top-level assignment (``_near = partial(isclose, rel_tol=1e-3)``, ``EXPECTED = 42``)
-    binds and nothing else in the module binds, deletes or declares ``global``: the module's tests
-    never rebind them, so a later change came from elsewhere. A name the module may rebind (its
-    state: a counter under ``global``, a name bound twice, in a loop, as an argument ...) is left
-    alone, as are dunder names."""
-    counts: dict[str, int] = {}
-    shared: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            bound = [node.id]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound = [node.name]
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound = [a.asname or a.name.split(".")[0] for a in node.names]
-        elif isinstance(node, ast.arg):
-            bound = [node.arg]
-        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
-            bound = [node.name] if node.name else []
-        elif isinstance(node, ast.MatchMapping):
-            bound = [node.rest] if node.rest else []
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            shared.update(node.names)
-            continue
-        else:
-            continue
-        for name in bound:
-            counts[name] = counts.get(name, 0) + 1
-    top: set[str] = set()
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Assign):
-            top.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None and isinstance(stmt.target, ast.Name):
-            top.add(stmt.target.id)
-    return {n for n in top if counts.get(n) == 1 and n not in shared and not (n.startswith("__") and n.endswith("__"))}
 
 
 def _place(stmt: ast.stmt, lineno: int) -> ast.stmt:
@@ -703,11 +694,13 @@ def install() -> None:
 
     def rewrite_asserts(mod: ast.Module, source: bytes, module_path: str | None = None, config: Any = None) -> None:
         root = str(getattr(config, "rootpath", "") or "") or None
-        if module_path:
-            pristine.record_imports(str(module_path), mod)  # what the module's imports must bind
-        surveyed = survey(mod, _trusted_roots(module_path, root))
+        trusted = _trusted_roots(module_path, root)
+        provenance = _Provenance(mod, trusted)  # of the source as written, before pytest's rewrite
+        if module_path:  # what the module's imports must bind
+            pristine.record_imports(str(module_path), mod, provenance.inner_imports)
+        surveyed = survey(mod, trusted, provenance)
         original(mod, source, module_path, config)
-        instrument(mod, surveyed)
+        instrument(mod, surveyed, provenance.held)
 
     rewrite.rewrite_asserts = rewrite_asserts
     hook = rewrite.AssertionRewritingHook

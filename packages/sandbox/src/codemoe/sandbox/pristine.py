@@ -49,7 +49,7 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["Snapshot", "builtins_for", "defined", "definitions", "imports", "inner_imports", "record_imports",
+__all__ = ["Snapshot", "builtins_for", "defined", "definitions", "imports", "record_imports",
            "recorded_imports", "recorded_inner_imports", "take", "taken"]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
@@ -271,32 +271,13 @@ def definitions(module: str) -> dict[str, Any]:
     return _DEFINED.get(module, {})
 
 
-def inner_imports(tree: ast.Module) -> set[str]:
-    """The modules a module imports other than at its top level (inside functions, classes, ``if``
-    and ``try`` blocks): each dotted name and its parents (``import os.path``: ``os``, ``os.path``)."""
-    top = set(map(id, tree.body))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in top:
-            continue
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [node.module]
-        else:
-            continue
-        for name in names:
-            parts = name.split(".")
-            found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return found
-
-
-def record_imports(path: str, tree: ast.Module) -> None:
+def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> None:
     """Keep the imports of a test module pytest rewrites (called from its rewrite hook, before the
-    module runs): its top-level ones for :meth:`Snapshot.imported`, the others for
+    module runs): its top-level ones for :meth:`Snapshot.imported`, and ``inner``, the modules it
+    imports elsewhere (found by :mod:`codemoe.sandbox.honest`'s reading of the module), for
     :meth:`Snapshot.watch_modules`."""
     _IMPORTS[os.path.abspath(path)] = imports(tree)
-    _INNER[os.path.abspath(path)] = inner_imports(tree)
+    _INNER[os.path.abspath(path)] = set(inner)
 
 
 def recorded_inner_imports(path: str) -> set[str]:
