@@ -696,13 +696,17 @@ def install() -> None:
         root = str(getattr(config, "rootpath", "") or "") or None
         trusted = _trusted_roots(module_path, root)
         provenance = _Provenance(mod, trusted)  # of the source as written, before pytest's rewrite
-        if module_path:  # what the module's imports must bind
+        if module_path:  # what the module's imports must bind; whether it is what the task sent
             pristine.record_imports(str(module_path), mod, provenance.inner_imports)
+            pristine.read_source(str(module_path), source)
         surveyed = survey(mod, trusted, provenance)
         original(mod, source, module_path, config)
         instrument(mod, surveyed, provenance.held)
 
     rewrite.rewrite_asserts = rewrite_asserts
+    # every module pytest rewrites is rewritten from its source, read and checked here: a cached pyc
+    # is code nobody read (the code under test can write one beside a test module not yet collected)
+    rewrite._read_pyc = _no_cached_pyc
     hook = rewrite.AssertionRewritingHook
     should, bailout = hook._should_rewrite, hook._early_rewrite_bailout
 
@@ -715,6 +719,11 @@ def install() -> None:
     hook._should_rewrite, hook._early_rewrite_bailout = _should_rewrite, _early_rewrite_bailout
     _INSTALLED.append(original)
     reseed()
+
+
+def _no_cached_pyc(source: Any, pyc: Any, trace: Any = None) -> None:
+    """pytest's ``_read_pyc`` in the runner: no cached rewrite is ever used."""
+    return None
 
 
 _HELPERS: set[str] = set()  # absolute paths of this execution's trusted helper modules

@@ -49,8 +49,8 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["Snapshot", "builtins_for", "defined", "definitions", "imports", "record_imports",
-           "recorded_imports", "recorded_inner_imports", "take", "taken"]
+__all__ = ["Snapshot", "builtins_for", "changed_files", "defined", "definitions", "expect_files", "imports",
+           "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "take", "taken"]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (a C type's dict cannot be written)
@@ -288,6 +288,58 @@ def recorded_inner_imports(path: str) -> set[str]:
 def recorded_imports(path: str) -> list[tuple[str, str, str | None]]:
     """What :func:`record_imports` kept for the module at ``path``."""
     return _IMPORTS.get(os.path.abspath(path), [])
+
+
+# The task's files as the caller sent them. The code under test runs before later test modules are
+# collected and can write the work dir: a trusted test module rewritten on disk (or a cached pyc
+# planted beside it, which pytest's rewrite hook would load without reading the source) made a
+# failing test pass. Each execution names these files (expect_files); what pytest reads of them is
+# compared as it is read (read_source), and every one again on disk at each check (changed_files).
+_SENT: dict[str, bytes] = {}  # absolute path -> the content the caller sent
+_READ: dict[str, bool] = {}  # absolute path -> whether what pytest read to rewrite it was that content
+
+
+def expect_files(files: dict[str, bytes]) -> None:
+    """The files whose content is the caller's (a graded run's trusted files and its canary module),
+    by absolute path; set per execution, before any code under test runs."""
+    _SENT.clear()
+    _SENT.update(files)
+    _READ.clear()
+
+
+def read_source(path: str, source: bytes) -> None:
+    """Called by the rewrite hook with the bytes pytest read to rewrite the module at ``path``."""
+    path = os.path.abspath(path)
+    if path in _SENT:
+        _READ[path] = _READ.get(path, True) and source == _SENT[path]
+
+
+def _on_disk(path: str, _open: Any = os.open, _read: Any = os.read, _close: Any = os.close) -> bytes | None:
+    try:
+        fd = _open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while chunk := _read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        _close(fd)
+
+
+def changed_files(rewritten: Iterable[str] = ()) -> list[str]:
+    """The expected files (absolute paths, with what was wrong) that pytest read as other content
+    than the caller's, that are not the caller's on disk now (changed, replaced, deleted; a link
+    counts as not the file), and, of ``rewritten`` (the files of the loaded modules pytest's rewrite
+    hook loaded), those it loaded without reading their source."""
+    found = [f"{path} (read as other content)" for path, same in _READ.items() if not same]
+    found += [f"{path} (on disk)" for path, content in _SENT.items() if _on_disk(path) != content]
+    found += [f"{path} (loaded without its source)" for path in map(os.path.abspath, rewritten)
+              if path in _SENT and path not in _READ]
+    return found
 
 
 _TAKEN: list[Snapshot] = []

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from codemoe.sandbox.pristine import Snapshot, definitions, recorded_imports, recorded_inner_imports
+from _pytest.assertion.rewrite import AssertionRewritingHook
+from codemoe.sandbox.pristine import Snapshot, changed_files, definitions, recorded_imports, recorded_inner_imports
 
 __all__ = ["Reporter", "encode_line"]
 
@@ -83,6 +84,7 @@ class Reporter:
         self.forged: list[str] = []  # tests failed by a comparison an object under test lied to
         self.pristine = pristine
         self.tampered: list[str] = []  # "module.name (changed by the end of WHEN)", at most 20
+        self._files_seen: set[str] = set()
         self._write = write
 
     def send(self, message: dict[str, Any]) -> None:
@@ -106,10 +108,26 @@ class Reporter:
             consider(module)
 
         manager.consider_module = consider_module
+        importconftest = manager._importconftest
 
-    def _check(self, when: str) -> None:
+        def _importconftest(conftestpath: Any, *args: Any, **kwargs: Any) -> Any:
+            path = posixpath.relpath(str(conftestpath), root)
+            if path not in trusted:  # none is laid out in a graded run: this one was written since
+                self._note([f"file {path} (a conftest.py the task does not ship, written while the tests ran)"],
+                           "collection")
+                raise RuntimeError(f"{path}: a conftest.py the task does not ship, written while the tests "
+                                   "ran; plugins from the work dir are off in graded runs")
+            return importconftest(conftestpath, *args, **kwargs)
+
+        manager._importconftest = _importconftest
+
+    def _check(self, when: str, root: str, rewritten: list[str] | None = None) -> None:
         if self.pristine is not None:
             self._note(self.pristine.check(), when)
+        if self.graded:  # the task's files as it sent them (codemoe.sandbox.pristine.expect_files)
+            found = [f for f in changed_files(rewritten or ()) if f not in self._files_seen]
+            self._files_seen.update(found)
+            self._note([f"file {f[len(root):] if f.startswith(root) else f}" for f in found], when)
 
     def _note(self, names: list[str], when: str) -> None:
         self.tampered += [f"{name} (changed by the end of {when})" for name in names][:max(0, 20 - len(self.tampered))]
@@ -126,14 +144,19 @@ class Reporter:
         try:
             return (yield)
         finally:
-            if self.pristine is not None and self.graded:  # watched from here, held to what they defined
-                root = str(session.config.rootpath).rstrip("/") + "/"
-                for name, module in _trusted_modules(self.trusted, root):
-                    self.pristine.watch(name, vars(module), definitions(name))
-                    self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
-                               "collection")
-                    self.pristine.watch_modules(recorded_inner_imports(module.__file__))
-            self._check("collection")
+            root = str(session.config.rootpath).rstrip("/") + "/"
+            rewritten = []  # trusted modules (and the canaries) pytest's rewrite hook loaded
+            if self.graded:
+                canary = frozenset({self.canary} if self.canary else ())
+                for name, module in _trusted_modules(self.trusted | canary, root):
+                    if isinstance(getattr(getattr(module, "__spec__", None), "loader", None), AssertionRewritingHook):
+                        rewritten.append(module.__file__)
+                    if self.pristine is not None and module.__file__ != root + self.canary:  # watched from here, held to what they defined
+                        self.pristine.watch(name, vars(module), definitions(name))
+                        self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
+                                   "collection")
+                        self.pristine.watch_modules(recorded_inner_imports(module.__file__))
+            self._check("collection", root, rewritten)
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
     def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
@@ -174,7 +197,7 @@ class Reporter:
         try:
             return (yield)
         finally:
-            self._check("the session")
+            self._check("the session", str(session.config.rootpath).rstrip("/") + "/")
             self._send_report(exitstatus)
 
     def _send_report(self, exitstatus: Any) -> None:

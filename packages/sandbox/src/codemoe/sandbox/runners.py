@@ -285,6 +285,10 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
     honest.install()  # done in the pytest fork server already; a no-op there
     honest.rewrite_helpers(os.path.join(os.getcwd(), p) for p in setup.helpers)
     honest.reseed()  # this execution's probes, drawn where the code under test never saw them
+    if request.graded:  # what pytest loads of these is what the caller sent, or the run is forged
+        work = os.getcwd()
+        pristine.expect_files({os.path.join(work, path): content for path, content in setup.files
+                               if path in setup.trusted or path == setup.canary_path})
     snapshot = pristine.taken() or pristine.take()  # taken in the pytest fork server, before any code under test
     reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path,
                         pristine=snapshot)

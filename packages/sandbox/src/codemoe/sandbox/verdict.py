@@ -204,7 +204,7 @@ def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]:
     if tampered:
         more = f" (and {len(tampered) - 1} more)" if len(tampered) > 1 else ""
         return "failed", (f"forged test environment: {tampered[0]}{more}: code under test replaced what the "
-                          "tests call (codemoe.sandbox.pristine)")
+                          "tests call, or the tests themselves (codemoe.sandbox.pristine)")
     bad = sorted(k for k, v in tests.items() if v in ("failed", "error"))
     if obs.canaries and exitstatus == 1 and obs.exit_code == 1 and not bad:
         exitstatus = 0  # the failing canary alone

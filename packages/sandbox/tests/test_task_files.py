@@ -1,0 +1,178 @@
+"""Code under test that changes the task's own files: it runs (at import, while pytest collects the
+first test module that imports it) before later test modules are read, in a work dir it can write.
+Each program here made a failing test PASS in a graded pytest run before the runner held the task's
+files to what the caller sent (:func:`codemoe.sandbox.pristine.expect_files`); each leaves ``add``
+wrong. Tests that write files of their own keep their verdicts.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+from codemoe.sandbox import ExecutionRequest, Limits, pristine
+
+TESTS = {
+    "tests/test_a.py": "import calc\n\n\ndef test_a():\n    assert calc.ready\n",
+    "tests/test_b.py": "import calc\n\n\ndef test_b():\n    assert calc.add(2, 2) == 4\n",
+    "tests/zsub/test_c.py": "import calc\n\n\ndef test_c():\n    assert calc.add(1, 2) == 3\n",
+    "tests/test_data.py": textwrap.dedent("""
+        import pathlib
+
+        import calc
+
+
+        def test_d():
+            expected = int((pathlib.Path(__file__).parent / "expected.txt").read_text())
+            assert calc.add(20, 22) == expected
+        """),
+    "tests/expected.txt": "42\n",
+}
+
+WRONG = "ready = True\n\n\ndef add(a, b):\n    return a - b\n"
+
+# what each does at import, and the test it made pass
+ATTACKS = {
+    "rewrites-a-test-module": ("tests/test_b.py", "tests/test_b.py::test_b", """
+        import pathlib
+        (pathlib.Path(__file__).parent / "tests" / "test_b.py").write_text("def test_b():\\n    assert True\\n")
+        """),
+    # pytest's rewrite hook loads a cached pyc whose header matches the source without reading it
+    "plants-a-cached-pyc": ("", "tests/test_b.py::test_b", """
+        import importlib.util, marshal, pathlib, sys
+        import pytest
+        _test = pathlib.Path(__file__).parent / "tests" / "test_b.py"
+        _cache = _test.parent / "__pycache__"
+        _cache.mkdir(exist_ok=True)
+        _name = f"test_b.{sys.implementation.cache_tag}-pytest-{pytest.__version__}.pyc"
+        _code = compile("def test_b():\\n    assert True\\n", str(_test), "exec")
+        (_cache / _name).write_bytes(importlib.util.MAGIC_NUMBER + b"\\x03\\x00\\x00\\x00"
+                                     + importlib.util.source_hash(_test.read_bytes())[:8] + marshal.dumps(_code))
+        """),
+    # the file is read-only to it: the folder is moved aside and another made in its place
+    "replaces-the-folder": ("tests/zsub/test_c.py", "tests/zsub/test_c.py::test_c", """
+        import os, pathlib
+        _tests = pathlib.Path(__file__).parent / "tests"
+        os.rename(_tests / "zsub", _tests / "zsub_aside")
+        (_tests / "zsub").mkdir()
+        (_tests / "zsub" / "test_c.py").write_text("def test_c():\\n    assert True\\n")
+        """),
+    "rewrites-expected-data": ("tests/expected.txt", "tests/test_data.py::test_d", """
+        import pathlib
+        (pathlib.Path(__file__).parent / "tests" / "expected.txt").write_text("-2\\n")
+        """),
+    # a hook wrapper that passes every report, in a folder pytest has not collected yet
+    "writes-a-conftest": ("tests/zsub/conftest.py", "tests/zsub/test_c.py::test_c", """
+        import pathlib
+        (pathlib.Path(__file__).parent / "tests" / "zsub" / "conftest.py").write_text(
+            "import pytest\\n"
+            "@pytest.hookimpl(wrapper=True)\\n"
+            "def pytest_runtest_makereport(item, call):\\n"
+            "    report = yield\\n"
+            "    report.outcome = 'passed'\\n"
+            "    return report\\n")
+        """),
+}
+
+
+def _run(executor, program: str, tests: dict[str, str] = TESTS, *, graded: bool = True):
+    return executor.run(ExecutionRequest(files={**tests, "calc.py": program}, runner="pytest", command=["tests"],
+                                         limits=Limits(timeout_s=30.0), graded=graded,
+                                         trusted=list(tests) if graded else []))
+
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_code_under_test_that_changes_the_tasks_files_does_not_pass(executor, name):
+    path, fooled, tamper = ATTACKS[name]
+    result = _run(executor, WRONG + textwrap.dedent(tamper))
+    assert result.status == "failed", (result.tests, result.reason)
+    if path:  # named: the verdict is a forgery, which voids the reward's test terms
+        assert result.reason.startswith(f"forged test environment: file {path} "), result.reason
+    else:  # the cached pyc is never loaded: the test ran as the task wrote it, and failed
+        assert result.tests[fooled] == "failed", result.tests
+        assert "forged" not in result.reason, result.reason
+
+
+@pytest.mark.parametrize("name", ["rewrites-a-test-module", "replaces-the-folder", "rewrites-expected-data"])
+def test_ungraded_no_file_is_the_callers_and_the_change_stands(executor, name):
+    """What the graded check stops is real: ungraded, the changed file is what pytest reads. (A
+    cached pyc is never loaded, graded or not; an ungraded run may ship conftests of its own.)"""
+    _, fooled, tamper = ATTACKS[name]
+    result = _run(executor, WRONG + textwrap.dedent(tamper), graded=False)
+    assert result.tests[fooled] == "passed", result.tests
+
+
+def test_tests_and_code_that_write_their_own_files_keep_their_verdicts(executor):
+    tests = {
+        **{p: c for p, c in TESTS.items() if p != "tests/zsub/test_c.py"},
+        "tests/test_writes.py": textwrap.dedent("""
+            import pathlib
+
+            import calc
+
+
+            def test_writes_beside_itself():
+                out = pathlib.Path(__file__).parent / "out.txt"
+                out.write_text(str(calc.add(1, 1)))
+                assert out.read_text() == "2"
+
+
+            def test_writes_a_package_of_its_own(tmp_path):
+                (tmp_path / "pkg").mkdir()
+                (tmp_path / "pkg" / "conftest.py").write_text("X = 1\\n")
+                assert (tmp_path / "pkg" / "conftest.py").read_text() == "X = 1\\n"
+            """),
+    }
+    program = textwrap.dedent("""
+        import pathlib
+        (pathlib.Path(__file__).parent / "calc_cache.txt").write_text("warm")
+        ready = True
+
+
+        def add(a, b):
+            return a + b
+        """)
+    result = _run(executor, program, tests)
+    assert result.status == "passed", (result.reason, result.stdout[-2000:])
+    assert len(result.tests) == 5
+
+
+# -------------------------------------------------------------------------------------------------
+# the check, in this process
+# -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sent(tmp_path):
+    files = {str(tmp_path / "test_x.py"): b"def test_x():\n    pass\n", str(tmp_path / "data.txt"): b"42\n"}
+    for path, content in files.items():
+        with open(path, "wb") as f:
+            f.write(content)
+    pristine.expect_files(files)
+    yield files
+    pristine.expect_files({})
+
+
+def test_files_as_sent_read_as_sent_and_loaded_from_their_source_are_not_named(sent):
+    test_x = next(iter(sent))
+    pristine.read_source(test_x, sent[test_x])
+    assert pristine.changed_files([test_x]) == []
+
+
+def test_a_file_read_as_other_content_changed_on_disk_or_loaded_unread_is_named(sent, tmp_path):
+    test_x, data = sent
+    assert pristine.changed_files([test_x]) == [f"{test_x} (loaded without its source)"]
+    pristine.read_source(test_x, b"def test_x():\n    assert True\n")
+    pristine.read_source(test_x, sent[test_x])  # read again as sent: the first read stays named
+    (tmp_path / "data.txt").write_bytes(b"-2\n")
+    assert pristine.changed_files([test_x]) == [f"{test_x} (read as other content)", f"{data} (on disk)"]
+    os.remove(data)
+    os.symlink(tmp_path / "elsewhere.txt", data)
+    (tmp_path / "elsewhere.txt").write_bytes(sent[data])  # a link to the same bytes is not the file
+    assert pristine.changed_files() == [f"{test_x} (read as other content)", f"{data} (on disk)"]
+
+
+def test_files_the_caller_did_not_send_are_not_checked(sent, tmp_path):
+    pristine.read_source(str(tmp_path / "other.py"), b"anything")
+    assert pristine.changed_files([str(tmp_path / "other.py")]) == []
