@@ -28,6 +28,9 @@ TESTS = {
             assert calc.add(20, 22) == expected
         """),
     "tests/expected.txt": "42\n",
+    # a trusted module outside the tests' folders: Python's own import loads it, not pytest's hook
+    "tests/test_e.py": "import calc\nfrom support import expected_sum\n\n\ndef test_e():\n    assert calc.add(2, 3) == expected_sum(2, 3)\n",
+    "support.py": "def expected_sum(a, b):\n    return a + b\n",
 }
 
 WRONG = "ready = True\n\n\ndef add(a, b):\n    return a - b\n"
@@ -49,6 +52,18 @@ ATTACKS = {
         _code = compile("def test_b():\\n    assert True\\n", str(_test), "exec")
         (_cache / _name).write_bytes(importlib.util.MAGIC_NUMBER + b"\\x03\\x00\\x00\\x00"
                                      + importlib.util.source_hash(_test.read_bytes())[:8] + marshal.dumps(_code))
+        """),
+    # Python's import loads a cached pyc whose header gives the source's time and size
+    "plants-a-pyc-for-a-module": ("", "tests/test_e.py::test_e", """
+        import importlib.util, marshal, os, pathlib, sys
+        _source = pathlib.Path(__file__).parent / "support.py"
+        _stat = os.stat(_source)
+        _cache = _source.parent / "__pycache__"
+        _cache.mkdir(exist_ok=True)
+        _code = compile("def expected_sum(a, b):\\n    return a - b\\n", str(_source), "exec")
+        (_cache / f"support.{sys.implementation.cache_tag}.pyc").write_bytes(
+            importlib.util.MAGIC_NUMBER + b"\\x00\\x00\\x00\\x00" + (int(_stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+            + (_stat.st_size & 0xFFFFFFFF).to_bytes(4, "little") + marshal.dumps(_code))
         """),
     # the file is read-only to it: the folder is moved aside and another made in its place
     "replaces-the-folder": ("tests/zsub/test_c.py", "tests/zsub/test_c.py::test_c", """
@@ -135,7 +150,7 @@ def test_tests_and_code_that_write_their_own_files_keep_their_verdicts(executor)
         """)
     result = _run(executor, program, tests)
     assert result.status == "passed", (result.reason, result.stdout[-2000:])
-    assert len(result.tests) == 5
+    assert len(result.tests) == 6
 
 
 # -------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ import ast
 import builtins
 import ctypes
 import gc
+import importlib.machinery
 import itertools
 import operator
 import os
@@ -50,7 +51,8 @@ from operator import attrgetter
 from typing import Any
 
 __all__ = ["Snapshot", "builtins_for", "changed_files", "defined", "definitions", "expect_files", "imports",
-           "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "take", "taken"]
+           "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "source_only", "take",
+           "taken"]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (a C type's dict cannot be written)
@@ -312,6 +314,37 @@ def read_source(path: str, source: bytes) -> None:
     path = os.path.abspath(path)
     if path in _SENT:
         _READ[path] = _READ.get(path, True) and source == _SENT[path]
+
+
+class _SourceOnly(importlib.machinery.SourceFileLoader):
+    """A module's code compiled from its source file, never from a cached pyc beside it."""
+
+    def get_code(self, fullname: str) -> types.CodeType:
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
+def source_only(root: str) -> None:
+    """Make every import of a module under ``root`` compile its source: a pyc the code under test
+    writes beside a trusted module that Python's own import loads (one outside the folders pytest
+    rewrites) is never code that runs. The test modules, conftests and helpers pytest rewrites get
+    the same from :func:`codemoe.sandbox.honest.install`."""
+    root = os.path.abspath(root)
+    machinery = importlib.machinery
+    finder = machinery.FileFinder.path_hook((machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
+                                            (_SourceOnly, machinery.SOURCE_SUFFIXES))
+
+    def under(path: str) -> bool:
+        full = os.path.abspath(path or os.getcwd())
+        return full == root or full.startswith(root + os.sep)
+
+    def hook(path: str) -> Any:
+        if not under(path):
+            raise ImportError("not under the work dir")
+        return finder(path)
+
+    sys.path_hooks.insert(0, hook)
+    for path in [p for p in sys.path_importer_cache if under(p)]:  # finders made before, if any
+        del sys.path_importer_cache[path]
 
 
 def _on_disk(path: str, _open: Any = os.open, _read: Any = os.read, _close: Any = os.close) -> bytes | None:

@@ -289,6 +289,7 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
         work = os.getcwd()
         pristine.expect_files({os.path.join(work, path): content for path, content in setup.files
                                if path in setup.trusted or path == setup.canary_path})
+        pristine.source_only(work)
     snapshot = pristine.taken() or pristine.take()  # taken in the pytest fork server, before any code under test
     reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path,
                         pristine=snapshot)
