@@ -320,6 +320,114 @@ def test_a_name_a_test_module_assigned_once_and_the_code_under_test_replaced_is_
     assert result.reason.startswith(f"forged test environment: test_assigned.{what} "), result.reason
 
 
+CONTENT_TESTS = {
+    "tests/test_expected.py": textwrap.dedent("""
+        from geo import area, evens
+
+        EXPECTED_EVENS = [2, 4]
+        AREAS = {1: 3.142, 2: 12.566}
+        DATA = [6, 7, 8]
+
+
+        def test_evens():
+            assert evens([1, 2, 3, 4]) == EXPECTED_EVENS
+
+
+        def test_area_of_one():
+            assert round(area(1), 3) == AREAS[1]
+
+
+        def test_evens_of_data():
+            assert evens(DATA) == [6, 8]
+        """),
+}
+# a list or dict the test module only compares with, changed in place from inside the call that
+# runs first: the test then compares the wrong answer with itself
+CONTENT = {
+    "expected-list": ("test_expected.EXPECTED_EVENS", "test_evens", textwrap.dedent("""
+        import sys
+        def evens(xs):
+            out = list(xs)
+            for module in list(sys.modules.values()):
+                if type(getattr(module, "EXPECTED_EVENS", None)) is list:
+                    module.EXPECTED_EVENS[:] = out
+            return out
+        """)),
+    "expected-dict-entry": ("test_expected.AREAS", "test_area_of_one", textwrap.dedent("""
+        import sys
+        def area(r):
+            for module in list(sys.modules.values()):
+                if type(getattr(module, "AREAS", None)) is dict:
+                    module.AREAS[r] = 0.0
+            return 0.0
+        """)),
+}
+
+
+@pytest.mark.parametrize("name", list(CONTENT))
+def test_a_value_the_test_module_only_compares_with_changed_in_place_is_named(executor, name):
+    what, fooled, tamper = CONTENT[name]
+    result = _run(executor, _program(tamper), CONTENT_TESTS)
+    assert result.tests[f"tests/test_expected.py::{fooled}"] == "passed", result.tests  # it did fool it
+    assert result.status == "failed", result
+    assert result.reason.startswith(f"forged test environment: {what} (its content)"), result.reason
+
+
+def test_a_list_the_tests_hand_to_the_code_may_be_changed_by_it(executor):
+    """Honest code may sort or consume its input in place: a value the tests pass to a function is
+    not held to its content."""
+    program = textwrap.dedent("""
+        import math
+
+
+        def area(r):
+            return math.pi * r * r
+
+
+        def evens(xs):
+            xs[:] = [x for x in xs if x % 2 == 0]
+            return list(xs)
+        """)
+    result = _run(executor, program, CONTENT_TESTS)
+    assert result.status == "passed", (result.reason, result.stdout[-2000:])
+
+
+def test_a_value_held_to_its_content_is_one_only_compared_with():
+    tree = ast.parse(textwrap.dedent("""
+        EXPECTED = [1, 2]
+        TABLE = {"a": 1}
+        SEEN = []
+        DATA = [3, 1]
+        PAIR = (1, 2)
+        LATER = [0]
+        def test_one():
+            assert f() == EXPECTED and TABLE["a"] == g()
+            SEEN.append(1)
+            assert sorted(DATA) == [1, 3] and PAIR == h()
+            assert len(LATER) == 1
+        """))
+    provenance = honest._Provenance(tree, lambda root: True)
+    assert provenance.compared == {"EXPECTED", "TABLE"}
+    assert {"SEEN", "DATA", "PAIR", "LATER"} <= provenance.held
+
+
+def test_content_is_compared_by_exact_type_without_calling_the_objects():
+    class Liar(int):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    held = [1, 2.5, float("nan"), "s", {"k": (1, None)}, {3}]
+    pristine.defined("m_content", "HELD", held, True)
+    assert pristine.changed_contents("m_content") == []
+    held[0] = Liar(1)
+    assert pristine.changed_contents("m_content") == ["m_content.HELD (its content)"]
+    held[0] = 1
+    held[4]["k"] = (1, 0)
+    assert pristine.changed_contents("m_content") == ["m_content.HELD (its content)"]
+
+
 def test_names_a_test_module_assigns_once_are_held_and_its_state_is_not():
     tree = ast.parse(textwrap.dedent("""
         import math as m

@@ -437,7 +437,15 @@ class _Provenance:
         # blocks): each dotted name and its parents (``import os.path``: ``os``, ``os.path``), whose
         # sys.modules entries the environment check watches (codemoe.sandbox.pristine)
         self.inner_imports: set[str] = set()
+        operands: set[int] = set()  # the names a comparison reads directly (``x == EXPECTED``, ``EXPECTED[k]``)
+        loads: list[ast.Name] = []
         for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                for side in (node.left, *node.comparators):
+                    side = side.value if isinstance(side, ast.Subscript) else side
+                    operands.add(id(side))
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                loads.append(node)
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if all(isinstance(t, ast.Name) for t in targets):
@@ -473,6 +481,13 @@ class _Provenance:
                for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]) if isinstance(t, ast.Name)}
         self.held: set[str] = {n for n in top if len(assigned.get(n, ())) == 1 and n not in bound
                                and n not in imported and not (n.startswith("__") and n.endswith("__"))}  # fmt: skip
+        # of those, a list, dict or set display the module only ever compares with (``EXPECTED = [4, 6]``,
+        # ``assert totals() == EXPECTED``): nothing it does changes its content, nor need the code
+        # under test, which never gets it, so the check holds its content too (one the tests hand
+        # to a function, ``median(DATA)``, may be sorted in place by honest code, and is not held)
+        handed = {n.id for n in loads if id(n) not in operands}
+        self.compared: set[str] = {n for n in self.held - handed
+                                   if isinstance(assigned[n][0], (ast.List, ast.Dict, ast.Set))}
         other = bound | set(assigned)
         self.names: set[str] = {n for n, ok in imported.items() if ok and n not in other}
         self.names |= {n for n in _BUILTIN_CONSTRUCTORS if n not in other and n not in imported}
@@ -600,11 +615,12 @@ def _at(new: ast.AST, old: ast.AST) -> Any:
 
 
 def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[int]],
-               held: set[str] | frozenset[str] = frozenset()) -> None:
+               held: set[str] | frozenset[str] = frozenset(), compared: set[str] | frozenset[str] = frozenset()) -> None:
     """Route the module's comparisons through :func:`compare` (in place), after pytest's rewrite,
     make its functions call the builtins as the fork server loaded them
     (:func:`codemoe.sandbox.pristine.builtins_for`), and record what its top-level definitions and
-    the assignments of ``held`` names (``_Provenance.held``) bound."""
+    the assignments of ``held`` names (``_Provenance.held``) bound, with the content of the
+    ``compared`` ones (``_Provenance.compared``)."""
     transformer = _Instrument(surveyed)
     transformer.visit(tree)
     names = [ast.alias("compare", COMPARE_NAME), ast.alias("check_call", CHECK_NAME)] if transformer.changed else []
@@ -643,6 +659,8 @@ def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[
         for name in names:
             call = ast.Call(ast.Name(DEFINED_NAME, ast.Load()), [ast.Name("__name__", ast.Load()), ast.Constant(name),
                                                                   ast.Name(name, ast.Load())], [])  # fmt: skip
+            if name in compared:
+                call.args.append(ast.Constant(True))
             rest.append(_place(ast.Expr(call), getattr(stmt, "end_lineno", None) or stmt.lineno))
     body[at:] = [*added, frozen, assign, *rest]
 
@@ -701,7 +719,7 @@ def install() -> None:
             pristine.read_source(str(module_path), source)
         surveyed = survey(mod, trusted, provenance)
         original(mod, source, module_path, config)
-        instrument(mod, surveyed, provenance.held)
+        instrument(mod, surveyed, provenance.held, provenance.compared)
 
     rewrite.rewrite_asserts = rewrite_asserts
     # every module pytest rewrites is rewritten from its source, read and checked here: a cached pyc

@@ -17,7 +17,8 @@ finishes, and names what was replaced or deleted in the report (``tampered``); t
 terms. A trusted test module's functions, classes and modules are checked the same way from the end
 of collection on, each held to what its ``def`` or ``class`` bound (:func:`defined`, called by the
 module's rewrite right after each; so is a name a top-level assignment binds and nothing else in the
-module rebinds, constants included: ``EXPECTED = 42``), and what its top-level imports bound must be what the snapshotted modules hold
+module rebinds, constants included: ``EXPECTED = 42``; a list, dict or set display the module only
+compares with is held to its content too), and what its top-level imports bound must be what the snapshotted modules hold
 (a fake module put in ``sys.modules`` before the test module imported it is named; so is a fake
 in the ``sys.modules`` entry of a snapshotted module the test module imports inside a function). Builtins are
 closed by design: a test module's functions call a copy of them as the server loaded them
@@ -50,7 +51,7 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["Snapshot", "builtins_for", "changed_files", "defined", "definitions", "expect_files", "imports",
+__all__ = ["Snapshot", "builtins_for", "changed_contents", "changed_files", "defined", "definitions", "expect_files", "imports",
            "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "source_only", "take",
            "taken"]
 
@@ -260,12 +261,41 @@ def imports(tree: ast.Module) -> list[tuple[str, str, str | None]]:
 _IMPORTS: dict[str, list[tuple[str, str, str | None]]] = {}
 _INNER: dict[str, set[str]] = {}
 _DEFINED: dict[str, dict[str, Any]] = {}
+_CONTENT: dict[str, dict[str, tuple[Any, Any]]] = {}  # module -> name -> (value, what it held when bound)
 
 
-def defined(module: str, name: str, value: Any) -> None:
+def defined(module: str, name: str, value: Any, content: bool = False) -> None:
     """Record what a test module's top-level ``def``, ``class`` or once-bound assignment bound, right
-    after it ran (the rewrite adds the call after each one), for :meth:`Snapshot.watch`."""
+    after it ran (the rewrite adds the call after each one), for :meth:`Snapshot.watch`; with
+    ``content``, what the value holds too (a list, dict or set the module only compares with)."""
     _DEFINED.setdefault(module, {})[name] = value
+    if content:
+        _CONTENT.setdefault(module, {})[name] = (value, _frozen(value))
+
+
+def _frozen(value: Any, depth: int = 0) -> Any:
+    """What ``value`` holds, by exact type: plain values by value (floats by their text, so a NaN
+    equals itself), containers element by element, anything else by identity; compared without
+    calling any method of the objects inside."""
+    kind = type(value)
+    if kind in (int, str, bytes, bool, type(None)):
+        return kind, value
+    if kind in (float, complex):
+        return kind, repr(value)
+    if depth < 32 and kind in (list, tuple):
+        return kind, tuple(_frozen(v, depth + 1) for v in value)
+    if depth < 32 and kind is dict:
+        return kind, tuple((_frozen(k, depth + 1), _frozen(v, depth + 1)) for k, v in value.items())
+    if depth < 32 and kind in (set, frozenset):
+        return kind, frozenset(_frozen(v, depth + 1) for v in value)
+    return kind, id(value)
+
+
+def changed_contents(module: str) -> list[str]:
+    """The values :func:`defined` recorded with their content in ``module`` that hold something
+    else now (changed in place), as ``module.name (its content)``."""
+    return [f"{module}.{name} (its content)" for name, (value, frozen) in _CONTENT.get(module, {}).items()
+            if _frozen(value) != frozen]
 
 
 def definitions(module: str) -> dict[str, Any]:

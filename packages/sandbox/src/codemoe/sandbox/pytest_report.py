@@ -25,7 +25,14 @@ from typing import Any
 
 import pytest
 from _pytest.assertion.rewrite import AssertionRewritingHook
-from codemoe.sandbox.pristine import Snapshot, changed_files, definitions, recorded_imports, recorded_inner_imports
+from codemoe.sandbox.pristine import (
+    Snapshot,
+    changed_contents,
+    changed_files,
+    definitions,
+    recorded_imports,
+    recorded_inner_imports,
+)
 
 __all__ = ["Reporter", "encode_line"]
 
@@ -84,7 +91,8 @@ class Reporter:
         self.forged: list[str] = []  # tests failed by a comparison an object under test lied to
         self.pristine = pristine
         self.tampered: list[str] = []  # "module.name (changed by the end of WHEN)", at most 20
-        self._files_seen: set[str] = set()
+        self._files_seen: set[str] = set()  # findings of the task's files and held contents, named once
+        self._test_modules: list[str] = []  # the trusted test modules' names, found after collection
         self._write = write
 
     def send(self, message: dict[str, Any]) -> None:
@@ -125,9 +133,11 @@ class Reporter:
         if self.pristine is not None:
             self._note(self.pristine.check(), when)
         if self.graded:  # the task's files as it sent them (codemoe.sandbox.pristine.expect_files)
-            found = [f for f in changed_files(rewritten or ()) if f not in self._files_seen]
+            found = [f"file {f[len(root):] if f.startswith(root) else f}" for f in changed_files(rewritten or ())]
+            found += [c for name in self._test_modules for c in changed_contents(name)]  # held contents
+            found = [f for f in found if f not in self._files_seen]
             self._files_seen.update(found)
-            self._note([f"file {f[len(root):] if f.startswith(root) else f}" for f in found], when)
+            self._note(found, when)
 
     def _note(self, names: list[str], when: str) -> None:
         self.tampered += [f"{name} (changed by the end of {when})" for name in names][:max(0, 20 - len(self.tampered))]
@@ -151,7 +161,10 @@ class Reporter:
                 for name, module in _trusted_modules(self.trusted | canary, root):
                     if isinstance(getattr(getattr(module, "__spec__", None), "loader", None), AssertionRewritingHook):
                         rewritten.append(module.__file__)
-                    if self.pristine is not None and module.__file__ != root + self.canary:  # watched from here, held to what they defined
+                    if module.__file__ == root + self.canary:
+                        continue
+                    self._test_modules.append(name)
+                    if self.pristine is not None:  # watched from here, held to what they defined
                         self.pristine.watch(name, vars(module), definitions(name))
                         self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
                                    "collection")
