@@ -311,13 +311,19 @@ def test_code_that_replaces_what_the_tests_call_is_a_forged_test_environment(exe
     assert what in result.reason.split(":", 2)[1], result.reason
 
 
+def _fooled_and_named(executor, tests: dict[str, str], tamper: str, fooled: str, named: str) -> None:
+    """The program fooled the test ``fooled`` (a node id), and the verdict names ``named`` first."""
+    result = _run(executor, _program(tamper), tests)
+    assert result.tests[fooled] == "passed", result.tests  # it did fool it
+    assert result.status == "failed", result
+    assert result.reason.startswith(f"forged test environment: {named}"), result.reason
+
+
 @pytest.mark.parametrize("name", list(ASSIGNED))
 def test_a_name_a_test_module_assigned_once_and_the_code_under_test_replaced_is_named(executor, name):
     what, forged_test, tamper = ASSIGNED[name]
-    result = _run(executor, _program(tamper), ASSIGNED_TESTS)
-    assert result.tests[f"tests/test_assigned.py::{forged_test}"] == "passed", result.tests  # it did fool it
-    assert result.status == "failed", result
-    assert result.reason.startswith(f"forged test environment: test_assigned.{what} "), result.reason
+    _fooled_and_named(executor, ASSIGNED_TESTS, tamper, f"tests/test_assigned.py::{forged_test}",
+                      f"test_assigned.{what} ")
 
 
 CONTENT_TESTS = {
@@ -367,10 +373,7 @@ CONTENT = {
 @pytest.mark.parametrize("name", list(CONTENT))
 def test_a_value_the_test_module_only_compares_with_changed_in_place_is_named(executor, name):
     what, fooled, tamper = CONTENT[name]
-    result = _run(executor, _program(tamper), CONTENT_TESTS)
-    assert result.tests[f"tests/test_expected.py::{fooled}"] == "passed", result.tests  # it did fool it
-    assert result.status == "failed", result
-    assert result.reason.startswith(f"forged test environment: {what} (its content)"), result.reason
+    _fooled_and_named(executor, CONTENT_TESTS, tamper, f"tests/test_expected.py::{fooled}", f"{what} (its content)")
 
 
 def test_a_list_the_tests_hand_to_the_code_may_be_changed_by_it(executor):
