@@ -30,7 +30,7 @@ Each round is a pair: codemoe's timed pass and the anchor's, back to back, on po
 that stay up for the whole run (idle, they take no CPU), every other pair with the anchor first.
 The ratio of a case is the median of its pairs' ratios. On a shared machine whose speed drifts by
 tens of percent within a minute, a ratio taken within a pair moves far less than one of two medians
-taken minutes apart (how the benchmark measured before 2026-12-07).
+taken minutes apart (how the benchmark measured until run 18 of docs/performance.md).
 """
 
 from __future__ import annotations
