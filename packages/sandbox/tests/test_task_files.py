@@ -31,6 +31,9 @@ TESTS = {
     # a trusted module outside the tests' folders: Python's own import loads it, not pytest's hook
     "tests/test_e.py": "import calc\nfrom support import expected_sum\n\n\ndef test_e():\n    assert calc.add(2, 3) == expected_sum(2, 3)\n",
     "support.py": "def expected_sum(a, b):\n    return a + b\n",
+    # a helper beside the tests: pytest's rewrite hook loads it
+    "tests/helpers.py": "def expected_product(a, b):\n    return a * b\n",
+    "tests/test_h.py": "import calc\nfrom helpers import expected_product\n\n\ndef test_h():\n    assert calc.add(2, 2) == expected_product(2, 2)\n",
 }
 
 WRONG = "ready = True\n\n\ndef add(a, b):\n    return a - b\n"
@@ -64,6 +67,13 @@ ATTACKS = {
         (_cache / f"support.{sys.implementation.cache_tag}.pyc").write_bytes(
             importlib.util.MAGIC_NUMBER + b"\\x00\\x00\\x00\\x00" + (int(_stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
             + (_stat.st_size & 0xFFFFFFFF).to_bytes(4, "little") + marshal.dumps(_code))
+        """),
+    # a package of the helper's name beside it, which Python's import takes before the module
+    "shadows-a-helper": ("", "tests/test_h.py::test_h", """
+        import pathlib
+        _package = pathlib.Path(__file__).parent / "tests" / "helpers"
+        _package.mkdir()
+        (_package / "__init__.py").write_text("def expected_product(a, b):\\n    return a - b\\n")
         """),
     # the file is read-only to it: the folder is moved aside and another made in its place
     "replaces-the-folder": ("tests/zsub/test_c.py", "tests/zsub/test_c.py::test_c", """
@@ -150,7 +160,7 @@ def test_tests_and_code_that_write_their_own_files_keep_their_verdicts(executor)
         """)
     result = _run(executor, program, tests)
     assert result.status == "passed", (result.reason, result.stdout[-2000:])
-    assert len(result.tests) == 6
+    assert len(result.tests) == 7
 
 
 # -------------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import builtins
 import ctypes
 import gc
 import importlib.machinery
+import importlib.util
 import itertools
 import operator
 import os
@@ -353,15 +354,34 @@ class _SourceOnly(importlib.machinery.SourceFileLoader):
         return self.source_to_code(self.get_data(self.path), self.path)
 
 
+class _SentFirst(importlib.machinery.FileFinder):
+    """A folder's modules as Python finds them, except that a name the caller sent a file for
+    (``helpers.py``, ``helpers/__init__.py``) is that file, whatever else of that name the code
+    under test made beside it (a ``helpers/`` package, an extension module, which Python would
+    otherwise take first)."""
+
+    def find_spec(self, fullname: str, target: Any = None) -> Any:
+        folder = os.path.abspath(self.path or os.getcwd())
+        tail = fullname.rpartition(".")[2]
+        for path, package in ((os.path.join(folder, tail, "__init__.py"), True), (os.path.join(folder, tail + ".py"), False)):
+            if path in _SENT:
+                return importlib.util.spec_from_file_location(
+                    fullname, path, loader=_SourceOnly(fullname, path),
+                    submodule_search_locations=[os.path.dirname(path)] if package else None)
+        return super().find_spec(fullname, target)
+
+
 def source_only(root: str) -> None:
-    """Make every import of a module under ``root`` compile its source: a pyc the code under test
-    writes beside a trusted module that Python's own import loads (one outside the folders pytest
-    rewrites) is never code that runs. The test modules, conftests and helpers pytest rewrites get
-    the same from :func:`codemoe.sandbox.honest.install`."""
+    """Make every import of a module under ``root`` compile its source, and a name the caller sent
+    a file for import that file: a pyc the code under test writes beside a trusted module that
+    Python's own import loads (one outside the folders pytest rewrites), or a package it makes
+    beside a trusted helper (``tests/helpers/`` beside ``tests/helpers.py``), is never code that
+    runs. pytest's rewrite hook finds modules through these finders too, and reads no cached pyc
+    (:func:`codemoe.sandbox.honest.install`)."""
     root = os.path.abspath(root)
     machinery = importlib.machinery
-    finder = machinery.FileFinder.path_hook((machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
-                                            (_SourceOnly, machinery.SOURCE_SUFFIXES))
+    finder = _SentFirst.path_hook((machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
+                                  (_SourceOnly, machinery.SOURCE_SUFFIXES))
 
     def under(path: str) -> bool:
         full = os.path.abspath(path or os.getcwd())
