@@ -75,7 +75,7 @@ ATTACKS = {
         _package.mkdir()
         (_package / "__init__.py").write_text("def expected_product(a, b):\\n    return a - b\\n")
         """),
-    # the file is read-only to it: the folder is moved aside and another made in its place
+    # the folder moved aside and another made in its place (what would work were the file read-only)
     "replaces-the-folder": ("tests/zsub/test_c.py", "tests/zsub/test_c.py::test_c", """
         import os, pathlib
         _tests = pathlib.Path(__file__).parent / "tests"
