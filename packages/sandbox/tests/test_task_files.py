@@ -87,6 +87,20 @@ ATTACKS = {
         import pathlib
         (pathlib.Path(__file__).parent / "tests" / "expected.txt").write_text("-2\\n")
         """),
+    # changed for the test that reads it (from a call an earlier test makes) and put back from the
+    # call that test makes after reading it: nothing is left to see when the session ends
+    "changes-data-and-puts-it-back": ("tests/expected.txt", "tests/test_data.py::test_d", """
+        import pathlib
+        _data = pathlib.Path(__file__).parent / "tests" / "expected.txt"
+        _calls = []
+        def add(a, b):
+            _calls.append((a, b))
+            if (a, b) == (2, 2) and len(_calls) == 1:
+                _data.write_text("-2\\n")
+            if (a, b) == (20, 22):
+                _data.write_text("42\\n")
+            return a - b
+        """),
     # a hook wrapper that passes every report, in a folder pytest has not collected yet
     "writes-a-conftest": ("tests/zsub/conftest.py", "tests/zsub/test_c.py::test_c", """
         import pathlib

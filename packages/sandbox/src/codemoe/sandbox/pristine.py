@@ -52,7 +52,7 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["Snapshot", "builtins_for", "changed_contents", "changed_files", "defined", "definitions", "expect_files", "imports",
+__all__ = ["Snapshot", "builtins_for", "changed_contents", "changed_data", "changed_files", "defined", "definitions", "expect_files", "imports",
            "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "source_only", "take",
            "taken"]
 
@@ -411,6 +411,14 @@ def _on_disk(path: str, _open: Any = os.open, _read: Any = os.read, _close: Any 
         return None
     finally:
         _close(fd)
+
+
+def changed_data() -> list[str]:
+    """The expected files other than Python modules (the data a test reads) that are not the
+    caller's on disk now: checked after every test, so one changed for a test and put back before
+    the session ends is found (a module is compared as pytest reads it)."""
+    return [f"{path} (on disk)" for path, content in _SENT.items()
+            if not path.endswith(".py") and _on_disk(path) != content]
 
 
 def changed_files(rewritten: Iterable[str] = ()) -> list[str]:

@@ -28,6 +28,7 @@ from _pytest.assertion.rewrite import AssertionRewritingHook
 from codemoe.sandbox.pristine import (
     Snapshot,
     changed_contents,
+    changed_data,
     changed_files,
     definitions,
     recorded_imports,
@@ -93,6 +94,7 @@ class Reporter:
         self.tampered: list[str] = []  # "module.name (changed by the end of WHEN)", at most 20
         self._files_seen: set[str] = set()  # findings of the task's files and held contents, named once
         self._test_modules: list[str] = []  # the trusted test modules' names, found after collection
+        self._root = ""  # the root dir, with a trailing slash
         self._write = write
 
     def send(self, message: dict[str, Any]) -> None:
@@ -103,6 +105,7 @@ class Reporter:
             view = view[write(CHANNEL_FD, view):]
 
     def pytest_configure(self, config: Any) -> None:
+        self._root = str(config.rootpath).rstrip("/") + "/"
         if not self.graded:
             return
         manager = config.pluginmanager
@@ -133,11 +136,15 @@ class Reporter:
         if self.pristine is not None:
             self._note(self.pristine.check(), when)
         if self.graded:  # the task's files as it sent them (codemoe.sandbox.pristine.expect_files)
-            found = [f"file {f[len(root):] if f.startswith(root) else f}" for f in changed_files(rewritten or ())]
-            found += [c for name in self._test_modules for c in changed_contents(name)]  # held contents
-            found = [f for f in found if f not in self._files_seen]
-            self._files_seen.update(found)
-            self._note(found, when)
+            self._found(changed_files(rewritten or ()), root, when,
+                        [c for name in self._test_modules for c in changed_contents(name)])  # held contents
+
+    def _found(self, files: list[str], root: str, when: str, more: list[str] | None = None) -> None:
+        """Name each finding of the task's files (absolute paths) and ``more`` once."""
+        found = [f"file {f[len(root):] if f.startswith(root) else f}" for f in files] + (more or [])
+        found = [f for f in found if f not in self._files_seen]
+        self._files_seen.update(found)
+        self._note(found, when)
 
     def _note(self, names: list[str], when: str) -> None:
         self.tampered += [f"{name} (changed by the end of {when})" for name in names][:max(0, 20 - len(self.tampered))]
@@ -204,6 +211,8 @@ class Reporter:
             self._record(report.nodeid, "error")
         elif report.skipped:
             self._record(report.nodeid, "skipped")
+        if report.when == "teardown" and self.graded:  # the data the tests read, after every test
+            self._found(changed_data(), self._root, f"test {_text(report.nodeid)}")
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> Any:
