@@ -417,8 +417,12 @@ def changed_data() -> list[str]:
     """The expected files other than Python modules (the data a test reads) that are not the
     caller's on disk now: checked after every test, so one changed for a test and put back before
     the session ends is found (a module is compared as pytest reads it)."""
-    return [f"{path} (on disk)" for path, content in _SENT.items()
-            if not path.endswith(".py") and _on_disk(path) != content]
+    return _not_on_disk(path for path in _SENT if not path.endswith(".py"))
+
+
+def _not_on_disk(paths: Iterable[str]) -> list[str]:
+    """Of ``paths`` (expected files), those whose bytes on disk are not the caller's."""
+    return [f"{path} (on disk)" for path in paths if _on_disk(path) != _SENT[path]]
 
 
 def changed_files(rewritten: Iterable[str] = ()) -> list[str]:
@@ -427,7 +431,7 @@ def changed_files(rewritten: Iterable[str] = ()) -> list[str]:
     counts as not the file), and, of ``rewritten`` (the files of the loaded modules pytest's rewrite
     hook loaded), those it loaded without reading their source."""
     found = [f"{path} (read as other content)" for path, same in _READ.items() if not same]
-    found += [f"{path} (on disk)" for path, content in _SENT.items() if _on_disk(path) != content]
+    found += _not_on_disk(_SENT)
     found += [f"{path} (loaded without its source)" for path in map(os.path.abspath, rewritten)
               if path in _SENT and path not in _READ]
     return found

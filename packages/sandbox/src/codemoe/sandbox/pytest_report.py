@@ -132,15 +132,16 @@ class Reporter:
 
         manager._importconftest = _importconftest
 
-    def _check(self, when: str, root: str, rewritten: list[str] | None = None) -> None:
+    def _check(self, when: str, rewritten: list[str] | None = None) -> None:
         if self.pristine is not None:
             self._note(self.pristine.check(), when)
         if self.graded:  # the task's files as it sent them (codemoe.sandbox.pristine.expect_files)
-            self._found(changed_files(rewritten or ()), root, when,
+            self._found(changed_files(rewritten or ()), when,
                         [c for name in self._test_modules for c in changed_contents(name)])  # held contents
 
-    def _found(self, files: list[str], root: str, when: str, more: list[str] | None = None) -> None:
+    def _found(self, files: list[str], when: str, more: list[str] | None = None) -> None:
         """Name each finding of the task's files (absolute paths) and ``more`` once."""
+        root = self._root
         found = [f"file {f[len(root):] if f.startswith(root) else f}" for f in files] + (more or [])
         found = [f for f in found if f not in self._files_seen]
         self._files_seen.update(found)
@@ -161,7 +162,7 @@ class Reporter:
         try:
             return (yield)
         finally:
-            root = str(session.config.rootpath).rstrip("/") + "/"
+            root = self._root
             rewritten = []  # trusted modules (and the canaries) pytest's rewrite hook loaded
             if self.graded:
                 canary = frozenset({self.canary} if self.canary else ())
@@ -176,7 +177,7 @@ class Reporter:
                         self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
                                    "collection")
                         self.pristine.watch_modules(recorded_inner_imports(module.__file__))
-            self._check("collection", root, rewritten)
+            self._check("collection", rewritten)
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
     def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:
@@ -212,14 +213,14 @@ class Reporter:
         elif report.skipped:
             self._record(report.nodeid, "skipped")
         if report.when == "teardown" and self.graded:  # the data the tests read, after every test
-            self._found(changed_data(), self._root, f"test {_text(report.nodeid)}")
+            self._found(changed_data(), f"test {_text(report.nodeid)}")
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> Any:
         try:
             return (yield)
         finally:
-            self._check("the session", str(session.config.rootpath).rstrip("/") + "/")
+            self._check("the session")
             self._send_report(exitstatus)
 
     def _send_report(self, exitstatus: Any) -> None:
