@@ -1,17 +1,22 @@
 """Code under test that changes the task's own files: it runs (at import, while pytest collects the
 first test module that imports it) before later test modules are read, in a work dir it can write.
 Each program here made a failing test PASS in a graded pytest run before the runner held the task's
-files to what the caller sent (:func:`codemoe.sandbox.pristine.expect_files`); each leaves ``add``
-wrong. Tests that write files of their own keep their verdicts.
+files to what the caller sent; each leaves ``add`` wrong. Two layers stop them, and each is tested
+on its own: the task's files are read-only mounts in folders that cannot move
+(:func:`codemoe.sandbox.isolation.seal_files`), and what pytest reads and what is on disk is compared
+with what the caller sent (:func:`codemoe.sandbox.pristine.expect_files`; alone where a machine
+cannot seal, ``LocalExecutor(seal_files=False)`` here). Tests that write files of their own keep
+their verdicts.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import textwrap
 
 import pytest
-from codemoe.sandbox import ExecutionRequest, Limits, pristine
+from codemoe.sandbox import ExecutionRequest, Limits, LocalExecutor, pristine
 
 TESTS = {
     "tests/test_a.py": "import calc\n\n\ndef test_a():\n    assert calc.ready\n",
@@ -121,10 +126,34 @@ def _run(executor, program: str, tests: dict[str, str] = TESTS, *, graded: bool 
                                          trusted=list(tests) if graded else []))
 
 
+@pytest.fixture(scope="module")
+def unsealed():
+    """A worker whose graded runs leave the task's files writable: the comparison alone."""
+    with LocalExecutor(workers=1, seal_files=False) as ex:
+        assert not next(p for p in ex.protections if p["name"] == "task files read-only")["active"]
+        yield ex
+
+
+SEALED_ERRORS = ("Read-only file system", "Device or resource busy")  # EROFS; EBUSY moving a mount point
+
+
 @pytest.mark.parametrize("name", list(ATTACKS))
-def test_code_under_test_that_changes_the_tasks_files_does_not_pass(executor, name):
+def test_sealed_task_files_cannot_be_changed_and_the_attack_does_not_pass(executor, name):
     path, fooled, tamper = ATTACKS[name]
+    assert next(p for p in executor.protections if p["name"] == "task files read-only")["active"]
     result = _run(executor, WRONG + textwrap.dedent(tamper))
+    assert result.status in ("failed", "error"), (result.tests, result.reason)
+    assert result.tests.get(fooled) != "passed", result.tests
+    if path in TESTS:  # a file the task sent: the change itself fails, where the code under test made it
+        assert any(e in result.reason + result.stdout for e in SEALED_ERRORS), (result.reason, result.stdout[-3000:])
+    elif path:  # a file the task does not have (a conftest): refused and named as before
+        assert result.reason.startswith(f"forged test environment: file {path} "), result.reason
+
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_code_under_test_that_changes_the_tasks_files_does_not_pass(unsealed, name):
+    path, fooled, tamper = ATTACKS[name]
+    result = _run(unsealed, WRONG + textwrap.dedent(tamper))
     assert result.status == "failed", (result.tests, result.reason)
     if path:  # named: the verdict is a forgery, which voids the reward's test terms
         assert result.reason.startswith(f"forged test environment: file {path} "), result.reason
@@ -140,6 +169,64 @@ def test_ungraded_no_file_is_the_callers_and_the_change_stands(executor, name):
     _, fooled, tamper = ATTACKS[name]
     result = _run(executor, WRONG + textwrap.dedent(tamper), graded=False)
     assert result.tests[fooled] == "passed", result.tests
+
+
+# every way to change a sealed file or move its folder, each reported as the error it met
+PROBE = """
+import errno, os
+_t = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests")
+def _try(what, fn):
+    try:
+        fn()
+        return f"{what}: done"
+    except OSError as exc:
+        return f"{what}: {errno.errorcode[exc.errno]}"
+def _fake():
+    with open(_t + "/fake.py", "w") as f:
+        f.write("def test_b():\\n    assert True\\n")
+_fake()
+RESULTS = [
+    _try("write", lambda: open(_t + "/test_b.py", "w")),
+    _try("append", lambda: open(_t + "/test_b.py", "a")),
+    _try("truncate", lambda: os.truncate(_t + "/test_b.py", 0)),
+    _try("chmod", lambda: os.chmod(_t + "/test_b.py", 0o777)),
+    _try("utime", lambda: os.utime(_t + "/test_b.py", (0, 0))),
+    _try("unlink", lambda: os.unlink(_t + "/test_b.py")),
+    _try("rename away", lambda: os.rename(_t + "/test_b.py", _t + "/moved.py")),
+    _try("rename onto", lambda: os.rename(_t + "/fake.py", _t + "/test_b.py")),
+    _try("hard link", lambda: os.link(_t + "/test_b.py", _t + "/linked.py")),
+    _try("reopen for writing", lambda: open(f"/proc/self/fd/{os.open(_t + '/test_b.py', os.O_RDONLY)}", "w")),
+    _try("data write", lambda: open(_t + "/expected.txt", "w")),
+    _try("move folder", lambda: os.rename(_t + "/zsub", _t + "/zsub_aside")),
+    _try("move tests", lambda: os.rename(_t, _t + "_aside")),
+    _try("move work dir", lambda: os.rename(os.path.dirname(_t), os.path.dirname(_t) + "_aside")),
+    _try("remove folder", lambda: os.rmdir(_t + "/zsub")),
+]
+raise RuntimeError("RESULTS " + repr(RESULTS))
+"""
+
+
+def test_every_way_to_change_a_sealed_file_or_move_its_folder_fails(executor):
+    result = _run(executor, PROBE)
+    line = next(x for x in result.stdout.splitlines() if "RESULTS [" in x)
+    results = dict(r.split(": ") for r in ast.literal_eval(line[line.index("["):].rstrip("'\"")))
+    assert results == {
+        "write": "EROFS", "append": "EROFS", "truncate": "EROFS", "chmod": "EROFS", "utime": "EROFS",
+        "unlink": "EBUSY", "rename away": "EBUSY", "rename onto": "EBUSY", "hard link": "EXDEV",
+        "reopen for writing": "EROFS", "data write": "EROFS", "move folder": "EBUSY", "move tests": "EBUSY",
+        "move work dir": "EBUSY", "remove folder": "EBUSY",
+    }, results
+
+
+def test_sealed_runs_leave_no_mount_behind(executor):
+    """Each graded run's mounts go with its tmpfs: the next run sees as many as the last one."""
+    program = "raise RuntimeError(f'MOUNTS {len(open(\"/proc/self/mountinfo\").readlines())}')\n"
+    counts = set()
+    for _ in range(6):  # two workers: each serves some of them
+        result = _run(executor, program)
+        line = next(x for x in result.stdout.splitlines() if "MOUNTS " in x)
+        counts.add(line[line.index("MOUNTS "):].split()[1].strip("'\""))
+    assert len(counts) == 1, counts
 
 
 def test_tests_and_code_that_write_their_own_files_keep_their_verdicts(executor):

@@ -25,6 +25,7 @@ import errno
 import fcntl
 import json
 import os
+import posixpath
 import re
 import shutil
 import signal
@@ -55,6 +56,7 @@ __all__ = [
     "prepare_worker",
     "probe",
     "release_worker",
+    "seal_files",
     "site_view",
     "why_not_hideable",
 ]
@@ -118,6 +120,7 @@ class IsolationPlan:
     site_names: list[str] = field(default_factory=list)  # the distributions and modules in the view
     seccomp: bool = False  # each execution installs the seccomp filter (codemoe.sandbox.seccomp)
     private_pts: bool = False  # each worker (so each execution) gets a devpts instance of its own (MAX_PTYS ptys)
+    seal: bool = False  # graded pytest runs: the task's files are read-only mounts in folders that cannot move
     cgroup: cgroups.Base | None = None  # where each execution gets a cgroup with memory and pids limits
     protections: list[Protection] = field(default_factory=list)
 
@@ -433,6 +436,50 @@ def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int, *,
     return work
 
 
+def seal_files(work: str, files: list[tuple[str, bytes]], uid: int | None) -> None:
+    """In the worker, before the clone of a graded run: lay out ``files`` (path relative to ``work``,
+    content) and make each a read-only mount of itself, and every folder on the way to one (``work``
+    included) a mount of itself.
+
+    The code under test runs in the process that reads the tests, as another user or as root
+    without capabilities, in this mount namespace. Writing a sealed file, truncating or replacing it
+    fails (``EROFS``; ``EBUSY`` for a rename or unlink of a mount point), and so does moving or
+    removing a folder that holds one, so every path to a task's file reads what the caller sent for
+    as long as the execution lives. Taking a mount away needs ``CAP_SYS_ADMIN`` here, which no
+    execution has (and the seccomp filter refuses ``umount2``); a new user namespace gets these
+    mounts locked together. The folders stay writable: tests may write beside themselves.
+    Everything goes with the execution's tmpfs (:func:`finish_execution` detaches the whole tree).
+    """
+    folders = sorted({posixpath.dirname(p) for p, _ in files} - {""}, key=lambda f: f.count("/"))
+    pinned = [work]
+    for folder in folders:
+        path = work
+        for part in folder.split("/"):
+            path = f"{path}/{part}"
+            if not os.path.isdir(path):
+                os.mkdir(path)
+                if uid is not None:
+                    os.chown(path, uid, uid)
+                pinned.append(path)
+    for path, content in files:
+        target = f"{work}/{path}"
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        if uid is not None:
+            os.chown(target, uid, uid)
+    for path in pinned:  # parents first, before any file is mounted (a later bind would cover it)
+        linux.mount(path, path, None, linux.MS_BIND)
+    for path, _ in files:
+        target = f"{work}/{path}"
+        linux.mount(target, target, None, linux.MS_BIND)
+        linux.mount(None, target, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | _TMPFS_FLAGS)
+
+
 def _mount_devpts() -> None:
     """A new devpts instance on /dev/pts, and /dev/ptmx onto its multiplexer: the execution's
     pseudo-terminals come from a pool of MAX_PTYS of its own, never from the host's.
@@ -506,7 +553,7 @@ def _threads() -> int:
         return 1
 
 
-def _probe_single_threaded(hide, expose, site_packages) -> IsolationPlan:
+def _probe_single_threaded(hide, expose, site_packages, seal) -> IsolationPlan:
     """:func:`probe` from a process with other threads (a test runner, a trainer calling ``doctor``).
 
     The probe's children are raw ``clone`` calls, which skip the C library's fork handlers: a lock
@@ -521,7 +568,7 @@ def _probe_single_threaded(hide, expose, site_packages) -> IsolationPlan:
     if pid == 0:
         os.close(read_end)
         try:
-            data = pickle.dumps(("plan", probe(hide, expose, site_packages)))
+            data = pickle.dumps(("plan", probe(hide, expose, site_packages, seal=seal)))
         except BaseException as exc:
             data = pickle.dumps(("error", f"{type(exc).__name__}: {exc}"))
         view = memoryview(data)
@@ -579,6 +626,19 @@ def _probe_step(step: str, plan: IsolationPlan, outer_uid: int, outer_gid: int) 
             _bind_back(path, fd, flags)
         if step == "mount+python":
             _interpreter_starts("pytest" in plan.site_names)
+    elif step == "seal":
+        linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+        linux.mount("tmpfs", "/tmp", "tmpfs", _TMPFS_FLAGS, "size=1m,mode=1777")
+        os.mkdir(WORK_DIR)
+        seal_files(WORK_DIR, [("tests/test_a.py", b"def test(): pass\n")], None)
+        for attempt, want in ((lambda: os.open(f"{WORK_DIR}/tests/test_a.py", os.O_WRONLY), errno.EROFS),
+                              (lambda: os.rename(f"{WORK_DIR}/tests", f"{WORK_DIR}/moved"), errno.EBUSY)):
+            try:
+                attempt()
+            except OSError as exc:
+                if exc.errno == want:
+                    continue
+            raise OSError("a sealed file or its folder could still be changed")
     elif step == "pts":
         linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)  # nothing reaches the host's /dev
         _mount_devpts()
@@ -619,16 +679,17 @@ _PROBE_CGROUP: list[cgroups.ExecutionCgroup] = []  # the cgroup a probe child jo
 
 
 def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str, ...] = (),
-          site_packages: list[str] | tuple[str, ...] | None = None) -> IsolationPlan:
+          site_packages: list[str] | tuple[str, ...] | None = None, *, seal: bool = True) -> IsolationPlan:
     """Find out which protections work here; the result is every execution's plan.
 
     ``hide``: directories to hide besides everything outside ``SYSTEM_ROOTS`` (see
     :func:`default_hidden_paths`); ``expose``: directories executions may still read;
     ``site_packages``: the distributions and modules executions see of site-packages (with their
-    dependencies; default ``DEFAULT_SITE_PACKAGES``).
+    dependencies; default ``DEFAULT_SITE_PACKAGES``); ``seal``: False leaves a graded run's task
+    files writable (:func:`seal_files`), as on a machine that cannot seal them.
     """
     if _threads() > 1:
-        return _probe_single_threaded(hide, expose, site_packages)
+        return _probe_single_threaded(hide, expose, site_packages, seal)
     plan = IsolationPlan()
     for path in sorted({os.path.realpath(p) for p in hide}):
         why = why_not_hideable(path)
@@ -667,9 +728,9 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
             plan.hide_all, error_hide_all = False, error_mount
             error_mount = _try_in_child(base | linux.CLONE_NEWNS, plan, "mount+python")
         plan.mount_ns = not error_mount
-        error_proc = error_uid = error_pts = "needs a mount namespace"
+        error_proc = error_uid = error_pts = error_seal = "needs a mount namespace"
     else:
-        error_view = error_pts = unavailable
+        error_view = error_pts = error_seal = unavailable
     if not plan.mount_ns:
         _drop_site_view(plan, set())
     if plan.mount_ns:
@@ -682,6 +743,8 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
             plan.drop_uid = not error_uid
         error_pts = _try_in_child(base | linux.CLONE_NEWNS, plan, "pts")
         plan.private_pts = not error_pts
+        error_seal = _try_in_child(base | linux.CLONE_NEWNS, plan, "seal") if seal else "turned off (seal_files=False)"
+        plan.seal = not error_seal
     userns = linux.CLONE_NEWUSER if plan.user_ns else 0
     error_seccomp = seccomp.why_unavailable() or _try_in_child(userns, plan, "seccomp")
     plan.seccomp = not error_seccomp
@@ -708,6 +771,10 @@ def probe(hide: list[str] | tuple[str, ...] = (), expose: list[str] | tuple[str,
         Protection("private devpts", plan.private_pts, f"a devpts instance per worker, at most {MAX_PTYS} "
                    "pseudo-terminals; the host's pool is out of reach" if plan.private_pts else
                    f"unavailable ({error_pts}); an execution can take the host's pseudo-terminals"),
+        Protection("task files read-only", plan.seal, "graded pytest runs: the task's files are read-only "
+                   "mounts and the folders holding them cannot be moved, so the code under test cannot change "
+                   "what the tests read" if plan.seal else f"unavailable ({error_seal}); a change to the task's "
+                   "files is found by comparing them with what the caller sent"),
         Protection("tmpfs inode limit", plan.mount_ns, f"/tmp and /dev/shm hold at most {_INODES_PER_MB} inodes "
                    f"per MiB of disk_mb (at least {_MIN_INODES})" if plan.mount_ns else
                    "unavailable (no private tmpfs): the work dir is a folder of the host's file system"),

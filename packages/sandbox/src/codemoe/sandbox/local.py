@@ -154,12 +154,19 @@ class LocalExecutor(Grading):
         hide_paths: list[str] | tuple[str, ...] = (),
         expose_paths: list[str] | tuple[str, ...] = (),
         site_packages: list[str] | tuple[str, ...] | None = None,
+        seal_files: bool = True,
     ) -> None:
+        """``seal_files``: graded pytest runs lay the task's files out read-only, in folders that
+        cannot be moved (the default, where the machine allows it: ``doctor`` says); False leaves
+        them writable, so only the comparison with what the caller sent finds a change to them (as
+        on a machine that cannot seal them; the tests of that comparison use it).
+        """
         self.size = workers or default_workers()
         self.start_timeout_s = start_timeout_s
         # fixed now: the caller's working directory when the executor is made is the one hidden
         self._paths = json.dumps({"hide": default_hidden_paths(hide_paths), "expose": list(expose_paths),
-                                  "site_packages": None if site_packages is None else list(site_packages)})
+                                  "site_packages": None if site_packages is None else list(site_packages),
+                                  "seal": seal_files})
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._all: list[_Worker] = []
         self._lock = threading.Lock()

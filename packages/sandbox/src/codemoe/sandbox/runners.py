@@ -109,17 +109,20 @@ class ChildSetup:
     canary_path: str = ""  # the canary module, which the reporter adds to the collected tests
     canary_replaced: str = ""  # the module.name the canary module replaces, which the report must name
     helpers: list[str] = field(default_factory=list)  # trusted helper modules of the tests, rewritten like them
+    sealed: frozenset[str] = frozenset()  # files the worker lays out read-only (isolation.seal_files), not the child
     seed: int = 0  # the asserts runner's seed of random for the checks, shared with the checker
     start: bytes = b""  # the runners' start marker, with the nonce
 
 
-def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dict[str, str]) -> ChildSetup:
+def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dict[str, str], *,
+                seal: bool = False) -> ChildSetup:
     """In the worker, before the clone: everything the child needs, computed once here.
 
     A graded ``pytest`` run loads no plugin from the work dir: a ``conftest.py`` the caller did not
     list in ``trusted`` is not laid out, and while any pytest config file is not trusted, its
     ``addopts`` (where ``-p plugin`` would go) is overridden to nothing; it also gets canary tests
-    (:mod:`codemoe.sandbox.canary`).
+    (:mod:`codemoe.sandbox.canary`). With ``seal`` its trusted files and the canary module are
+    ``sealed``: the worker lays them out read-only (:func:`codemoe.sandbox.isolation.seal_files`).
     """
     env = sandbox_env(request, work, tmp)
     contents = dict(request.files)
@@ -141,13 +144,14 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
         args = [f"--ignore={canary_path}", *args]
     files = [(path, content.encode() if isinstance(content, str) else content) for path, content in contents.items()]
     folders = sorted({os.path.dirname(p) for p, _ in files} - {""}, key=lambda f: f.count("/"))
+    sealed = frozenset(p for p in contents if p in trusted or p == canary_path) if seal and request.graded else frozenset()
     stdin = request.stdin.encode() if isinstance(request.stdin, str) else (request.stdin or b"")
     return ChildSetup(work=work, env=env, set_env=env != current_env, files=files, folders=folders,
                       stdin=stdin, limits=rlimits(request.limits),
                       done=_line({"kind": "done", "nonce": request.nonce}), nonce=request.nonce,
                       start=_line({"kind": "start", "nonce": request.nonce}),
                       pytest_args=args, trusted=trusted, canaries=canaries, canary_path=canary_path,
-                      canary_replaced=replaced, helpers=test_helpers(trusted),
+                      canary_replaced=replaced, helpers=test_helpers(trusted), sealed=sealed,
                       seed=random.getrandbits(64) if request.runner == "asserts" else 0,
                       canaries_required=not any(a.split("=", 1)[0] in canary.SELECTING_OPTIONS or
                                                 (a.startswith("-x") and a[1:].isalpha()) for a in args))
@@ -171,6 +175,8 @@ def _write_files(setup: ChildSetup) -> None:
     for folder in setup.folders:
         os.makedirs(folder, exist_ok=True)
     for path, content in setup.files:
+        if path in setup.sealed:  # laid out by the worker, read-only
+            continue
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         _write_all(fd, content)
         os.close(fd)
@@ -292,7 +298,7 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
         pristine.source_only(work)
     snapshot = pristine.taken() or pristine.take()  # taken in the pytest fork server, before any code under test
     reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path,
-                        pristine=snapshot)
+                        pristine=snapshot, sealed=bool(setup.sealed))
     args = ["-q", "-p", "no:cacheprovider", "--rootdir", os.getcwd(), *setup.pytest_args]
     _write_all(CHANNEL_FD, setup.start)  # from here on, code under test may run in this process
     try:

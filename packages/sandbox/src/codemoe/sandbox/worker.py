@@ -41,6 +41,7 @@ from codemoe.sandbox.isolation import (
     prepare_worker,
     probe,
     release_worker,
+    seal_files,
 )
 from codemoe.sandbox.runners import (
     EXIT_SETUP_FAILED,
@@ -114,7 +115,10 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
     poller = None
     verdict: _Verdict | None = None  # an asserts run's, from the clone on
     try:
-        setup = child_setup(request, work, "/tmp" if plan.mount_ns else work, state.environ)  # a private tmpfs, or the work dir
+        setup = child_setup(request, work, "/tmp" if plan.mount_ns else work, state.environ,  # a private tmpfs, or the work dir
+                            seal=plan.seal and request.runner == "pytest")
+        if setup.sealed:
+            seal_files(work, [(p, c) for p, c in setup.files if p in setup.sealed], state.uid)
         poller = select.epoll()
         for cap, counts in ((limits.max_output_bytes, True), (limits.max_output_bytes, True), (_CHANNEL_CAP, False)):
             read_end, write_end = os.pipe()  # stdout, stderr, the result channel
@@ -547,8 +551,10 @@ def _start_pytest_zygote(plan: IsolationPlan) -> _Zygote:
 def main(argv: list[str] | None = None) -> int:
     """Serve executions over stdin/stdout until stdin closes.
 
-    ``argv``: one optional JSON object ``{"hide": [...], "expose": [...]}``, the directories to hide
-    besides the non-system ones and those executions may still read (see :func:`probe`).
+    ``argv``: one optional JSON object ``{"hide": [...], "expose": [...], "site_packages": [...],
+    "seal": true}``: the directories to hide besides the non-system ones, those executions may still
+    read, what they see of site-packages, and whether graded runs' task files are sealed (see
+    :func:`probe`).
     """
     args = sys.argv[1:] if argv is None else argv
     paths = json.loads(args[0]) if args else {}
@@ -559,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(devnull, 1)
     os.close(devnull)
     stdio_objects()
-    plan = probe(hide=paths.get("hide", ()), expose=paths.get("expose", ()), site_packages=paths.get("site_packages"))
+    plan = probe(hide=paths.get("hide", ()), expose=paths.get("expose", ()), site_packages=paths.get("site_packages"),
+                 seal=paths.get("seal", True))
     pytest_zygote = _start_pytest_zygote(plan)
     for name in PRELOAD:
         importlib.import_module(name)
