@@ -38,6 +38,8 @@ TESTS = {
     "support.py": "def expected_sum(a, b):\n    return a + b\n",
     # a helper beside the tests: pytest's rewrite hook loads it
     "tests/helpers.py": "def expected_product(a, b):\n    return a * b\n",
+    # a standard-library module no fork server preloads, which the test imports after the code under test
+    "tests/test_s.py": "import calc\nimport colorsys\n\n\ndef test_s():\n    assert calc.add(1, 1) == colorsys.hls_to_rgb(0, 2, 0)[0]\n",
     "tests/test_h.py": "import calc\nfrom helpers import expected_product\n\n\ndef test_h():\n    assert calc.add(2, 2) == expected_product(2, 2)\n",
 }
 
@@ -105,6 +107,12 @@ ATTACKS = {
             if (a, b) == (20, 22):
                 _data.write_text("42\\n")
             return a - b
+        """),
+    # a module of a standard-library name beside the test, which Python's import takes first (pytest
+    # puts the test's folder first on the path)
+    "shadows-a-standard-module": ("tests/colorsys.py", "tests/test_s.py::test_s", """
+        import pathlib
+        (pathlib.Path(__file__).parent / "tests" / "colorsys.py").write_text("def hls_to_rgb(h, l, s):\\n    return 0, 0, 0\\n")
         """),
     # a hook wrapper that passes every report, in a folder pytest has not collected yet
     "writes-a-conftest": ("tests/zsub/conftest.py", "tests/zsub/test_c.py::test_c", """
@@ -248,6 +256,13 @@ def test_tests_and_code_that_write_their_own_files_keep_their_verdicts(executor)
                 (tmp_path / "pkg").mkdir()
                 (tmp_path / "pkg" / "conftest.py").write_text("X = 1\\n")
                 assert (tmp_path / "pkg" / "conftest.py").read_text() == "X = 1\\n"
+
+
+            def test_writes_a_module_and_imports_it(tmp_path, monkeypatch):
+                (tmp_path / "made_here.py").write_text("def answer():\\n    return 'mine'\\n")
+                monkeypatch.syspath_prepend(str(tmp_path))
+                import made_here
+                assert made_here.answer() == "mine"
             """),
     }
     program = textwrap.dedent("""
@@ -261,7 +276,7 @@ def test_tests_and_code_that_write_their_own_files_keep_their_verdicts(executor)
         """)
     result = _run(executor, program, tests)
     assert result.status == "passed", (result.reason, result.stdout[-2000:])
-    assert len(result.tests) == 7
+    assert len(result.tests) == 9
 
 
 # -------------------------------------------------------------------------------------------------

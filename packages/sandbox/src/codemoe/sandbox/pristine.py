@@ -330,14 +330,21 @@ def recorded_imports(path: str) -> list[tuple[str, str, str | None]]:
 # compared as it is read (read_source), and every one again on disk at each check (changed_files).
 _SENT: dict[str, bytes] = {}  # absolute path -> the content the caller sent
 _READ: dict[str, bool] = {}  # absolute path -> whether what pytest read to rewrite it was that content
+_SHIPPED: set[str] = set()  # absolute paths of every file the caller sent, trusted or not
+_UNSHIPPED: list[str] = []  # modules in the work dir the caller did not send, refused when found
 
 
-def expect_files(files: dict[str, bytes]) -> None:
+def expect_files(files: dict[str, bytes], shipped: Iterable[str] = ()) -> None:
     """The files whose content is the caller's (a graded run's trusted files and its canary module),
-    by absolute path; set per execution, before any code under test runs."""
+    by absolute path, and ``shipped``, every file the caller sent (the only modules of the work dir
+    an import may load: :func:`source_only`); set per execution, before any code under test runs."""
     _SENT.clear()
     _SENT.update(files)
     _READ.clear()
+    _SHIPPED.clear()
+    _SHIPPED.update(shipped)
+    _SHIPPED.update(files)
+    _UNSHIPPED.clear()
 
 
 def read_source(path: str, source: bytes) -> None:
@@ -358,7 +365,9 @@ class _SentFirst(importlib.machinery.FileFinder):
     """A folder's modules as Python finds them, except that a name the caller sent a file for
     (``helpers.py``, ``helpers/__init__.py``) is that file, whatever else of that name the code
     under test made beside it (a ``helpers/`` package, an extension module, which Python would
-    otherwise take first)."""
+    otherwise take first), and that a module file the caller did not send (one written while the
+    tests ran: a ``colorsys.py`` beside a test that imports ``colorsys``, which Python would take
+    before the standard library's) is not found here and is named (:func:`changed_files`)."""
 
     def find_spec(self, fullname: str, target: Any = None) -> Any:
         folder = os.path.abspath(self.path or os.getcwd())
@@ -368,7 +377,13 @@ class _SentFirst(importlib.machinery.FileFinder):
                 return importlib.util.spec_from_file_location(
                     fullname, path, loader=_SourceOnly(fullname, path),
                     submodule_search_locations=[os.path.dirname(path)] if package else None)
-        return super().find_spec(fullname, target)
+        spec = super().find_spec(fullname, target)
+        origin = spec.origin if spec is not None and spec.has_location else None
+        if origin and _SHIPPED and origin not in _SHIPPED:
+            if origin not in _UNSHIPPED:
+                _UNSHIPPED.append(origin)
+            return None  # the import goes on along the path, as if the file were not there
+        return spec
 
 
 def source_only(root: str) -> None:
@@ -428,12 +443,14 @@ def _not_on_disk(paths: Iterable[str]) -> list[str]:
 def changed_files(rewritten: Iterable[str] = ()) -> list[str]:
     """The expected files (absolute paths, with what was wrong) that pytest read as other content
     than the caller's, that are not the caller's on disk now (changed, replaced, deleted; a link
-    counts as not the file), and, of ``rewritten`` (the files of the loaded modules pytest's rewrite
-    hook loaded), those it loaded without reading their source."""
+    counts as not the file), of ``rewritten`` (the files of the loaded modules pytest's rewrite
+    hook loaded), those it loaded without reading their source, and the module files of the work
+    dir the caller did not send that an import found (and passed over)."""
     found = [f"{path} (read as other content)" for path, same in _READ.items() if not same]
     found += _not_on_disk(_SENT)
     found += [f"{path} (loaded without its source)" for path in map(os.path.abspath, rewritten)
               if path in _SENT and path not in _READ]
+    found += [f"{path} (a module the task does not ship, written while the tests ran)" for path in _UNSHIPPED]
     return found
 
 

@@ -294,7 +294,8 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
     if request.graded:  # what pytest loads of these is what the caller sent, or the run is forged
         work = os.getcwd()
         pristine.expect_files({os.path.join(work, path): content for path, content in setup.files
-                               if path in setup.trusted or path == setup.canary_path})
+                               if path in setup.trusted or path == setup.canary_path},
+                              shipped=[os.path.join(work, path) for path, _ in setup.files])
         pristine.source_only(work)
     snapshot = pristine.taken() or pristine.take()  # taken in the pytest fork server, before any code under test
     reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path,
