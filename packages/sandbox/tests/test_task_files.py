@@ -317,3 +317,13 @@ def test_a_file_read_as_other_content_changed_on_disk_or_loaded_unread_is_named(
 def test_files_the_caller_did_not_send_are_not_checked(sent, tmp_path):
     pristine.read_source(str(tmp_path / "other.py"), b"anything")
     assert pristine.changed_files([str(tmp_path / "other.py")]) == []
+
+
+def test_paths_written_another_way_are_the_same_files(executor):
+    """``tests//a.py`` and ``./tests/a.py`` are the files pytest calls ``tests/a.py``: sealed, held to what
+    was sent and shipped under that name (the canary beside them too), so an honest run passes."""
+    test = "import calc\n\n\ndef test_x():\n    assert calc.add(1, 2) == 3\n"
+    tests = {"tests//test_a.py": test, "./tests/test_b.py": test, "tests/./sub/test_c.py": test}
+    result = _run(executor, "def add(a, b):\n    return a + b\n", tests)
+    assert result.status == "passed", (result.reason, result.stdout[-2000:])
+    assert sorted(result.tests) == ["tests/sub/test_c.py::test_x", "tests/test_a.py::test_x", "tests/test_b.py::test_x"]

@@ -450,6 +450,7 @@ def seal_files(work: str, files: list[tuple[str, bytes]], uid: int | None) -> No
     mounts locked together. The folders stay writable: tests may write beside themselves.
     Everything goes with the execution's tmpfs (:func:`finish_execution` detaches the whole tree).
     """
+    files = list({posixpath.normpath(p): c for p, c in files}.items())  # "tests//a.py" is "tests/a.py"; the last wins
     folders = sorted({posixpath.dirname(p) for p, _ in files} - {""}, key=lambda f: f.count("/"))
     pinned = [work]
     for folder in folders:
@@ -463,7 +464,7 @@ def seal_files(work: str, files: list[tuple[str, bytes]], uid: int | None) -> No
                 pinned.append(path)
     for path, content in files:
         target = f"{work}/{path}"
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)  # a fresh dir
         try:
             view = memoryview(content)
             while view:

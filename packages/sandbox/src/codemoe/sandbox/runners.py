@@ -128,10 +128,11 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
     contents = dict(request.files)
     if request.runner == "asserts":
         contents.pop("checks.py")  # the checks are compiled from the request; the program never reads them from a file
+    contents = {posixpath.normpath(p): c for p, c in contents.items()}  # "tests//a.py", "./a.py": as pytest names them
     args = list(request.command or []) if request.runner == "pytest" else []
     canaries: dict[str, str] = {}
     canary_path = replaced = ""
-    trusted = frozenset(request.trusted)
+    trusted = frozenset(posixpath.normpath(p) for p in request.trusted)
     if request.runner == "pytest" and request.graded:
         contents = {p: c for p, c in contents.items() if posixpath.basename(p) != "conftest.py" or p in trusted}
         if any(posixpath.basename(p) in canary.PYTEST_CONFIG_FILES and p not in trusted for p in contents):
@@ -293,9 +294,9 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
     honest.reseed()  # this execution's probes, drawn where the code under test never saw them
     if request.graded:  # what pytest loads of these is what the caller sent, or the run is forged
         work = os.getcwd()
-        pristine.expect_files({os.path.join(work, path): content for path, content in setup.files
+        pristine.expect_files({os.path.normpath(os.path.join(work, path)): content for path, content in setup.files
                                if path in setup.trusted or path == setup.canary_path},
-                              shipped=[os.path.join(work, path) for path, _ in setup.files])
+                              shipped=[os.path.normpath(os.path.join(work, path)) for path, _ in setup.files])
         pristine.source_only(work)
     snapshot = pristine.taken() or pristine.take()  # taken in the pytest fork server, before any code under test
     reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path,
