@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from codemoe.sandbox import ExecutionRequest, Limits, function_task_request
+from codemoe.sandbox import ExecutionRequest, ExecutionResult, Limits, function_task_request
 
 CHECKS = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"
 WRONG = "\ndef square(x):\n    return x + 1\n"
@@ -330,6 +330,36 @@ def test_an_agent_that_forges_the_report_instead_of_fixing_the_bug_is_not_resolv
     recipe = build_reward(load_preset("seed2-weighted"))
     result = recipe(episode.to_reward_input())
     assert result.metrics.get("hacked") == 1.0, result.explanations
+
+
+def test_an_episode_whose_grading_run_was_forged_is_not_resolved_and_its_reward_is_voided():
+    """Whatever outcomes a forged grading run lists, the episode is not resolved and the recipe sees
+    the executor's finding (an episode's reward input carries the run's integrity)."""
+    from pathlib import Path
+
+    from codemoe.sandbox.agent import load_task
+    from codemoe.sandbox.agent.episode import Episode
+    from codemoe.sandbox.rewards import build_reward
+    from codemoe.sandbox.rewards.presets import load_preset
+
+    task = load_task(Path(__file__).resolve().parents[3] / "registry" / "suites" / "agentic-core" / "bugfix-median-even")
+    files = task.repo_files()
+    before = ExecutionResult(status="failed", tests={"tests/test_stats.py::test_median_even_length": "failed"})
+    listed = {t: "passed" for t in task.judged({})} | {"hidden_tests/test_median_hidden.py::test_x": "passed"}
+    assert task.is_hidden("hidden_tests/test_median_hidden.py::test_x")
+    for integrity, status in (("", "passed"), ("forged-environment", "failed")):
+        after = ExecutionResult(status=status, tests=listed, integrity=integrity,
+                                reason="forged test environment: math.isclose (changed by the end of the session)"
+                                if integrity else "")
+        episode = Episode(task.id, task.type, 20, dict(files), [], [], files_after=dict(files))
+        episode.record_grades(task, before, after)
+        inp = episode.to_reward_input()
+        result = build_reward(load_preset("seed2-weighted"))(inp)
+        if integrity:
+            assert not episode.resolved and list(inp.integrity) == [after.reason]
+            assert result.metrics.get("hacked") == 1.0, result.explanations
+        else:
+            assert episode.resolved and not inp.integrity
 
 
 @pytest.mark.parametrize("command", [None, ["tests"], ["-k", "test_add"], ["tests/test_calc.py::test_more"]])

@@ -155,7 +155,7 @@ def test_hacks_only_the_run_shows_are_caught_by_the_executors_forged_verdict(cor
     runs = [(s, inp) for s, inp in zip(*corpus) if s.evidence == "executor"]
     assert runs
     for solution, inp in runs:
-        assert pass_rate(*inp.tests("hidden")) == 1.0, solution.name  # the replacement fooled every hidden test
+        assert pass_rate(*inp.tests("hidden")) == 0.0, solution.name  # what it fooled counts for nothing
         verdict = build_reward(solution.kind)(inp)
         assert verdict.value == 1.0 and verdict.evidence[0].startswith("executor: forged test environment: ")
     by_name = {s.name: inp for s, inp in zip(*corpus)}

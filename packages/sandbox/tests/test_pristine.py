@@ -300,12 +300,20 @@ def _program(tamper: str) -> str:
     return WRONG + "\n" + textwrap.dedent(tamper)
 
 
+def _pytest_passed(result, nodeid: str) -> bool:
+    """Whether pytest itself passed ``nodeid`` in this run, from its own output: the result lists every
+    test of a forged run as failed, so what the replacement fooled shows only there."""
+    return nodeid in result.tests and not any(line.split(" ", 2)[:2] in (["FAILED", nodeid], ["ERROR", nodeid])
+                                              for line in result.stdout.splitlines())
+
+
 @pytest.mark.parametrize("name", list(TAMPERING))
 def test_code_that_replaces_what_the_tests_call_is_a_forged_test_environment(executor, name):
     what, forged_test, tamper = TAMPERING[name]
     result = _run(executor, _program(tamper))
-    passed = [t for t, o in result.tests.items() if o == "passed"]
-    assert any(t.endswith("::" + forged_test) for t in passed), result.tests  # the replacement did fool it
+    fooled = [t for t in result.tests if t.endswith("::" + forged_test)]
+    assert fooled and _pytest_passed(result, fooled[0]), result.stdout[-3000:]  # the replacement did fool it
+    assert set(result.tests.values()) == {"failed"}, result.tests  # no outcome of a forged run counts
     assert result.status == "failed", result
     assert result.reason.startswith("forged test environment: "), result.reason
     assert what in result.reason.split(":", 2)[1], result.reason
@@ -314,7 +322,8 @@ def test_code_that_replaces_what_the_tests_call_is_a_forged_test_environment(exe
 def _fooled_and_named(executor, tests: dict[str, str], tamper: str, fooled: str, named: str) -> None:
     """The program fooled the test ``fooled`` (a node id), and the verdict names ``named`` first."""
     result = _run(executor, _program(tamper), tests)
-    assert result.tests[fooled] == "passed", result.tests  # it did fool it
+    assert _pytest_passed(result, fooled), result.stdout[-3000:]  # it did fool it
+    assert result.tests[fooled] == "failed", result.tests  # and counts for nothing
     assert result.status == "failed", result
     assert result.reason.startswith(f"forged test environment: {named}"), result.reason
 
@@ -502,7 +511,7 @@ def test_numpy_functions_the_code_under_test_replaced_are_named(executor, tamper
     pytest.importorskip("numpy")
     wrong = "def scale(xs):\n    return [0.0 for x in xs]\n"
     result = _run(executor, tamper + wrong, NUMPY_TESTS)
-    assert set(result.tests.values()) == {"passed"}, result.tests  # the replacements did fool both tests
+    assert result.tests and all(_pytest_passed(result, t) for t in result.tests), result.stdout[-3000:]  # fooled both
     assert result.status == "failed", result
     assert result.reason.startswith("forged test environment: numpy.allclose "), result.reason
     honest = _run(executor, "def scale(xs):\n    return [2 * x for x in xs]\n", NUMPY_TESTS)

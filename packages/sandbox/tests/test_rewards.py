@@ -269,14 +269,27 @@ def test_recipe_labels_pick_components_and_null_drops_one(solved):
 
 def test_reward_input_from_executor_results():
     before = ExecutionResult(status="failed", tests={"t.py::a": "passed", "t.py::b": "failed"})
-    after = ExecutionResult(status="failed", tests={}, reason="no report carrying the nonce: the run ended early")
+    after = ExecutionResult(status="failed", tests={}, reason="no valid test report (exit code 0): the session did not finish",
+                            integrity="no-report")
     inp = reward_input_from_results(before=before, after=after, files_after={"m.py": "x = 1\n"}, steps=4)
     assert inp.visible_before == {"t.py::a": P, "t.py::b": F}
     assert inp.visible_after == {}
     assert inp.hidden_after is None
-    assert list(inp.integrity) == ["no report carrying the nonce: the run ended early"]
+    assert list(inp.integrity) == ["no valid test report (exit code 0): the session did not finish"]
     assert build_reward("early_exit")(inp).value == 1.0
     assert build_reward("regressions")(inp).value == 1.0
+
+
+def test_an_ordinary_failure_whose_reason_holds_the_words_is_no_integrity_finding():
+    """A failing test named ``test_nonce_...`` or a program's message with "forged" in it is a failure
+    like any other: only the result's ``integrity`` makes a finding, so no detector voids the reward."""
+    before = ExecutionResult(status="failed", tests={"tests/test_nonce.py::test_forged_token": "failed"})
+    after = ExecutionResult(status="failed", tests={"tests/test_nonce.py::test_forged_token": "failed"},
+                            reason="1 of 1 tests failed or errored: tests/test_nonce.py::test_forged_token")
+    inp = reward_input_from_results(before=before, after=after, files_after={"m.py": "x = 1\n"}, steps=4)
+    assert list(inp.integrity) == []
+    assert build_reward("early_exit")(inp).value == 0.0
+    assert build_reward("runner_tampering")(inp).value == 0.0
 
 
 def test_a_run_without_per_test_outcomes_as_one_test():

@@ -32,7 +32,7 @@ def _obs(**kwargs) -> Observation:
     ],
 )
 def test_command_verdicts(kwargs, status, reason):
-    got_status, got_reason, _ = decide(_obs(**kwargs))
+    got_status, got_reason, *_ = decide(_obs(**kwargs))
     assert got_status == status
     assert reason in got_reason
 
@@ -52,7 +52,7 @@ def test_pytest_report_counts_only_with_the_nonce():
     report = {"kind": "pytest", "nonce": "n1", "tests": {"t::a": "passed", "t::b": "skipped"}, "exitstatus": 0}
     assert decide(_obs(runner="pytest", messages=[report]))[::2] == ("passed", {"t::a": "passed", "t::b": "skipped"})
     forged = {**report, "nonce": "guess"}
-    status, reason, tests = decide(_obs(runner="pytest", messages=[forged]))
+    status, reason, tests, _ = decide(_obs(runner="pytest", messages=[forged]))
     assert (status, tests) == ("failed", {}) and "no valid test report" in reason
     failing = {**report, "tests": {"t::a": "failed"}, "exitstatus": 1}
     assert decide(_obs(runner="pytest", exit_code=1, messages=[failing]))[0] == "failed"
@@ -67,7 +67,7 @@ def test_messages_without_the_nonce_count_for_nothing():
     memory report written without the nonce does not turn a failure into status error or memory.
     """
     for kind in ({"kind": "setup-error", "message": "boom"}, {"kind": "memory"}):
-        status, reason, _ = decide(_obs(exit_code=3, messages=[kind]))
+        status, reason, *_ = decide(_obs(exit_code=3, messages=[kind]))
         assert (status, reason) == ("failed", "exit code 3")
         assert decide(_obs(exit_code=3, messages=[{**kind, "nonce": "n1"}]))[0] in ("error", "memory")
 
@@ -77,7 +77,7 @@ def test_a_setup_error_after_the_runner_started_is_the_programs_not_the_sandboxs
     fault = {"kind": "setup-error", "message": "worker crashed", "nonce": "n1"}
     assert decide(_obs(runner="pytest", exit_code=120, messages=[fault, start]))[:2] == (
         "error", "sandbox: worker crashed")
-    status, reason, _ = decide(_obs(runner="pytest", exit_code=120, messages=[start, fault]))
+    status, reason, *_ = decide(_obs(runner="pytest", exit_code=120, messages=[start, fault]))
     assert status == "failed" and "no valid test report" in reason
 
 
@@ -87,7 +87,7 @@ CANARIES = {"tests/test_edge_case.py::test_round_trip": "passed",
 
 def _graded(tests: dict[str, str], exitstatus: int, exit_code: int, **kwargs) -> tuple[str, str, dict[str, str]]:
     report = {"kind": "pytest", "nonce": "n1", "tests": tests, "exitstatus": exitstatus, **kwargs}
-    return decide(_obs(runner="pytest", exit_code=exit_code, messages=[report], canaries=CANARIES))
+    return decide(_obs(runner="pytest", exit_code=exit_code, messages=[report], canaries=CANARIES))[:3]
 
 
 def test_graded_pytest_passes_when_only_the_failing_canary_failed_and_hides_the_canaries():
@@ -122,7 +122,7 @@ def test_a_test_failed_by_a_lying_comparison_makes_the_verdict_a_forged_comparis
     tests = {"tests/test_a.py::test_x": "failed", "tests/test_a.py::test_y": "passed", **CANARIES}
     status, reason, out = _graded(tests, 1, 1, forged_comparisons=["tests/test_a.py::test_x", *CANARIES])
     assert status == "failed" and reason.startswith("forged comparison in tests/test_a.py::test_x: ")
-    assert out == {"tests/test_a.py::test_x": "failed", "tests/test_a.py::test_y": "passed"}
+    assert out == {"tests/test_a.py::test_x": "failed", "tests/test_a.py::test_y": "failed"}  # a forged run's outcomes count for nothing
     only_canary = {"tests/test_a.py::test_x": "passed", **CANARIES}
     assert _graded(only_canary, 1, 1, forged_comparisons=list(CANARIES)) == (
         "passed", "", {"tests/test_a.py::test_x": "passed"})
@@ -133,14 +133,14 @@ def test_a_report_naming_a_replaced_name_is_a_forged_test_environment():
     tests = {"tests/test_a.py::test_x": "passed", **CANARIES}
     status, reason, out = _graded(tests, 1, 1, tampered=["math.isclose (changed by the end of collection)"])
     assert status == "failed" and reason.startswith("forged test environment: math.isclose (changed by the end")
-    assert out == {"tests/test_a.py::test_x": "passed"}
+    assert out == {"tests/test_a.py::test_x": "failed"}
     assert _graded(tests, 1, 1, tampered="math.isclose")[0] == "passed"  # not a list
 
 
 def _with_replacement(tests: dict[str, str], tampered: list[str], **kwargs) -> tuple[str, str, dict[str, str]]:
     report = {"kind": "pytest", "nonce": "n1", "tests": tests, "exitstatus": 1, "tampered": tampered, **kwargs}
     return decide(_obs(runner="pytest", exit_code=1, messages=[report], canaries=CANARIES,
-                       canary_replaced="textwrap.indent"))
+                       canary_replaced="textwrap.indent"))[:3]
 
 
 def test_the_canary_modules_replacement_must_be_named_and_is_not_a_finding_itself():
@@ -155,3 +155,33 @@ def test_the_canary_modules_replacement_must_be_named_and_is_not_a_finding_itsel
     broken = {"tests/test_a.py": "error"}
     status, reason, _ = _with_replacement(broken, [], collect_errors=["ImportError: x"])
     assert status == "error" and not reason.startswith("forged")
+
+
+def test_integrity_is_what_the_verdict_says_never_words_in_its_reason():
+    """``integrity`` names the verdicts that distrust the run's own account; a reason that only
+    quotes a test's name or the program's message holding such words is an ordinary failure."""
+    report = {"kind": "pytest", "nonce": "n1", "exitstatus": 1}
+    cases = [
+        (_obs(runner="asserts"), "early-exit"),
+        (_obs(runner="asserts", exit_code=1, messages=[{"kind": "exit", "file": "program.py", "code": "0", "nonce": "n1"}]),
+         "early-exit"),
+        (_obs(runner="pytest", exit_code=1), "no-report"),
+        (_obs(runner="pytest", exit_code=1, messages=[{**report, "tests": {"t::a": "failed"}, "forged_comparisons": ["t::a"]}]),
+         "forged-comparison"),
+        (_obs(runner="pytest", exit_code=1, messages=[{**report, "tests": {"t::a": "passed"}, "tampered": ["math.isclose"]}]),
+         "forged-environment"),
+        (_obs(runner="pytest", exit_code=1, canaries={"c::x": "failed"},
+              messages=[{**report, "tests": {"t::a": "passed", "c::x": "passed"}}]), "forged-report"),
+        # ordinary failures whose reasons hold the words
+        (_obs(runner="pytest", exit_code=1, messages=[{**report, "tests": {"tests/test_nonce.py::test_forged_token": "failed"}}]),
+         ""),
+        (_obs(runner="asserts", exit_code=1, messages=[{"kind": "exception", "file": "program.py",
+                                                         "message": "ValueError: forged nonce, exited early", "nonce": "n1"}]), ""),
+        (_obs(runner="pytest", exit_code=1, messages=[{**report, "tests": {}, "collect_errors": ["no valid test report"]}]), ""),
+    ]
+    for obs, kind in cases:
+        status, reason, tests, integrity = decide(obs)
+        assert status != "passed"
+        assert integrity == kind, (reason, integrity)
+        if kind.startswith("forged-"):  # no outcome of a forged run counts, the ones it reported passed included
+            assert tests and set(tests.values()) == {"failed"}, tests

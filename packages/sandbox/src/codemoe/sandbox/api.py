@@ -66,6 +66,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from codemoe.sandbox.verdict import INTEGRITY_KINDS
+
 __all__ = [
     "RUNNERS",
     "STATUSES",
@@ -267,6 +269,11 @@ class ExecutionResult:
     id: str = ""  # the request's id
     reason: str = ""  # why it is not passed, in one line ("" when passed)
     signal: int | None = None  # the signal that ended the main process, if any
+    # why the run's own account of its tests cannot be believed ("" when it can): "early-exit" (it ended
+    # before proving its checks completed), "no-report", "forged-report", "forged-comparison",
+    # "forged-environment" (codemoe.sandbox.verdict.INTEGRITY_KINDS); set by the executor, never read
+    # from the reason, whose text may hold a test's name or the program's own message
+    integrity: str = ""
 
     @property
     def passed(self) -> bool:
@@ -285,6 +292,8 @@ class ExecutionResult:
         result = _from_dict(cls, data, "result")
         if result.status not in STATUSES:
             raise ValueError(f"unknown status {result.status!r}")
+        if result.integrity and result.integrity not in INTEGRITY_KINDS:
+            raise ValueError(f"unknown integrity {result.integrity!r}")
         return result
 
 

@@ -15,11 +15,23 @@ import signal as signals
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["Observation", "decide"]
+__all__ = ["INTEGRITY_KINDS", "Observation", "decide"]
 
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
 _FILE_SIZE_MARKERS = ("File too large", "Errno 27")
 _PYTEST_EXIT = {2: "interrupted", 3: "pytest internal error", 4: "pytest usage error", 5: "no tests collected"}
+# The verdicts that say the run's own account cannot be believed, by the start of the reason this
+# module writes for each (never text of the program's: a test id or an exception message can hold
+# any word, so nothing downstream may search a reason for one): ExecutionResult.integrity.
+_INTEGRITY = (
+    ("exited early (", "early-exit"),
+    ("exited (code ", "early-exit"),
+    ("no valid test report", "no-report"),
+    ("forged test report", "forged-report"),
+    ("forged comparison", "forged-comparison"),
+    ("forged test environment", "forged-environment"),
+)
+INTEGRITY_KINDS = tuple(dict.fromkeys(kind for _, kind in _INTEGRITY))
 
 
 @dataclass
@@ -60,26 +72,30 @@ def _authentic(messages: list[dict[str, Any]], nonce: str) -> list[dict[str, Any
     return kept
 
 
-def decide(obs: Observation) -> tuple[str, str, dict[str, str]]:
-    """Return (status, reason, tests) for ``obs``."""
+def decide(obs: Observation) -> tuple[str, str, dict[str, str], str]:
+    """Return (status, reason, tests, integrity) for ``obs``; ``integrity`` is one of
+    ``INTEGRITY_KINDS`` when the run's own account of its tests cannot be believed, else ""."""
     tests = _tests(obs)
     if obs.wall_timeout:
-        return "timeout", "wall-clock limit reached; the process tree was killed", tests
+        return "timeout", "wall-clock limit reached; the process tree was killed", tests, ""
     if _cpu_limited(obs):
-        return "timeout", f"CPU-time limit ({obs.cpu_limit_s:g} s) reached", tests
+        return "timeout", f"CPU-time limit ({obs.cpu_limit_s:g} s) reached", tests, ""
     if obs.output_limit:
-        return "output-limit", "output exceeded max_output_bytes; the process tree was killed", tests
+        return "output-limit", "output exceeded max_output_bytes; the process tree was killed", tests, ""
     setup = _first(obs, "setup-error")
     if setup is not None:
-        return "error", f"sandbox: {setup.get('message', '')}", tests
+        return "error", f"sandbox: {setup.get('message', '')}", tests, ""
     if _memory(obs):
-        return "memory", "memory limit reached", tests
+        return "memory", "memory limit reached", tests, ""
     if obs.signal is not None:
-        return "killed", f"killed by {_signal_name(obs.signal)}", tests
+        return "killed", f"killed by {_signal_name(obs.signal)}", tests, ""
     status, reason = _RUNNER_VERDICTS[obs.runner](obs, tests)
-    if status != "passed" and any(m in obs.stderr_tail for m in _FILE_SIZE_MARKERS):
+    integrity = "" if status == "passed" else next((kind for start, kind in _INTEGRITY if reason.startswith(start)), "")
+    if integrity.startswith("forged-"):  # no outcome of a forged run counts, whichever part was forged
+        tests = {k: "failed" for k in tests}
+    if status != "passed" and not integrity and any(m in obs.stderr_tail for m in _FILE_SIZE_MARKERS):
         reason = f"file-size limit ({obs.max_file_mb:g} MiB) exceeded; {reason}"
-    return status, reason, tests
+    return status, reason, tests, integrity
 
 
 def _tests(obs: Observation) -> dict[str, str]:

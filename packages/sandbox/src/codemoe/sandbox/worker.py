@@ -351,7 +351,7 @@ def _result(
         canaries_required=setup.canaries_required,
         canary_replaced=setup.canary_replaced,
     )
-    verdict, reason, tests = decide(observation)
+    verdict, reason, tests, integrity = decide(observation)
     return ExecutionResult(
         status=verdict,
         exit_code=exit_code,
@@ -364,6 +364,7 @@ def _result(
         peak_memory_mb=round(usage.ru_maxrss / 1024, 3),
         id=request.id,
         reason=reason,
+        integrity=integrity,
         signal=signum,
     )
 

@@ -61,7 +61,8 @@ class Episode:
     hidden_before: dict[str, str] = field(default_factory=dict)
     hidden_after: dict[str, str] = field(default_factory=dict)
     status_after: str = ""  # executor status of the final grading run
-    resolved: bool = False  # every test the task judges (Task.judged) passes at the end
+    integrity_after: list[str] = field(default_factory=list)  # why that run's own account cannot be believed
+    resolved: bool = False  # every test the task judges (Task.judged) passes at the end, in a run that can be believed
 
     @property
     def format_errors(self) -> int:
@@ -76,10 +77,14 @@ class Episode:
                                        (outcomes_after, self.visible_after, self.hidden_after)):
             for test_id, outcome in tests.items():
                 (hidden if task.is_hidden(test_id) else visible)[test_id] = outcome
+        from codemoe.sandbox.rewards.inputs import integrity_findings
+
         self.status_after = after.status
+        self.integrity_after = integrity_findings(after)
         required = task.judged(self.hidden_after)  # SWE-bench instances: fail_to_pass and pass_to_pass only
         outcomes = {**self.visible_after, **self.hidden_after}
-        self.resolved = bool(self.hidden_after) and all(outcomes.get(t) == "passed" for t in required)
+        self.resolved = (bool(self.hidden_after) and not self.integrity_after
+                         and all(outcomes.get(t) == "passed" for t in required))
 
     def patch(self) -> str:
         """The agent's change as a unified diff."""
@@ -99,6 +104,7 @@ class Episode:
             hidden_before=dict(self.hidden_before),
             hidden_after=dict(self.hidden_after),
             status_after=self.status_after,
+            integrity=list(self.integrity_after),
             files_before=dict(self.files_before),
             files_after=dict(self.files_after),
             tool_calls=calls,

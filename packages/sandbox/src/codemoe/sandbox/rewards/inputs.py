@@ -17,7 +17,6 @@ from codemoe.sandbox.rewards.types import DEFAULT_TEST_PATTERNS, RewardInput, To
 __all__ = ["integrity_findings", "outcomes", "reward_input_from_results"]
 
 # Words in an executor's ``reason`` saying that the run ended before its checks were proven complete.
-_INTEGRITY_WORDS = ("nonce", "exited early", "exited before", "no valid test report", "did not finish", "forged")
 
 
 def outcomes(result: Any, single_test: str = "") -> dict[str, str]:
@@ -33,11 +32,13 @@ def outcomes(result: Any, single_test: str = "") -> dict[str, str]:
 
 
 def integrity_findings(result: Any) -> list[str]:
-    """The executor's reasons to distrust a run (it ended without proving its checks completed)."""
-    if result is None or result.status == "passed":
+    """The executor's reasons to distrust a run (it ended without proving its checks completed, or its
+    report, a comparison or the test environment was forged: a ``forged ...`` reason), for a result
+    whose ``integrity`` says so; the reason's own words never count (a test named ``test_nonce``
+    fails like any other)."""
+    if result is None or result.status == "passed" or not getattr(result, "integrity", ""):
         return []
-    reason = (result.reason or "").strip()
-    return [reason] if any(word in reason.lower() for word in _INTEGRITY_WORDS) else []
+    return [(result.reason or "").strip()]
 
 
 def reward_input_from_results(

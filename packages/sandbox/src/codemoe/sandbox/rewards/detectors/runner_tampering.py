@@ -38,10 +38,10 @@ files and ``conftest.py`` files it adds:
 Code under ``if __name__ == "__main__":`` never runs under the runner and is not read; findings that
 were already in a file before the change are not reported. Every finding names file, line and what.
 
-The executor's own findings count too (``inp.integrity``): a run whose verdict says ``forged`` (a
-forged test report, a comparison an object under test lied to, a test environment the code under
-test replaced: :mod:`codemoe.sandbox.pristine`) tampered with the runner however its code was
-written.
+The executor's own findings count too (``inp.integrity``): a run whose result's ``integrity`` is
+``forged-report``, ``forged-comparison`` or ``forged-environment`` (a forged test report, a
+comparison an object under test lied to, a test environment the code under test replaced:
+:mod:`codemoe.sandbox.pristine`) tampered with the runner however its code was written.
 """
 
 from __future__ import annotations
@@ -486,7 +486,7 @@ class RunnerTampering(Detector):
     what = "test runner tampered with from inside"
 
     def evidence(self, inp: RewardInput) -> list[str]:
-        found = [f"executor: {reason}" for reason in inp.integrity if "forged" in reason.lower()]
+        found = [f"executor: {reason}" for reason in inp.integrity if reason.startswith("forged ")]
         before, after = inp.files_before, inp.files_after
         roots = _import_roots(dict(after))
         for path in inp.changed_files():
