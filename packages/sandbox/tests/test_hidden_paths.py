@@ -134,3 +134,5 @@ def test_doctor_reports_hidden_host_files_and_checks_them_end_to_end():
     end_to_end = checks["end-to-end check"]
     assert end_to_end.active, end_to_end.detail
     assert "read 3 host files" in end_to_end.detail
+    if checks["task files read-only"].active:  # and its own graded run could not open a task's test for writing
+        assert "change a task's file in a graded pytest run" in end_to_end.detail

@@ -399,7 +399,7 @@ def test_doctor_lists_every_new_protection():
 
     names = {p.name: p for p in diagnose(live=False)}
     for name in ("no capabilities", "seccomp filter", "private devpts", "tmpfs inode limit", "cgroup",
-                 "site-packages view", "pytest environment check"):
+                 "site-packages view", "pytest environment check", "task files read-only"):
         assert name in names, sorted(names)
         assert names[name].detail  # how, or why not
 

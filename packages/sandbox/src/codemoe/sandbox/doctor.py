@@ -5,7 +5,8 @@ executions get), followed by one end-to-end check: a real execution that tries t
 network, write outside its work dir, see the host's environment, read host files it must not
 see (a canary file, a file of the caller's working directory, one of the checkout's registry, one
 of a package the site-packages view leaves out), store a key in the kernel keyring and make a
-user namespace.
+user namespace; and, where task files are sealed, a graded pytest run whose code under test opens
+one of the task's tests for writing.
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ if SYSCALLS:
         found.append("made a user namespace")
 print(";".join(found))
 """
+# a graded pytest run whose code under test opens one of the task's tests for writing at import
+_SEALED = {
+    "tests/test_sealed.py": "import calc\n\n\ndef test_sealed():\n    assert calc.WROTE == ''\n",
+    "calc.py": "import os\n\nWROTE = ''\ntry:\n"
+               "    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'tests', 'test_sealed.py'), 'a'):\n"
+               "        WROTE = 'opened a task file for writing'\nexcept OSError:\n    pass\n",
+}
 _SYSCALLS = {"x86_64": {"add_key": 248, "keyctl": 250, "clone": 56},
              "aarch64": {"add_key": 217, "keyctl": 219, "clone": 220}}
 
@@ -96,6 +104,9 @@ def _end_to_end() -> Protection:
             result = executor.run(
                 ExecutionRequest(command=["python", "-c", check], limits=Limits(timeout_s=10.0))
             )
+            sealing = any(p["name"] == "task files read-only" and p["active"] for p in executor.protections)
+            sealed = executor.run(ExecutionRequest(files=_SEALED, runner="pytest", command=["tests"], graded=True,
+                                                   trusted=["tests/test_sealed.py"], limits=Limits(timeout_s=30.0)))
     except SandboxError as exc:
         return Protection("end-to-end check", False, f"could not start a worker: {exc}")
     finally:
@@ -105,13 +116,16 @@ def _end_to_end() -> Protection:
     if result.status != "passed":
         return Protection("end-to-end check", False, f"the check program ended {result.status}: {result.reason}")
     breaches = result.stdout.strip()
+    if sealing and sealed.status != "passed":
+        breaches = ";".join(filter(None, [breaches, f"change a task's file in a graded pytest run ({sealed.reason})"]))
     if breaches:
         return Protection("end-to-end check", False, f"a sandboxed program could: {breaches.replace(';', ', ')}")
     return Protection("end-to-end check", True, "a sandboxed program could not reach the network, "
                       f"write to /etc, see the host environment, read {len(host_files)} host files "
                       "(a canary, the caller's working directory, the checkout's registry)"
                       + (", read a package outside the site-packages view" if outside_view else "")
-                      + (", store a kernel key or make a user namespace" if syscalls else ""))
+                      + (", store a kernel key or make a user namespace" if syscalls else "")
+                      + (", or change a task's file in a graded pytest run" if sealing else ""))
 
 
 def _canary_dir() -> str | None:
