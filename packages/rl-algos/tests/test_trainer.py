@@ -15,7 +15,7 @@ import pytest
 import torch
 from codemoe.core.errors import ConfigError
 from codemoe.rl.rollout import Score
-from codemoe.rl.trainer import RLConfig, RLTrainer
+from codemoe.rl.trainer import RLConfig, RLTrainer, lr_at
 from rl_toy import ToyEngine, tiny_policy, toy_scorer, toy_tasks
 
 HERE = Path(__file__).parent
@@ -254,10 +254,46 @@ def test_resume_continues_step_for_step(registry, tmp_path):
         assert _same(a, b), (a, b)
 
 
+def test_lr_at_known_answers():
+    assert [lr_at(s, 5, 1.0, "cosine") for s in range(1, 6)] == pytest.approx([1.0, 0.5 + 0.5 ** 1.5, 0.5, 0.5 - 0.5 ** 1.5, 0.0])
+    assert [lr_at(s, 6, 1.0, "linear", warmup=2, min_ratio=0.1) for s in range(1, 7)] == pytest.approx(
+        [0.5, 1.0, 1.0, 0.7, 0.4, 0.1])
+    assert [lr_at(s, 4, 3e-4) for s in range(1, 5)] == [3e-4] * 4
+    assert lr_at(1, 1, 2.0, "cosine") == 2.0  # one step: nothing to fall over
+
+
+def test_an_lr_schedule_reaches_the_optimizer_and_a_resumed_run_follows_it(registry, tmp_path):
+    """Each step trains at lr_at(step) (the optimizer's rate and the ``lr`` metric), and a run that
+    crashed after its step-2 checkpoint resumes on the same schedule, step for step."""
+    schedule = {"steps": 4, "checkpoint_every": 2, "lr_schedule": "cosine", "lr_min_ratio": 0.1}
+    straight = _fit(_trainer(registry, tmp_path / "a", **schedule))
+    assert [m["lr"] for m in straight] == pytest.approx([lr_at(s, 4, 1e-2, "cosine", 0, 0.1) for s in range(1, 5)])
+
+    crashed = _trainer(registry, tmp_path / "b", **schedule)
+    seen: list[dict[str, float]] = []
+
+    def crash(step, metrics):
+        if step == 3:
+            raise RuntimeError("killed")
+        seen.append(metrics)
+
+    crashed.on_step = crash
+    with pytest.raises(RuntimeError, match="killed"):
+        crashed.fit()
+    resumed = _trainer(registry, tmp_path / "b", **schedule)
+    rest = _fit(resumed)
+    assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)  # the last step's: 10% of lr
+    for a, b in zip(straight, seen + rest, strict=True):
+        assert _same(a, b), (a, b)
+
+
 @pytest.mark.parametrize(
     ("key", "value", "rule"),
     [
         ("prompts_per_step", 0, "must be at least 1"),
+        ("lr_schedule", "step", "must be one of constant, cosine, linear"),
+        ("lr_min_ratio", 1.5, "must be a number in \\[0, 1\\]"),
+        ("lr_warmup_steps", -1, "must be >= 0"),
         ("lr", -1e-4, "must be a finite number > 0"),  # a negative rate would climb the loss, silently
         ("lr", float("nan"), "must be a finite number > 0"),
         ("temperature", -0.5, ">= 0 \\(0: greedy\\)"),

@@ -62,13 +62,29 @@ from codemoe.rl.logprobs import token_stats, used_width
 from codemoe.rl.moe_terms import balance_loss, enable_router_outputs, expert_load
 from codemoe.rl.rollout import Rollouts, Score, build_rollouts
 
-__all__ = ["RLConfig", "RLTrainer", "Scorer"]
+__all__ = ["LR_SCHEDULES", "RLConfig", "RLTrainer", "Scorer", "lr_at"]
 
 log = logging.getLogger("codemoe.rl")
 
 # A scorer rewards samples: ``scorer(tasks, outputs) -> scores``, one task and one engine output per
 # prompt, one Score per sample in output order.
 Scorer = Callable[[Sequence[Any], Sequence[Any]], list[Score]]
+
+
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
+
+def lr_at(step: int, steps: int, lr: float, schedule: str = "constant", warmup: int = 0, min_ratio: float = 0.0) -> float:
+    """The learning rate of optimizer-step round ``step`` (1-based) of ``steps``: a linear rise over the
+    first ``warmup`` steps (lr * step / warmup), then ``schedule`` from ``lr`` at the first step after
+    the warm-up to ``lr * min_ratio`` at the last (constant: ``lr`` throughout)."""
+    if warmup and step <= warmup:
+        return lr * step / warmup
+    if schedule == "constant" or steps <= warmup + 1:
+        return lr
+    done = (step - warmup - 1) / (steps - warmup - 1)  # 0 at the first step after the warm-up, 1 at the last
+    shape = 0.5 * (1 + math.cos(math.pi * done)) if schedule == "cosine" else 1 - done
+    return lr * (min_ratio + (1 - min_ratio) * shape)
 
 
 @dataclass
@@ -78,6 +94,11 @@ class RLConfig:
     steps: int = 20  # optimizer-step rounds (each: one rollout batch, epochs x minibatches updates)
     prompts_per_step: int = 8  # prompts per step over all ranks; each gets algo.group_size samples
     lr: float = 1e-5  # policy learning rate (AdamW)
+    # the policy's learning rate over the steps: constant, or after lr_warmup_steps of a linear rise a
+    # cosine or linear fall from lr to lr * lr_min_ratio at the last step (lr_at)
+    lr_schedule: str = "constant"  # constant | cosine | linear
+    lr_warmup_steps: int = 0
+    lr_min_ratio: float = 0.0
     weight_decay: float = 0.0
     grad_clip: float = 1.0  # max global grad norm; 0 turns clipping off
     temperature: float = 1.0  # sampling temperature; log-probs use the same one
@@ -116,6 +137,9 @@ class RLConfig:
             ("steps", self.steps >= 0, "must be >= 0"),
             ("prompts_per_step", self.prompts_per_step >= 1, "must be at least 1"),
             ("lr", finite(self.lr) and self.lr > 0, "must be a finite number > 0"),
+            ("lr_schedule", self.lr_schedule in LR_SCHEDULES, f"must be one of {', '.join(LR_SCHEDULES)}"),
+            ("lr_warmup_steps", self.lr_warmup_steps >= 0, "must be >= 0"),
+            ("lr_min_ratio", finite(self.lr_min_ratio) and 0 <= self.lr_min_ratio <= 1, "must be a number in [0, 1]"),
             ("weight_decay", finite(self.weight_decay) and self.weight_decay >= 0, "must be a finite number >= 0"),
             ("grad_clip", finite(self.grad_clip) and self.grad_clip >= 0, "must be a finite number >= 0 (0: no clipping)"),
             ("temperature", finite(self.temperature) and self.temperature >= 0, "must be a finite number >= 0 (0: greedy)"),
@@ -241,6 +265,12 @@ class RLTrainer:
         if self.on_rollouts is not None:
             self.on_rollouts(step, rollouts)
         generated = time.perf_counter()
+        cfg = self.config
+        lr = lr_at(step, cfg.steps, cfg.lr, cfg.lr_schedule, cfg.lr_warmup_steps, cfg.lr_min_ratio)
+        if cfg.lr_schedule != "constant" or cfg.lr_warmup_steps:  # a function of the step: a resumed run agrees
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+        extra["lr"] = lr
         data, adv, update = self._learn(rollouts)  # 2-4. log-probs, advantages, updates
         trained = time.perf_counter()
         if self._producer is None:
