@@ -327,3 +327,26 @@ def test_paths_written_another_way_are_the_same_files(executor):
     result = _run(executor, "def add(a, b):\n    return a + b\n", tests)
     assert result.status == "passed", (result.reason, result.stdout[-2000:])
     assert sorted(result.tests) == ["tests/sub/test_c.py::test_x", "tests/test_a.py::test_x", "tests/test_b.py::test_x"]
+
+
+def test_modules_the_tasks_setup_makes_are_the_tasks():
+    """What the task's setup commands write before the session (a generated ``_version.py``, a package
+    pip installs under the work dir) imports as usual in a graded run; what the code under test
+    writes once the session runs does not."""
+    import json
+
+    from codemoe.sandbox.agent.task_setup import PLUGIN, PLUGIN_FILE, SETUP_ENV, plugin_source
+    from codemoe.sandbox.pytest_report import TASK_SETUP_ENV
+
+    assert TASK_SETUP_ENV == SETUP_ENV
+    setup = ["python -c \"open('calc/_version.py', 'w').write('VERSION = 3\\\\n')\""]
+    tests = {"tests/test_v.py": "import calc\nfrom calc._version import VERSION\n\n\n"
+                                "def test_v():\n    assert calc.add(1, 2) == VERSION\n"}
+    program = {"calc/__init__.py": "def add(a, b):\n    return a + b\n"}
+    with LocalExecutor(workers=1) as ex:
+        result = ex.run(ExecutionRequest(
+            files={**tests, **program, PLUGIN_FILE: plugin_source()}, runner="pytest",
+            command=["-p", PLUGIN, "tests"], env={SETUP_ENV: json.dumps(setup)},
+            limits=Limits(timeout_s=60.0), graded=True, trusted=[*tests, PLUGIN_FILE]))
+    assert result.status == "passed", (result.reason, result.stdout[-2000:])
+    assert result.tests == {"tests/test_v.py::test_v": "passed"}

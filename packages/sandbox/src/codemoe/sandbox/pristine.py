@@ -332,6 +332,7 @@ _SENT: dict[str, bytes] = {}  # absolute path -> the content the caller sent
 _READ: dict[str, bool] = {}  # absolute path -> whether what pytest read to rewrite it was that content
 _SHIPPED: set[str] = set()  # absolute paths of every file the caller sent, trusted or not
 _UNSHIPPED: list[str] = []  # modules in the work dir the caller did not send, refused when found
+_WATCHING = [False]  # from the session's start (watch_unshipped) until the next expect_files
 
 
 def expect_files(files: dict[str, bytes], shipped: Iterable[str] = ()) -> None:
@@ -345,6 +346,18 @@ def expect_files(files: dict[str, bytes], shipped: Iterable[str] = ()) -> None:
     _SHIPPED.update(shipped)
     _SHIPPED.update(files)
     _UNSHIPPED.clear()
+    _WATCHING[0] = False
+
+
+def watch_unshipped(root: str, *, present: bool = False) -> None:
+    """From now on (the session's start, after the task's setup commands) an import under ``root``
+    passes over module files the caller did not send (:class:`_SentFirst`). With ``present``, every
+    file under ``root`` now counts as sent: what the setup made (an installed package, a generated
+    ``_version.py``) is the task's."""
+    if present:
+        for folder, _, names in os.walk(root):
+            _SHIPPED.update(os.path.join(folder, name) for name in names)
+    _WATCHING[0] = True
 
 
 def read_source(path: str, source: bytes) -> None:
@@ -379,7 +392,7 @@ class _SentFirst(importlib.machinery.FileFinder):
                     submodule_search_locations=[os.path.dirname(path)] if package else None)
         spec = super().find_spec(fullname, target)
         origin = spec.origin if spec is not None and spec.has_location else None
-        if origin and _SHIPPED and origin not in _SHIPPED:
+        if origin and _WATCHING[0] and origin not in _SHIPPED:
             if origin not in _UNSHIPPED:
                 _UNSHIPPED.append(origin)
             return None  # the import goes on along the path, as if the file were not there

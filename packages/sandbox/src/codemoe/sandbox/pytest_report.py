@@ -33,11 +33,15 @@ from codemoe.sandbox.pristine import (
     definitions,
     recorded_imports,
     recorded_inner_imports,
+    watch_unshipped,
 )
 
 __all__ = ["Reporter", "encode_line"]
 
 CHANNEL_FD = 3
+# codemoe.sandbox.agent.task_setup.SETUP_ENV (that package is not loaded here): set when the task's
+# setup commands ran before the session
+TASK_SETUP_ENV = "CODEMOE_TASK_SETUP"
 _OUTCOMES = ("passed", "failed", "error", "skipped")
 _FORGED = "ForgedComparison"
 _MODULES = sys.modules  # bound at import: rebinding ``sys.modules`` does not hide a module from the reporter
@@ -157,6 +161,8 @@ class Reporter:
     def pytest_sessionstart(self, session: Any) -> None:
         if self.pristine is not None:
             self.pristine.rebase()
+        if self.graded:  # modules the code under test writes from here on are not imported
+            watch_unshipped(self._root.rstrip("/"), present=TASK_SETUP_ENV in os.environ)
 
     # the checks run outside every other wrapper of the hook (tryfirst, registered last): what pytest
     # swaps for the length of collection or of the session's end (warnings capture) is back
