@@ -29,7 +29,11 @@ Three ways to run
     loaded before any code under test (:mod:`codemoe.sandbox.pristine`): code that replaced a
     function, class, method or constant of the standard library, ``builtins`` or pytest (or, graded,
     of a trusted test module) makes the result ``failed`` with reason
-    ``"forged test environment: ..."``.
+    ``"forged test environment: ..."``. Each of these sets ``integrity`` (``forged-report``,
+    ``forged-comparison``, ``forged-environment``) and lists every test ``failed``. Graded, the
+    task's trusted files are read-only mounts the code under test cannot change or move
+    (:func:`codemoe.sandbox.isolation.seal_files`), and an import in the work dir finds only the files
+    the caller sent (and what the task's setup wrote before the session).
 
 ``runner="asserts"`` (HumanEval style)
     The files must include ``program.py`` and ``checks.py``, the way a HumanEval program is
