@@ -437,8 +437,8 @@ def prepare_execution(plan: IsolationPlan, state: WorkerState, disk_mb: int, *,
 
 
 def seal_files(work: str, files: list[tuple[str, bytes]], uid: int | None) -> None:
-    """In the worker, before the clone of a graded run: lay out ``files`` (path relative to ``work``,
-    content) and make each a read-only mount of itself, and every folder on the way to one (``work``
+    """In the worker, before the clone of a graded run: lay out ``files`` (normalised path relative to
+    ``work``, as :func:`codemoe.sandbox.runners.child_setup` gives them; content) and make each a read-only mount of itself, and every folder on the way to one (``work``
     included) a mount of itself.
 
     The code under test runs in the process that reads the tests, as another user or as root
@@ -450,7 +450,6 @@ def seal_files(work: str, files: list[tuple[str, bytes]], uid: int | None) -> No
     mounts locked together. The folders stay writable: tests may write beside themselves.
     Everything goes with the execution's tmpfs (:func:`finish_execution` detaches the whole tree).
     """
-    files = list({posixpath.normpath(p): c for p, c in files}.items())  # "tests//a.py" is "tests/a.py"; the last wins
     folders = sorted({posixpath.dirname(p) for p, _ in files} - {""}, key=lambda f: f.count("/"))
     pinned = [work]
     for folder in folders:
@@ -465,12 +464,8 @@ def seal_files(work: str, files: list[tuple[str, bytes]], uid: int | None) -> No
     for path, content in files:
         target = f"{work}/{path}"
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)  # a fresh dir
-        try:
-            view = memoryview(content)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+        with os.fdopen(fd, "wb") as out:
+            out.write(content)
         if uid is not None:
             os.chown(target, uid, uid)
     for path in pinned:  # parents first, before any file is mounted (a later bind would cover it)

@@ -20,18 +20,10 @@ __all__ = ["INTEGRITY_KINDS", "Observation", "decide"]
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
 _FILE_SIZE_MARKERS = ("File too large", "Errno 27")
 _PYTEST_EXIT = {2: "interrupted", 3: "pytest internal error", 4: "pytest usage error", 5: "no tests collected"}
-# The verdicts that say the run's own account cannot be believed, by the start of the reason this
-# module writes for each (never text of the program's: a test id or an exception message can hold
-# any word, so nothing downstream may search a reason for one): ExecutionResult.integrity.
-_INTEGRITY = (
-    ("exited early (", "early-exit"),
-    ("exited (code ", "early-exit"),
-    ("no valid test report", "no-report"),
-    ("forged test report", "forged-report"),
-    ("forged comparison", "forged-comparison"),
-    ("forged test environment", "forged-environment"),
-)
-INTEGRITY_KINDS = tuple(dict.fromkeys(kind for _, kind in _INTEGRITY))
+# What ExecutionResult.integrity may say: the run's own account of its tests cannot be believed. Each
+# runner's verdict names it with the reason it gives (a reason quotes test ids and the program's own
+# messages, which can hold any word, so nothing downstream may search a reason for one).
+INTEGRITY_KINDS = ("early-exit", "no-report", "forged-report", "forged-comparison", "forged-environment")
 
 
 @dataclass
@@ -89,8 +81,7 @@ def decide(obs: Observation) -> tuple[str, str, dict[str, str], str]:
         return "memory", "memory limit reached", tests, ""
     if obs.signal is not None:
         return "killed", f"killed by {_signal_name(obs.signal)}", tests, ""
-    status, reason = _RUNNER_VERDICTS[obs.runner](obs, tests)
-    integrity = "" if status == "passed" else next((kind for start, kind in _INTEGRITY if reason.startswith(start)), "")
+    status, reason, integrity = _RUNNER_VERDICTS[obs.runner](obs, tests)
     if integrity.startswith("forged-"):  # no outcome of a forged run counts, whichever part was forged
         tests = {k: "failed" for k in tests}
     if status != "passed" and not integrity and any(m in obs.stderr_tail for m in _FILE_SIZE_MARKERS):
@@ -170,45 +161,45 @@ def _signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _command_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]:
+def _command_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str, str]:
     if obs.exit_code == 0:
-        return "passed", ""
-    return "failed", f"exit code {obs.exit_code}"
+        return "passed", "", ""
+    return "failed", f"exit code {obs.exit_code}", ""
 
 
-def _asserts_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]:
+def _asserts_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str, str]:
     if tests.get("checks.py") == "passed":
-        return "passed", ""
+        return "passed", "", ""
     compile_error = _first(obs, "compile-error")
     if compile_error is not None:
-        return "error", f"compile: {compile_error.get('file')}: {compile_error.get('message')}"
+        return "error", f"compile: {compile_error.get('file')}: {compile_error.get('message')}", ""
     exception = _first(obs, "exception")
     if exception is not None:
-        return "failed", f"{exception.get('file')}: {exception.get('message')}"
+        return "failed", f"{exception.get('file')}: {exception.get('message')}", ""
     early = _first(obs, "exit")
     if early is not None:
-        return "failed", f"exited early ({early.get('file')} raised SystemExit({early.get('code')}))"
-    return "failed", f"exited (code {obs.exit_code}) before the checks completed: no completion nonce"
+        return "failed", f"exited early ({early.get('file')} raised SystemExit({early.get('code')}))", "early-exit"
+    return "failed", f"exited (code {obs.exit_code}) before the checks completed: no completion nonce", "early-exit"
 
 
-def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]:
+def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str, str]:
     report = _report(obs)
     if report is None:
         early = _first(obs, "exit")
         how = f"SystemExit({early.get('code')})" if early else f"exit code {obs.exit_code}"
-        return "failed", f"no valid test report ({how}): the session did not finish"
+        return "failed", f"no valid test report ({how}): the session did not finish", "no-report"
     exitstatus = int(report.get("exitstatus", -1))
     reported = report.get("tests", {})
     reported = {str(k): str(v) for k, v in reported.items()} if isinstance(reported, dict) else {}
     forged = _forgery(obs, report, reported) if obs.canaries else ""
     if forged:
-        return "failed", f"forged test report: {forged}"
+        return "failed", f"forged test report: {forged}", "forged-report"
     liars = report.get("forged_comparisons")
     liars = [str(n) for n in liars if str(n) not in obs.canaries] if isinstance(liars, list) else []
     if liars:
         more = f" (and {len(liars) - 1} more)" if len(liars) > 1 else ""
         return "failed", (f"forged comparison in {liars[0]}{more}: an object under test answered a test's "
-                          "comparison with what it is not")
+                          "comparison with what it is not"), "forged-comparison"
     tampered = report.get("tampered")
     tampered = [str(n) for n in tampered] if isinstance(tampered, list) else []
     if obs.canary_replaced:
@@ -216,26 +207,26 @@ def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str]:
         tampered = [n for n in tampered if n not in named]
         if not named and any(nodeid in reported for nodeid in obs.canaries):  # its module was imported
             return "failed", (f"forged test report: the canary module's replacement of {obs.canary_replaced} "
-                              "is not named: the environment check was taken out")
+                              "is not named: the environment check was taken out"), "forged-report"
     if tampered:
         more = f" (and {len(tampered) - 1} more)" if len(tampered) > 1 else ""
         return "failed", (f"forged test environment: {tampered[0]}{more}: code under test replaced what the "
-                          "tests call, or the tests themselves (codemoe.sandbox.pristine)")
+                          "tests call, or the tests themselves (codemoe.sandbox.pristine)"), "forged-environment"
     bad = sorted(k for k, v in tests.items() if v in ("failed", "error"))
     if obs.canaries and exitstatus == 1 and obs.exit_code == 1 and not bad:
         exitstatus = 0  # the failing canary alone
         obs = replace(obs, exit_code=0)
     if report.get("collect_errors"):
-        return "error", f"collection: {report['collect_errors'][0]}"
+        return "error", f"collection: {report['collect_errors'][0]}", ""
     if exitstatus in _PYTEST_EXIT:
-        return "error", _PYTEST_EXIT[exitstatus]
+        return "error", _PYTEST_EXIT[exitstatus], ""
     if bad:
-        return "failed", f"{len(bad)} of {len(tests)} tests failed or errored: {', '.join(bad[:5])}"
+        return "failed", f"{len(bad)} of {len(tests)} tests failed or errored: {', '.join(bad[:5])}", ""
     if exitstatus != 0 or obs.exit_code != 0:
-        return "failed", f"pytest exit status {exitstatus}, process exit code {obs.exit_code}"
+        return "failed", f"pytest exit status {exitstatus}, process exit code {obs.exit_code}", ""
     if not tests:
-        return "error", "no tests ran"
-    return "passed", ""
+        return "error", "no tests ran", ""
+    return "passed", "", ""
 
 
 _RUNNER_VERDICTS = {None: _command_verdict, "asserts": _asserts_verdict, "pytest": _pytest_verdict}

@@ -16,8 +16,6 @@ from codemoe.sandbox.rewards.types import DEFAULT_TEST_PATTERNS, RewardInput, To
 
 __all__ = ["integrity_findings", "outcomes", "reward_input_from_results"]
 
-# Words in an executor's ``reason`` saying that the run ended before its checks were proven complete.
-
 
 def outcomes(result: Any, single_test: str = "") -> dict[str, str]:
     """Test id -> outcome of one execution result (``{}`` for ``None``).
