@@ -114,6 +114,27 @@ ATTACKS = {
         import pathlib
         (pathlib.Path(__file__).parent / "tests" / "colorsys.py").write_text("def hls_to_rgb(h, l, s):\\n    return 0, 0, 0\\n")
         """),
+    # the same module outside the work dir, in a folder (or an archive) put first on the import path
+    "shadows-a-standard-module-from-tmp": ("/tmp/vendor/colorsys.py", "tests/test_s.py::test_s", """
+        import os, sys
+        os.makedirs("/tmp/vendor", exist_ok=True)
+        with open("/tmp/vendor/colorsys.py", "w") as _out:
+            _out.write("def hls_to_rgb(h, l, s):\\n    return 0, 0, 0\\n")
+        sys.path.insert(0, "/tmp/vendor")
+        """),
+    "shadows-a-standard-module-with-a-package": ("/dev/shm/v/colorsys/__init__.py", "tests/test_s.py::test_s", """
+        import os, sys
+        os.makedirs("/dev/shm/v/colorsys")
+        with open("/dev/shm/v/colorsys/__init__.py", "w") as _out:
+            _out.write("def hls_to_rgb(h, l, s):\\n    return 0, 0, 0\\n")
+        sys.path[0:0] = ["/dev/shm/v"]
+        """),
+    "shadows-a-standard-module-from-an-archive": ("/tmp/v.zip/colorsys.py", "tests/test_s.py::test_s", """
+        import sys, zipfile
+        with zipfile.ZipFile("/tmp/v.zip", "w") as _archive:
+            _archive.writestr("colorsys.py", "def hls_to_rgb(h, l, s):\\n    return 0, 0, 0\\n")
+        sys.path.insert(0, "/tmp/v.zip")
+        """),
     # a hook wrapper that passes every report, in a folder pytest has not collected yet
     "writes-a-conftest": ("tests/zsub/conftest.py", "tests/zsub/test_c.py::test_c", """
         import pathlib

@@ -47,7 +47,9 @@ import itertools
 import operator
 import os
 import sys
+import time
 import types
+import zipimport
 from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
@@ -331,8 +333,11 @@ def recorded_imports(path: str) -> list[tuple[str, str, str | None]]:
 _SENT: dict[str, bytes] = {}  # absolute path -> the content the caller sent
 _READ: dict[str, bool] = {}  # absolute path -> whether what pytest read to rewrite it was that content
 _SHIPPED: set[str] = set()  # absolute paths of every file the caller sent, trusted or not
-_UNSHIPPED: list[str] = []  # modules in the work dir the caller did not send, refused when found
+_UNSHIPPED: list[str] = []  # module files the caller did not send, written while the tests ran: refused when found
 _WATCHING = [False]  # from the session's start (watch_unshipped) until the next expect_files
+# the session's start as the kernel stamps a file's change time (ns): a file outside the work dir
+# whose change time is not before it was written or changed while the tests ran
+_SINCE = [0]
 
 
 def expect_files(files: dict[str, bytes], shipped: Iterable[str] = ()) -> None:
@@ -351,13 +356,46 @@ def expect_files(files: dict[str, bytes], shipped: Iterable[str] = ()) -> None:
 
 def watch_unshipped(root: str, *, present: bool = False) -> None:
     """From now on (the session's start, after the task's setup commands) an import under ``root``
-    passes over module files the caller did not send (:class:`_SentFirst`). With ``present``, every
+    passes over module files the caller did not send (:class:`_SentFirst`), and one anywhere else
+    over module files written or changed from now on (:class:`_Settled`). With ``present``, every
     file under ``root`` now counts as sent: what the setup made (an installed package, a generated
     ``_version.py``) is the task's."""
     if present:
         for folder, _, names in os.walk(root):
             _SHIPPED.update(os.path.join(folder, name) for name in names)
+    _SINCE[0] = _file_clock(root)
     _WATCHING[0] = True
+
+
+def _file_clock(folder: str) -> int:
+    """The kernel's time for a file changed now, in ns: the change time of a fresh unnamed file in
+    ``folder`` (the clock file times come from is coarser than ``time.time_ns``, so a file changed
+    right after this call may carry a change time just before it). Where such a file cannot be made,
+    a second before the process's clock, which counts a file changed in that second as changed later."""
+    try:
+        fd = os.open(folder, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    except (OSError, AttributeError):
+        return time.time_ns() - 1_000_000_000
+    try:
+        return os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+
+
+def _changed_since_start(path: str) -> bool:
+    """Whether ``path`` (or the link it is) was written or changed since the session started. A
+    change time cannot be set back by the code under test: every write, rename, link and attribute
+    change stamps it with the current time (``utime`` sets the others)."""
+    try:
+        changed = max(os.lstat(path).st_ctime_ns, os.stat(path).st_ctime_ns)
+    except OSError:
+        return True  # gone or unreadable as the import found it: not a module to trust
+    return changed >= _SINCE[0]
+
+
+def _refuse(origin: str) -> None:
+    if origin not in _UNSHIPPED:
+        _UNSHIPPED.append(origin)
 
 
 def read_source(path: str, source: bytes) -> None:
@@ -393,10 +431,70 @@ class _SentFirst(importlib.machinery.FileFinder):
         spec = super().find_spec(fullname, target)
         origin = spec.origin if spec is not None and spec.has_location else None
         if origin and _WATCHING[0] and origin not in _SHIPPED:
-            if origin not in _UNSHIPPED:
-                _UNSHIPPED.append(origin)
+            _refuse(origin)
             return None  # the import goes on along the path, as if the file were not there
         return spec
+
+
+class _Settled(importlib.machinery.FileFinder):
+    """A folder outside the work dir, whose modules Python finds as usual, except a module file
+    written or changed while the tests ran (``/tmp/x/colorsys.py`` in a folder the code under test
+    put first on ``sys.path``) where the tests would otherwise import another module of its name
+    (the standard library's, the site-packages view's, one the task ships): it is not found here,
+    and is named (:func:`changed_files`). The task ships its modules in the work dir; the standard
+    library and the site-packages view are read-only mounts, whose files nothing changes. A module a
+    test writes of a name found nowhere else (one it imports from its ``tmp_path``) imports."""
+
+    def find_spec(self, fullname: str, target: Any = None) -> Any:
+        spec = super().find_spec(fullname, target)
+        origin = spec.origin if spec is not None and spec.has_location else None
+        if origin and _WATCHING[0] and _changed_since_start(origin) and _in_place_of_another(fullname, self.path, origin):
+            return None
+        return spec
+
+
+class _Archive:
+    """An archive on the import path (``zipimport``'s), held to the rule of :class:`_Settled`."""
+
+    def __init__(self, path: str) -> None:
+        self.importer = zipimport.zipimporter(path)  # ZipImportError (an ImportError): not an archive
+        self.path = path
+
+    def find_spec(self, fullname: str, target: Any = None) -> Any:
+        spec = self.importer.find_spec(fullname, target)
+        archive = self.importer.archive
+        if (spec is not None and _WATCHING[0] and _changed_since_start(archive)
+                and _in_place_of_another(fullname, self.path, spec.origin or archive)):
+            return None
+        return spec
+
+    def invalidate_caches(self) -> None:
+        self.importer.invalidate_caches()
+
+
+_LOOKING = [False]  # while :func:`_in_place_of_another` looks along the path
+
+
+def _in_place_of_another(fullname: str, folder: str, origin: str) -> bool:
+    """Whether ``fullname``, found at ``origin`` in ``folder`` (a file changed while the tests ran), is
+    also found elsewhere on its import path (a file nothing changed, or one the task ships): then it
+    is refused (named, and passed over). While such a look runs every changed file is passed over."""
+    if _LOOKING[0]:
+        return True
+    parent = fullname.rpartition(".")[0]
+    path = getattr(sys.modules.get(parent), "__path__", None) if parent else sys.path
+    here = os.path.abspath(folder or os.getcwd())
+    others = [p for p in (path or []) if isinstance(p, str) and os.path.abspath(p or os.getcwd()) != here]
+    _LOOKING[0] = True
+    try:
+        found = importlib.machinery.PathFinder.find_spec(fullname, others) is not None
+    except Exception:
+        found = True
+    finally:
+        _LOOKING[0] = False
+    if found:
+        _refuse(origin)
+    return found
 
 
 def source_only(root: str) -> None:
@@ -404,24 +502,36 @@ def source_only(root: str) -> None:
     a file for import that file: a pyc the code under test writes beside a trusted module that
     Python's own import loads (one outside the folders pytest rewrites), or a package it makes
     beside a trusted helper (``tests/helpers/`` beside ``tests/helpers.py``), is never code that
-    runs. pytest's rewrite hook finds modules through these finders too, and reads no cached pyc
-    (:func:`codemoe.sandbox.honest.install`)."""
+    runs. Anywhere else (a folder or an archive on the import path outside the work dir) a module
+    file written while the tests ran is passed over where it would stand in for another module of
+    its name (:class:`_Settled`). pytest's rewrite hook finds modules through these finders too, and
+    reads no cached pyc (:func:`codemoe.sandbox.honest.install`)."""
     root = os.path.abspath(root)
     machinery = importlib.machinery
-    finder = _SentFirst.path_hook((machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
-                                  (_SourceOnly, machinery.SOURCE_SUFFIXES))
+    loaders = ((machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES), (_SourceOnly, machinery.SOURCE_SUFFIXES))
+    sent_first, settled = _SentFirst.path_hook(*loaders), _Settled.path_hook(*loaders)
 
     def under(path: str) -> bool:
         full = os.path.abspath(path or os.getcwd())
         return full == root or full.startswith(root + os.sep)
 
     def hook(path: str) -> Any:
-        if not under(path):
-            raise ImportError("not under the work dir")
-        return finder(path)
+        if under(path):
+            return sent_first(path)
+        if os.path.isdir(path or "."):
+            return settled(path)
+        return _Archive(path)  # or ImportError: nothing Python imports from
+
+    def writable(path: str) -> bool:  # a folder the execution may write (its tmpfs): no read-only mount
+        try:
+            return not os.statvfs(path or ".").f_flag & os.ST_RDONLY
+        except OSError:
+            return True
 
     sys.path_hooks.insert(0, hook)
-    for path in [p for p in sys.path_importer_cache if under(p)]:  # finders made before, if any
+    # finders made before (the fork server's, of the standard library's folders) stand where nothing
+    # can change: those of the work dir and of any folder the execution may write are made again
+    for path in [p for p in sys.path_importer_cache if under(p) or writable(p)]:
         del sys.path_importer_cache[path]
 
 
