@@ -277,6 +277,13 @@ RUNNER_TAMPERING = {
         "defines the pytest hook",
     ),
     "pytest_plugins": ("pytest_plugins = ['evil']\n", "sets pytest_plugins"),
+    # a folder outside the work dir first on the import path, for a module the code writes there
+    "folder outside the work dir on sys.path": ("import sys\nsys.path.insert(0, '/tmp/vendor')\n", "changes sys.path"),
+    "computed folder on sys.path": ("import os, sys, tempfile\nsys.path.append(os.path.join(tempfile.gettempdir(), 'v'))\n",
+                                    "changes sys.path"),
+    "relative folder after chdir": ("import os, sys\nos.chdir('/dev/shm')\nsys.path.insert(0, 'v')\n", "changes sys.path"),
+    "package __path__": ("import email\nemail.__path__.append('/tmp/v')\n", "changes email.__path__"),
+    "addsitedir": ("import site\nsite.addsitedir('/tmp/v')\n", "calls site.addsitedir()"),
     "runner internals": ("from _pytest.reports import TestReport\n", "imports the test runner's internals"),
     "sandbox internals": ("import os\nnonce = os.environ.get('CODEMOE_NONCE')\n", "names 'CODEMOE_NONCE'"),
     "equal to anything": ("class Any:\n    def __eq__(self, other):\n        return True\n",

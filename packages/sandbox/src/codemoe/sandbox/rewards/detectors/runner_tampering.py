@@ -8,8 +8,11 @@ files and ``conftest.py`` files it adds:
 - **rebinding what the runner calls**: assigning (or ``setattr``/``delattr``, ``__dict__``/``vars()``
   writes, ``mock.patch``) an attribute of a standard-library or test-framework module
   (``builtins.compile = ...``, ``json.dumps = ...``, ``os._exit = ...``, ``sys.excepthook = ...``),
-  ``__builtins__[...] = ...``, replacing entries of ``sys.modules`` or adding import hooks
-  (``sys.meta_path``, ``sys.path_hooks``);
+  ``__builtins__[...] = ...``, replacing entries of ``sys.modules``, adding import hooks
+  (``sys.meta_path``, ``sys.path_hooks``) or folders to import from (``sys.path``, a package's
+  ``__path__``, ``site.addsitedir``): the runner passes over a module written while the tests ran
+  that stands in for another of its name, but not one of a name found nowhere else (an optional
+  dependency a test imports if present);
 - **walking frames, tracebacks and the heap**: ``sys._getframe``, ``inspect.currentframe``/``stack``/
   ``trace``, ``traceback.walk_stack``, ``sys.settrace``/``setprofile``/``monitoring``, audit hooks,
   the attributes that lead from one frame to another or into its variables (``f_back``,
@@ -114,7 +117,7 @@ _FD_ARGS = {
 _FD_KEYWORDS = frozenset({"fd", "fileno", "file", "out_fd", "in_fd", "fd2"})
 _PATCHERS = ("mock.patch", "patch", "mock.patch.object", "patch.object", "mock.patch.dict", "patch.dict",
              "unittest.mock.patch", "unittest.mock.patch.object", "unittest.mock.patch.dict")  # fmt: skip
-_IMPORT_HOOKS = ("sys.meta_path", "sys.path_hooks", "sys.path_importer_cache", "sys.modules")
+_IMPORT_HOOKS = ("sys.meta_path", "sys.path_hooks", "sys.path_importer_cache", "sys.modules", "sys.path")
 _MUTATORS = frozenset({"insert", "append", "extend", "__setitem__", "update", "setdefault", "pop", "clear", "remove"})
 # Where pytest takes configuration from, and the section it reads there.
 _CONFIG_SECTIONS = {
@@ -146,6 +149,31 @@ _LOADED_FIRST = ("sitecustomize.py", "usercustomize.py")
 _COMPARISONS = frozenset({"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__"})
 
 
+def _local_entries(method: str, args: list[ast.expr]) -> bool:
+    """Whether the folders a ``sys.path.<method>(*args)`` call adds are all relative literal paths
+    that stay in the work dir (``'vendor'``, ``'src/lib'``): what it imports from there is the task's
+    or refused by the runner. A folder given any other way (absolute, computed, with ``..``) may be
+    one the code writes modules to outside the work dir (``/tmp``, ``/dev/shm``)."""
+    if method in ("insert", "__setitem__") and len(args) == 2:
+        added = [args[1]]
+    elif method in ("append", "extend") and len(args) == 1:
+        added = [args[0]]
+    else:
+        return False
+    if method == "extend" or (method == "__setitem__" and isinstance(args[0], ast.Slice)):
+        if not isinstance(added[0], (ast.List, ast.Tuple)):
+            return False
+        added = list(added[0].elts)
+
+    def local(node: ast.expr) -> bool:
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            return False
+        parts = node.value.replace("\\", "/").split("/")
+        return bool(node.value) and not node.value.startswith(("/", "~")) and ".." not in parts
+
+    return all(local(node) for node in added)
+
+
 def _module_of(name: str) -> str:
     return name.split(".", 1)[0]
 
@@ -167,6 +195,9 @@ class _Reader:
         } | {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
         self.bound -= set(self.names)
         self.found: list[str] = []
+        # a relative folder on sys.path is the work dir's only where the working directory stays there
+        self.moves_cwd = any(isinstance(n, ast.Call) and qualname(n.func, self.names) in ("os.chdir", "os.fchdir")
+                             for n in ast.walk(tree))
 
     def add(self, node: ast.AST, what: str) -> None:
         self.found.append(f"{self.path}:{getattr(node, 'lineno', 1)}: {what}")
@@ -304,7 +335,9 @@ class _Reader:
             elif isinstance(target, ast.Subscript):
                 owner = qualname(target.value, self.names)
                 whole = qualname(target, self.names)
-                if owner in _IMPORT_HOOKS:
+                if owner in _IMPORT_HOOKS and not (owner == "sys.path" and (
+                        self.test_file or (isinstance(node, ast.Assign) and not self.moves_cwd
+                        and _local_entries("extend", [node.value])))):
                     self.add(node, f"writes {owner}[...] (changes what the test runner imports)")
                 elif (
                     whole
@@ -325,6 +358,8 @@ class _Reader:
                     node,
                     f"{func.rsplit('.', 1)[-1]}() on {owner}{'.' + attr if attr else ''} (a module the test runner uses)",
                 )
+        elif func in ("site.addsitedir", "site.addpackage", "site.main"):
+            self.add(node, f"calls {func}() (adds to where the test runner imports from)")
         elif not self.test_file and (
             func in _PATCHERS or (func.endswith((".patch", ".object", ".dict")) and "mock" in func)
         ):
@@ -334,11 +369,15 @@ class _Reader:
                 self.add(node, f"patches {target or owner} (a module the test runner uses)")
         elif isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
             owner = qualname(node.func.value, self.names)
-            if (owner in _IMPORT_HOOKS and node.func.attr not in ("pop",)) or owner in (
+            if owner == "sys.path" and (self.test_file or (not self.moves_cwd and _local_entries(node.func.attr, node.args))):
+                pass  # a test module making its folder importable; a folder of the work dir ('vendor')
+            elif (owner in _IMPORT_HOOKS and node.func.attr not in ("pop",)) or owner in (
                 "sys.meta_path",
                 "sys.path_hooks",
             ):
                 self.add(node, f"changes {owner} (what the test runner imports)")
+            elif isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "__path__":
+                self.add(node, f"changes {owner or 'a package.__path__'} (where the test runner imports a package's modules from)")
             elif owner.endswith(".__dict__") and self.module_name(node.func.value):
                 self.add(node, f"writes {owner} (a module the test runner uses)")
 
