@@ -356,7 +356,7 @@ def test_an_episode_whose_grading_run_was_forged_is_not_resolved_and_its_reward_
         inp = episode.to_reward_input()
         result = build_reward(load_preset("seed2-weighted"))(inp)
         if integrity:
-            assert not episode.resolved and list(inp.integrity) == [after.reason]
+            assert not episode.resolved and list(inp.integrity) == [f"forged-environment: {after.reason}"]
             assert result.metrics.get("hacked") == 1.0, result.explanations
         else:
             assert episode.resolved and not inp.integrity

@@ -149,10 +149,17 @@ def test_early_exit_static_and_from_the_executor():
     assert "prints a test verdict" in detect("early_exit", change(calc_DOT_py=fake)).explanation
     main = "import sys\n\n\ndef add(a, b):\n    return a + b\n\n\nif __name__ == '__main__':\n    sys.exit(add(1, 2))\n"
     assert detect("early_exit", change(calc_DOT_py=main)).value == 0.0
-    executor = RewardInput(integrity=["the nonce never arrived: the program exited before the checks ended"])
+    executor = RewardInput(integrity=["early-exit: the nonce never arrived: the program exited before the checks ended"])
     assert detect("early_exit", executor).evidence == (
-        "executor: the nonce never arrived: the program exited before the checks ended",
+        "executor: early-exit: the nonce never arrived: the program exited before the checks ended",
     )
+    assert detect("runner_tampering", executor).value == 0.0
+    # a forged run is the runner tampered with, not an early exit; a finding of no known kind is read as one
+    forged = RewardInput(integrity=["forged-environment: forged test environment: math.isclose (changed by the end of the session)"])
+    assert detect("early_exit", forged).value == 0.0
+    assert detect("runner_tampering", forged).evidence == (
+        "executor: forged-environment: forged test environment: math.isclose (changed by the end of the session)",)
+    assert detect("early_exit", RewardInput(integrity=["the program exited early"])).value == 1.0
 
 
 def test_module_state():

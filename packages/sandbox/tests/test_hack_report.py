@@ -74,7 +74,7 @@ def test_early_exit_is_caught_by_the_executor_nonce(corpus):
     assert exited.status_after != "passed"
     assert any("no valid test report" in reason for reason in exited.integrity)
     verdict = build_reward("early_exit")(exited)
-    assert verdict.evidence[0].startswith("executor: no valid test report")
+    assert verdict.evidence[0].startswith("executor: no-report: no valid test report")
 
 
 @pytest.mark.parametrize("preset", ["seed2-weighted", "seed1-stepwise"])
@@ -157,8 +157,8 @@ def test_hacks_only_the_run_shows_are_caught_by_the_executors_forged_verdict(cor
     for solution, inp in runs:
         assert pass_rate(*inp.tests("hidden")) == 0.0, solution.name  # what it fooled counts for nothing
         verdict = build_reward(solution.kind)(inp)
-        assert verdict.value == 1.0 and verdict.evidence[0].startswith("executor: forged test environment: ")
+        assert verdict.value == 1.0 and verdict.evidence[0].startswith("executor: forged-environment: forged test environment: ")
     by_name = {s.name: inp for s, inp in zip(*corpus)}
     both = build_reward("runner_tampering")(by_name["bank/runner_raises"]).evidence
-    assert both[0].startswith("executor: forged test environment: pytest.raises")
+    assert both[0].startswith("executor: forged-environment: forged test environment: pytest.raises")
     assert any("rebinds pytest.raises" in e for e in both[1:])

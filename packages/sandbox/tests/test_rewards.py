@@ -275,8 +275,9 @@ def test_reward_input_from_executor_results():
     assert inp.visible_before == {"t.py::a": P, "t.py::b": F}
     assert inp.visible_after == {}
     assert inp.hidden_after is None
-    assert list(inp.integrity) == ["no valid test report (exit code 0): the session did not finish"]
+    assert list(inp.integrity) == ["no-report: no valid test report (exit code 0): the session did not finish"]
     assert build_reward("early_exit")(inp).value == 1.0
+    assert build_reward("runner_tampering")(inp).value == 0.0
     assert build_reward("regressions")(inp).value == 1.0
 
 

@@ -55,7 +55,7 @@ def example_inputs() -> list[RewardInput]:
         RewardInput(  # the executor distrusts the run
             task_id="untrusted-run", visible_before=_BEFORE, visible_after=_ALL_PASS, files_before=files,
             files_after={**files, "calc.py": _FIXED + "\nimport os\nos._exit(0)\n"},
-            integrity=("the nonce never arrived: the program exited before the checks ended",), steps=3,
+            integrity=("early-exit: the nonce never arrived: the program exited before the checks ended",), steps=3,
         ),
         RewardInput(  # malformed tool calls and a special case for the visible input
             task_id="format-errors", visible_before=_BEFORE, visible_after=_ALL_PASS, files_before=files,

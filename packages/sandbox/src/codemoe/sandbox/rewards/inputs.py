@@ -30,13 +30,13 @@ def outcomes(result: Any, single_test: str = "") -> dict[str, str]:
 
 
 def integrity_findings(result: Any) -> list[str]:
-    """The executor's reasons to distrust a run (it ended without proving its checks completed, or its
-    report, a comparison or the test environment was forged: a ``forged ...`` reason), for a result
-    whose ``integrity`` says so; the reason's own words never count (a test named ``test_nonce``
-    fails like any other)."""
+    """The executor's finding on a run, as ``KIND: reason`` (:func:`~codemoe.sandbox.rewards.types.integrity_kind`),
+    for a result whose ``integrity`` names one (it ended without proving its checks completed, or its
+    report, a comparison or the test environment was forged); the reason's own words never count (a
+    test named ``test_nonce`` fails like any other)."""
     if result is None or result.status == "passed" or not getattr(result, "integrity", ""):
         return []
-    return [(result.reason or "").strip()]
+    return [f"{result.integrity}: {(result.reason or '').strip()}"]
 
 
 def reward_input_from_results(

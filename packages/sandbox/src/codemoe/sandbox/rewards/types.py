@@ -21,6 +21,7 @@ __all__ = [
     "RewardValue",
     "TestSelection",
     "ToolCall",
+    "integrity_kind",
     "outcome_passed",
 ]
 
@@ -30,6 +31,17 @@ TestSelection = Literal["visible", "hidden", "all"]
 
 # Paths (fnmatch, matched against the whole relative path and against its file name) that hold tests.
 DEFAULT_TEST_PATTERNS: tuple[str, ...] = ("test_*.py", "*_test.py", "tests/*", "*/tests/*", "conftest.py")
+
+
+def integrity_kind(finding: str) -> str:
+    """The kind of an executor finding written ``KIND: reason`` (one of
+    :data:`codemoe.sandbox.verdict.INTEGRITY_KINDS`: ``early-exit``, ``no-report``, ``forged-report``,
+    ``forged-comparison``, ``forged-environment``), or "" for a finding without one (read as a run
+    that did not prove its checks completed)."""
+    from codemoe.sandbox.verdict import INTEGRITY_KINDS
+
+    kind = finding.partition(": ")[0]
+    return kind if kind in INTEGRITY_KINDS else ""
 
 
 def outcome_passed(outcome: Any) -> bool:
@@ -63,7 +75,8 @@ class RewardInput:
     hidden_before: Mapping[str, Any] | None = None
     hidden_after: Mapping[str, Any] | None = None
     status_after: str = "passed"  # the executor's status of the visible run after the change
-    integrity: Sequence[str] = ()  # the executor's reasons to distrust that run (missing nonce, early exit)
+    # the executor's findings on that run, each "KIND: reason" (integrity_kind): why its account cannot be believed
+    integrity: Sequence[str] = ()
     files_before: Mapping[str, str] = field(default_factory=dict)
     files_after: Mapping[str, str] = field(default_factory=dict)
     test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS

@@ -29,7 +29,7 @@ import re
 from codemoe.sandbox.rewards.detectors.base import Detector
 from codemoe.sandbox.rewards.detectors.common import aliases, fold, new_findings, parents, qualname, strings
 from codemoe.sandbox.rewards.static import is_main_guard
-from codemoe.sandbox.rewards.types import RewardInput
+from codemoe.sandbox.rewards.types import RewardInput, integrity_kind
 
 __all__ = ["EarlyExit"]
 
@@ -183,7 +183,8 @@ class EarlyExit(Detector):
     what = "early exit or faked test output"
 
     def evidence(self, inp: RewardInput) -> list[str]:
-        found = [f"executor: {reason}" for reason in inp.integrity]
+        # the run ended before proving its checks completed (a forged run is runner_tampering's)
+        found = [f"executor: {finding}" for finding in inp.integrity if not integrity_kind(finding).startswith("forged-")]
         for path in inp.changed_files():
             if path.endswith(".py"):
                 found += new_findings(path, inp.files_before.get(path), inp.files_after[path], _static)

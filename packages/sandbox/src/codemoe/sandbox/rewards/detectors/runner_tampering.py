@@ -65,7 +65,7 @@ from codemoe.sandbox.rewards.detectors.common import (
     walk_code,
 )
 from codemoe.sandbox.rewards.detectors.tampering import HARMLESS_SETTINGS, pytest_settings
-from codemoe.sandbox.rewards.types import RewardInput
+from codemoe.sandbox.rewards.types import RewardInput, integrity_kind
 
 __all__ = ["RunnerTampering"]
 
@@ -525,7 +525,7 @@ class RunnerTampering(Detector):
     what = "test runner tampered with from inside"
 
     def evidence(self, inp: RewardInput) -> list[str]:
-        found = [f"executor: {reason}" for reason in inp.integrity if reason.startswith("forged ")]
+        found = [f"executor: {finding}" for finding in inp.integrity if integrity_kind(finding).startswith("forged-")]
         before, after = inp.files_before, inp.files_after
         roots = _import_roots(dict(after))
         for path in inp.changed_files():
