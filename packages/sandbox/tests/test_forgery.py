@@ -292,6 +292,97 @@ def test_a_graded_run_loads_the_conftest_the_task_ships(executor):
     assert result.status == "failed" and "fixture 'two' not found" in result.stdout
 
 
+# pytest takes fixtures from every name of a test module's or conftest's namespace: a star import
+# brings the code under test's own in, which then override the conftest's of the same name
+STAR_TESTS = {"tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef expected_sum():\n    return 4\n",
+              "tests/test_star.py": "from calc import *\n\n\ndef test_add(expected_sum):\n    assert add(2, 2) == expected_sum\n"}
+FIXTURE_ATTACKS = {
+    "overrides-the-conftests-fixture": "\n\n@pytest.fixture\ndef expected_sum():\n    return 0\n",
+    "named-another-way": "\n\nexpected_sum = pytest.fixture(lambda: 0, name='expected_sum')\n",
+    # an autouse fixture of its own, which runs before every test of the module
+    "autouse": "\n\n@pytest.fixture(autouse=True)\ndef prepare(monkeypatch):\n    monkeypatch.setenv('MODE', 'lenient')\n",
+}
+
+
+@pytest.mark.parametrize("fixture", list(FIXTURE_ATTACKS.values()), ids=list(FIXTURE_ATTACKS))
+def test_fixtures_the_code_under_test_defines_are_refused_in_a_graded_run(executor, fixture):
+    program = "import pytest\n\n\ndef add(a, b):\n    return a - b\n" + fixture
+    request = ExecutionRequest(files={**STAR_TESTS, "calc.py": program}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(STAR_TESTS))
+    result = executor.run(request)
+    assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
+    assert result.reason.startswith("forged test environment: fixture "), result.reason
+    assert "of tests/test_star.py (a function no file the task trusts defines)" in result.reason, result.reason
+    assert result.tests["tests/test_star.py::test_add"] == "failed"
+
+
+def test_fixtures_the_tasks_files_define_pytest_and_its_plugins_keep_their_verdicts(executor):
+    """Fixtures of a conftest, of the test module itself, of a test class, a nested factory's, one a
+    test module imports by name from a trusted helper, and pytest's own (``tmp_path``, ``monkeypatch``,
+    ``capsys``, ``request``) all run in a graded run, and the verdict is the tests'."""
+    tests = {
+        "tests/conftest.py": textwrap.dedent("""
+            import pytest
+
+
+            def _make(value):
+                @pytest.fixture
+                def made():
+                    return value
+                return made
+
+
+            two = _make(2)
+
+
+            @pytest.fixture
+            def expected_sum():
+                return 4
+            """),
+        "tests/fixtures.py": "import pytest\n\n\n@pytest.fixture\ndef three():\n    return 3\n",
+        "tests/test_fix.py": textwrap.dedent("""
+            import pytest
+            from calc import add
+            from fixtures import three
+
+
+            @pytest.fixture
+            def one():
+                return 1
+
+
+            def test_conftest(expected_sum, two):
+                assert add(two, two) == expected_sum
+
+
+            def test_module_and_helper(one, three, tmp_path, monkeypatch, capsys, request):
+                monkeypatch.setenv("X", "1")
+                print("out")
+                assert add(one, three) == 4 and tmp_path.is_dir() and capsys.readouterr().out == "out\\n"
+                assert request.node.name == "test_module_and_helper"
+
+
+            class TestClass:
+                @pytest.fixture
+                def base(self):
+                    return 10
+
+                def test_method(self, base):
+                    assert add(base, 1) == 11
+            """),
+    }
+    files = {**tests, "calc.py": "def add(a, b):\n    return a + b\n"}
+    request = ExecutionRequest(files=files, runner="pytest", command=["tests"], limits=Limits(timeout_s=20.0),
+                               graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "passed" and not result.integrity, (result.reason, result.stdout[-2000:])
+    assert len(result.tests) == 3
+    request = ExecutionRequest(files={**files, "calc.py": "def add(a, b):\n    return a - b\n"}, runner="pytest",
+                               command=["tests"], limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)  # the same tests, failing honestly: no finding
+    assert result.status == "failed" and not result.integrity, result.reason
+
+
 def test_json_and_exit_patches_do_not_reach_an_ungraded_report_either(executor):
     result = executor.run(_graded({"calc.py": PATCH_JSON_AND_EXIT + BUGGY}, graded=False))
     assert result.status == "failed"

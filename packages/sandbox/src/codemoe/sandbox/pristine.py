@@ -54,7 +54,8 @@ from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["Snapshot", "builtins_for", "changed_contents", "changed_data", "changed_files", "defined", "definitions", "expect_files", "imports",
+__all__ = ["Snapshot", "builtins_for", "changed_contents", "changed_data", "changed_files", "defined", "defined_code", "definitions",
+           "expect_files", "imports",
            "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "source_only", "take",
            "taken"]
 
@@ -132,6 +133,13 @@ class Snapshot:
         self._tags: list[int] = []
         self._reported: set[str] = set()
         self._retag()
+
+    def holds_namespace(self, namespace: Any) -> bool:
+        """Whether ``namespace`` is the ``__dict__`` of a module the snapshot holds (loaded before any
+        code under test existed), by identity."""
+        name = namespace.get("__name__") if type(namespace) is dict else None
+        module = self._modules.get(name) if type(name) is str else None
+        return module is not None and vars(module) is namespace
 
     @classmethod
     def take(cls, modules: Iterable[tuple[str, types.ModuleType]] | None = None) -> Snapshot:
@@ -264,6 +272,7 @@ def imports(tree: ast.Module) -> list[tuple[str, str, str | None]]:
 _IMPORTS: dict[str, list[tuple[str, str, str | None]]] = {}
 _INNER: dict[str, set[str]] = {}
 _DEFINED: dict[str, dict[str, Any]] = {}
+_EVER: dict[str, list[Any]] = {}  # module -> every value its top-level definitions bound (two conftests share a name)
 _CONTENT: dict[str, dict[str, tuple[Any, Any]]] = {}  # module -> name -> (value, what it held when bound)
 
 
@@ -272,6 +281,7 @@ def defined(module: str, name: str, value: Any, content: bool = False) -> None:
     after it ran (the rewrite adds the call after each one), for :meth:`Snapshot.watch`; with
     ``content``, what the value holds too (a list, dict or set the module only compares with)."""
     _DEFINED.setdefault(module, {})[name] = value
+    _EVER.setdefault(module, []).append(value)
     if content:
         _CONTENT.setdefault(module, {})[name] = (value, _frozen(value))
 
@@ -304,6 +314,35 @@ def changed_contents(module: str) -> list[str]:
 def definitions(module: str) -> dict[str, Any]:
     """What :func:`defined` recorded for ``module`` (its ``__name__``)."""
     return _DEFINED.get(module, {})
+
+
+def defined_code(modules: Iterable[str]) -> set[int]:
+    """The ids of the code objects of every function the top-level definitions of ``modules`` bound
+    (their ``def``, the functions of their ``class`` bodies, a fixture's wrapped function, and the
+    functions nested in each): code compiled from those modules' own source, whatever else their
+    namespaces came to hold (a star import brings the code under test's functions in too)."""
+    from _pytest.fixtures import FixtureFunctionDefinition
+
+    stack = [value for module in modules for value in _EVER.get(module, ())]
+    codes: set[int] = set()
+    classes: set[int] = set()
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is FixtureFunctionDefinition:
+            stack.append(FixtureFunctionDefinition._get_wrapped_function(value))
+        elif kind is types.FunctionType:
+            stack.append(value.__code__)
+        elif kind in (staticmethod, classmethod):
+            stack.append(value.__func__)
+        elif kind is types.CodeType:
+            if id(value) not in codes:
+                codes.add(id(value))
+                stack.extend(const for const in value.co_consts if type(const) is types.CodeType)
+        elif isinstance(value, type) and id(value) not in classes:  # a class the module's own class statement made
+            classes.add(id(value))
+            stack.extend(type.__dict__["__dict__"].__get__(value).values())
+    return codes
 
 
 def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> None:

@@ -19,7 +19,9 @@ import json.encoder
 import os
 import posixpath
 import sys
+import types
 from collections.abc import Callable
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from codemoe.sandbox.pristine import (
     changed_contents,
     changed_data,
     changed_files,
+    defined_code,
     definitions,
     recorded_imports,
     recorded_inner_imports,
@@ -186,6 +189,8 @@ class Reporter:
                         self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
                                    "collection")
                         self.pristine.watch_modules(recorded_inner_imports(module.__file__))
+                if self.pristine is not None:
+                    self._note(_foreign_fixtures(session, self._test_modules, self.pristine, root), "collection")
             self._check("collection", rewritten)
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
@@ -262,6 +267,53 @@ def _trusted_modules(trusted: frozenset[str], root: str) -> list[tuple[str, Any]
                 found.append((name, module))
                 break
     return found
+
+
+def _foreign_fixtures(session: Any, trusted: list[str], snapshot: Snapshot, root: str) -> list[str]:
+    """The fixtures pytest registered whose function is neither one a trusted module's own source
+    defines (its ``def``, a method of its ``class``) nor one of a module loaded before any code under
+    test (pytest's own, its plugins', the standard library's), nor one of a module from a read-only
+    file outside the work dir. pytest takes fixtures from every name in a test module's or conftest's
+    namespace, so ``from calc import *`` in a test module brought the code under test's own
+    ``@pytest.fixture def expected_sum()`` in, overriding the conftest's, and a failing test passed."""
+    manager = getattr(session, "_fixturemanager", None)
+    every = getattr(manager, "_get_all_fixture_defs", None)  # pytest 9
+    registry = getattr(manager, "_arg2fixturedefs", None)  # pytest 8: name -> its definitions
+    if every is not None:
+        fixturedefs = list(every())
+    elif type(registry) is dict:
+        fixturedefs = [fixturedef for defs in list(registry.values()) for fixturedef in defs]
+    else:
+        raise RuntimeError("this pytest keeps its fixtures where the graded runner cannot check them (pytest 8 or 9 can)")
+    code = defined_code(trusted)
+    found = []
+    for fixturedef in fixturedefs:
+        if not _trusted_fixture(getattr(fixturedef, "func", None), code, snapshot, root):
+            where = getattr(fixturedef, "baseid", "") or "the session"
+            found.append(f"fixture {getattr(fixturedef, 'argname', '?')} of {where} (a function no file the task trusts defines)")
+    return found
+
+
+def _trusted_fixture(func: Any, code: set[int], snapshot: Snapshot, root: str) -> bool:
+    if type(func) is types.MethodType:  # a test class's fixture, bound to the instance pytest made
+        func = func.__func__
+    if type(func) is not types.FunctionType:
+        return False
+    if id(func.__code__) in code or snapshot.holds_namespace(func.__globals__):
+        return True
+    namespace = func.__globals__  # a module imported since: trusted when read-only and outside the work dir
+    name = namespace.get("__name__")
+    module = _MODULES.get(name) if type(name) is str else None
+    if type(module) is not types.ModuleType or vars(module) is not namespace:
+        return False
+    spec = namespace.get("__spec__")
+    origin = spec.origin if type(spec) is ModuleSpec else None
+    if type(origin) is not str or origin.startswith(root):
+        return False
+    try:
+        return bool(os.statvfs(origin).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def crash_line(report: Any) -> str:

@@ -25,7 +25,8 @@ files and ``conftest.py`` files it adds:
   did not open (``os.write(3, ...)``, ``os.fdopen(3)``, ``open(3)``, ``socket.fromfd``, a loop over
   ``range(3, ...)``);
 - **plugging into the runner**: pytest hook implementations (``pytest_*`` functions, ``hookimpl``,
-  ``hookwrapper``), ``pytest_plugins``, the runner's internals (``_pytest``, ``pluggy``,
+  ``hookwrapper``), ``pytest_plugins``, fixtures defined outside the tests (``@pytest.fixture`` in a
+  source file: a test module's ``from calc import *`` makes it one the tests use), the runner's internals (``_pytest``, ``pluggy``,
   ``TestReport``, ``CallInfo``, ``pluginmanager``), ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS``, and
   names of the sandbox itself (``codemoe``);
 - **objects that lie to an assert**: a class whose ``__eq__`` (``__ne__``, ``__lt__`` ...,
@@ -464,6 +465,11 @@ class _Reader:
             self.add(node, f"uses the test runner's internals (.{node.attr})")
         elif isinstance(node, ast.Call) and qualname(node.func, self.names) in ("pytest.main", "_pytest.config.main"):
             self.add(node, "starts a pytest session of its own")
+        elif not self.test_file and qualname(node, self.names) in ("pytest.fixture", "pytest.yield_fixture"):
+            parent = self.up.get(id(node))
+            if not (isinstance(parent, ast.Attribute) or (isinstance(parent, ast.Call) and parent.func is not node
+                                                          and node not in parent.args)):
+                self.add(node, "defines a pytest fixture outside the tests (a test module's namespace can take it in)")
 
     # -- strings naming what the rest would name in code
     def text(self, node: ast.AST, text: str) -> None:
