@@ -383,6 +383,43 @@ def test_fixtures_the_tasks_files_define_pytest_and_its_plugins_keep_their_verdi
     assert result.status == "failed" and not result.integrity, result.reason
 
 
+# what a star import of the code under test can change in a test module besides its fixtures: names
+# the module bound before it, and the names pytest reads to decide what runs
+STAR_IMPORT_ATTACKS = {
+    "rebinds-a-helpers-constant": ({"tests/helpers.py": "EXPECTED = 4\n",
+                                    "tests/test_s.py": "from helpers import EXPECTED\nfrom calc import *\n\n\n"
+                                                       "def test_add():\n    assert add(2, 2) == EXPECTED\n"},
+                                   "EXPECTED = 0\n", "test_s.EXPECTED (imported from helpers)"),
+    "marks-every-test-skipped": ({"tests/test_s.py": "from calc import *\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"},
+                                 "import pytest\npytestmark = pytest.mark.skip('later')\n", "test_s.pytestmark"),
+    "marks-every-failure-expected": ({"tests/test_s.py": "from calc import *\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"},
+                                     "import pytest\npytestmark = pytest.mark.xfail\n", "test_s.pytestmark"),
+}
+
+
+@pytest.mark.parametrize("case", list(STAR_IMPORT_ATTACKS.values()), ids=list(STAR_IMPORT_ATTACKS))
+def test_a_star_import_of_the_code_under_test_cannot_change_what_the_test_module_runs_with(executor, case):
+    tests, head, named = case
+    request = ExecutionRequest(files={**tests, "calc.py": head + "\n\ndef add(a, b):\n    return a - b\n"}, runner="pytest",
+                               command=["tests"], limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
+    assert result.reason.startswith(f"forged test environment: {named}"), result.reason
+    assert result.tests["tests/test_s.py::test_add"] == "failed"
+
+
+def test_a_star_import_that_rebinds_nothing_and_marks_of_the_modules_own_keep_their_verdicts(executor):
+    tests = {"tests/helpers.py": "EXPECTED = 4\n",
+             "tests/test_s.py": "import pytest\nfrom helpers import EXPECTED\nfrom calc import *\n\n"
+                                "pytestmark = pytest.mark.filterwarnings('ignore')\n\n\n"
+                                "def test_add():\n    assert add(2, 2) == EXPECTED\n"}
+    for body, status in (("a + b", "passed"), ("a - b", "failed")):
+        request = ExecutionRequest(files={**tests, "calc.py": f"def add(a, b):\n    return {body}\n"}, runner="pytest",
+                                   command=["tests"], limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+        result = executor.run(request)
+        assert result.status == status and not result.integrity, (result.reason, result.stdout[-2000:])
+
+
 def test_json_and_exit_patches_do_not_reach_an_ungraded_report_either(executor):
     result = executor.run(_graded({"calc.py": PATCH_JSON_AND_EXIT + BUGGY}, graded=False))
     assert result.status == "failed"

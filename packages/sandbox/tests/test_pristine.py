@@ -862,13 +862,39 @@ def test_a_test_modules_imports_must_bind_what_the_snapshot_holds():
                      "from mathx import *\nfrom . import local\nfrom other import thing\nif True:\n    import mathx as nested\n")
     found = pristine.imports(tree)
     assert found == [("mathx", "mathx", None), ("m2", "mathx", None), ("mathx", "mathx", None),
-                     ("near", "mathx", "isclose"), ("thing", "other", "thing")]
+                     ("near", "mathx", "isclose"), ("local", ".", "local"), ("thing", "other", "thing")]
     honest_globals = {"mathx": math_module, "m2": math_module, "near": math_module.isclose, "thing": object()}
     assert snapshot.imported("tests.t", honest_globals, found) == []
     faked = {"mathx": fake, "m2": math_module, "near": fake.isclose, "thing": object()}
     assert snapshot.imported("tests.t", faked, found) == [
         "tests.t.mathx (imported from mathx)", "tests.t.near (imported from mathx)"]
     assert snapshot.imported("tests.t", faked, found) == []  # each once
+
+
+def test_a_name_a_test_module_imported_and_a_later_star_import_rebound_is_named(tmp_path, monkeypatch):
+    """``from helpers import EXPECTED`` then ``from calc import *``: the star import rebinds
+    ``EXPECTED`` to the code under test's. A module loaded since the snapshot is compared with what
+    ``sys.modules`` holds, a relative import in the test module's package; a name the module itself
+    assigns again is not held to its import."""
+    helpers = types.ModuleType("helpers_t")
+    helpers.EXPECTED, helpers.other = 4, 1
+    package = types.ModuleType("pkg_t")
+    package.__path__ = []
+    package.sibling = types.ModuleType("pkg_t.sibling")
+    monkeypatch.setitem(sys.modules, "helpers_t", helpers)
+    monkeypatch.setitem(sys.modules, "pkg_t", package)
+    source = ("from helpers_t import EXPECTED, other\nfrom . import sibling\nfrom calc import *\n"
+              "other = other + 1\n")
+    path = tmp_path / "test_x.py"
+    pristine.record_imports(str(path), ast.parse(source))
+    recorded = pristine.recorded_imports(str(path))
+    assert [entry[0] for entry in recorded] == ["EXPECTED", "sibling"]  # `other` is the module's own again
+    snapshot = Snapshot([], None, {})
+    honest_globals = {"__package__": "pkg_t", "EXPECTED": 4, "other": 2, "sibling": package.sibling}
+    assert snapshot.imported("pkg_t.test_x", honest_globals, recorded) == []
+    starred = {**honest_globals, "EXPECTED": 0, "sibling": types.ModuleType("fake")}
+    assert snapshot.imported("pkg_t.test_x", starred, recorded) == [
+        "pkg_t.test_x.EXPECTED (imported from helpers_t)", "pkg_t.test_x.sibling (imported from pkg_t)"]
 
 
 @pytest.mark.skipif(sys.implementation.name != "cpython", reason="dict version tags are CPython's")

@@ -55,13 +55,14 @@ from operator import attrgetter
 from typing import Any
 
 __all__ = ["Snapshot", "builtins_for", "changed_contents", "changed_data", "changed_files", "defined", "defined_code", "definitions",
-           "expect_files", "imports",
+           "expect_files", "foreign_collection_names", "imports",
            "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "source_only", "take",
            "taken"]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (a C type's dict cannot be written)
 _MISSING = object()
+_LIVE = sys.modules  # bound at import: what the interpreter holds now, for modules loaded after the snapshot
 _VALUE = attrgetter("value")
 # module attributes that running code rebinds as a matter of course (streams, hooks pytest swaps per
 # test, the last exception); what they hold is data, not something a test calls for its answer
@@ -238,13 +239,25 @@ class Snapshot:
         return found
 
     def imported(self, label: str, mapping: dict[str, Any], imports: Iterable[tuple[str, str, str | None]]) -> list[str]:
-        """Names a test module bound with ``import`` from a snapshotted module that are not what that
-        module holds (a fake put in ``sys.modules`` before the test module imported it); each once."""
+        """Names a test module bound with ``import`` that are not what the module they came from holds:
+        a fake put in ``sys.modules`` for a snapshotted module before the test module imported it, or
+        a later statement that rebound the name (``from calc import *`` after ``from helpers import
+        EXPECTED``: the code under test's ``EXPECTED``); each once. A module loaded since the
+        snapshot is the one ``sys.modules`` holds now; a relative import is resolved in the test
+        module's package."""
         found = []
         for bound, module_name, attr in imports:
+            if module_name.startswith("."):
+                package = mapping.get("__package__")
+                try:
+                    module_name = importlib.util.resolve_name(module_name, package) if type(package) is str else ""
+                except (ImportError, ValueError):
+                    module_name = ""
             module = self._modules.get(module_name)
             if module is None:
-                continue
+                module = _LIVE.get(module_name)
+                if type(module) is not types.ModuleType:
+                    continue
             expected = module if attr is None else vars(module).get(attr, _MISSING)
             label_of = f"{label}.{bound} (imported from {module_name})"
             if expected is not _MISSING and mapping.get(bound, _MISSING) is not expected and label_of not in self._reported:
@@ -264,12 +277,33 @@ def imports(tree: ast.Module) -> list[tuple[str, str, str | None]]:
                 else:
                     head = alias.name.split(".", 1)[0]
                     found.append((head, head, None))
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found += [(a.asname or a.name, node.module, a.name) for a in node.names if a.name != "*"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+            module = "." * node.level + (node.module or "")
+            found += [(a.asname or a.name, module, a.name) for a in node.names if a.name != "*"]
     return found
 
 
+def _rebound(tree: ast.Module) -> set[str]:
+    """Names a module binds at its top level other than by importing (an assignment, ``def``,
+    ``class``, a loop or ``with`` target), anywhere outside its functions and classes: a name the
+    module rebinds itself after importing it need not stay what it imported."""
+    names: set[str] = set()
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        stack.extend(ast.iter_child_nodes(node))
+    return names
+
+
 _IMPORTS: dict[str, list[tuple[str, str, str | None]]] = {}
+_OWN: dict[str, set[str]] = {}  # path -> every name the module's own top-level statements bind
 _INNER: dict[str, set[str]] = {}
 _DEFINED: dict[str, dict[str, Any]] = {}
 _EVER: dict[str, list[Any]] = {}  # module -> every value its top-level definitions bound (two conftests share a name)
@@ -350,8 +384,27 @@ def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> No
     module runs): its top-level ones for :meth:`Snapshot.imported`, and ``inner``, the modules it
     imports elsewhere (found by :mod:`codemoe.sandbox.honest`'s reading of the module), for
     :meth:`Snapshot.watch_modules`."""
-    _IMPORTS[os.path.abspath(path)] = imports(tree)
+    rebound = _rebound(tree)
+    found = imports(tree)
+    _IMPORTS[os.path.abspath(path)] = [entry for entry in found if entry[0] not in rebound]
+    _OWN[os.path.abspath(path)] = rebound | {entry[0] for entry in found}
     _INNER[os.path.abspath(path)] = set(inner)
+
+
+# Names pytest reads from a test module's namespace to decide what to run and how: a test module
+# that does not bind one itself got it from a star import (the code under test's `pytestmark =
+# pytest.mark.skip` skipped every test, `pytest.mark.xfail` turned failures into expected ones)
+COLLECTION_NAMES = ("pytestmark", "__test__")
+
+
+def foreign_collection_names(label: str, mapping: dict[str, Any], path: str) -> list[str]:
+    """Of :data:`COLLECTION_NAMES`, those the module at ``path`` holds (``mapping``, its namespace)
+    that its own statements never bind (recorded by :func:`record_imports`)."""
+    own = _OWN.get(os.path.abspath(path))
+    if own is None:
+        return []
+    return [f"{label}.{name} (not bound by the module's own source)" for name in COLLECTION_NAMES
+            if name in mapping and name not in own]
 
 
 def recorded_inner_imports(path: str) -> set[str]:

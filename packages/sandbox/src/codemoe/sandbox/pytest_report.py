@@ -34,6 +34,7 @@ from codemoe.sandbox.pristine import (
     changed_files,
     defined_code,
     definitions,
+    foreign_collection_names,
     recorded_imports,
     recorded_inner_imports,
     watch_unshipped,
@@ -189,6 +190,7 @@ class Reporter:
                         self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
                                    "collection")
                         self.pristine.watch_modules(recorded_inner_imports(module.__file__))
+                    self._note(foreign_collection_names(name, vars(module), module.__file__), "collection")
                 if self.pristine is not None:
                     self._note(_foreign_fixtures(session, self._test_modules, self.pristine, root), "collection")
             self._check("collection", rewritten)
