@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import ctypes
 import gc
 import importlib.machinery
@@ -50,12 +51,12 @@ import sys
 import time
 import types
 import zipimport
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
 __all__ = ["Snapshot", "builtins_for", "changed_contents", "changed_data", "changed_files", "defined", "defined_code", "definitions",
-           "expect_files", "foreign_collection_names", "imports",
+           "expect_files", "foreign_names", "imports",
            "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "source_only", "take",
            "taken"]
 
@@ -304,6 +305,7 @@ def _rebound(tree: ast.Module) -> set[str]:
 
 _IMPORTS: dict[str, list[tuple[str, str, str | None]]] = {}
 _OWN: dict[str, set[str]] = {}  # path -> every name the module's own top-level statements bind
+_STARS: dict[str, list[str]] = {}  # path -> the modules its top-level star imports name
 _INNER: dict[str, set[str]] = {}
 _DEFINED: dict[str, dict[str, Any]] = {}
 _EVER: dict[str, list[Any]] = {}  # module -> every value its top-level definitions bound (two conftests share a name)
@@ -388,6 +390,8 @@ def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> No
     found = imports(tree)
     _IMPORTS[os.path.abspath(path)] = [entry for entry in found if entry[0] not in rebound]
     _OWN[os.path.abspath(path)] = rebound | {entry[0] for entry in found}
+    _STARS[os.path.abspath(path)] = ["." * node.level + (node.module or "") for node in tree.body
+                                     if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)]
     _INNER[os.path.abspath(path)] = set(inner)
 
 
@@ -397,14 +401,37 @@ def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> No
 COLLECTION_NAMES = ("pytestmark", "__test__")
 
 
-def foreign_collection_names(label: str, mapping: dict[str, Any], path: str) -> list[str]:
-    """Of :data:`COLLECTION_NAMES`, those the module at ``path`` holds (``mapping``, its namespace)
-    that its own statements never bind (recorded by :func:`record_imports`)."""
+_BUILTIN_NAMES = frozenset(name for name in vars(builtins) if not name.startswith("__"))
+
+
+def foreign_names(label: str, mapping: dict[str, Any], path: str,
+                  vouched: Callable[[types.ModuleType], bool] = lambda module: False) -> list[str]:
+    """Names the test module at ``path`` holds (``mapping``, its namespace) that only a star import
+    can have put there and that change what its tests run with: :data:`COLLECTION_NAMES`, and a
+    builtin's name (``len = lambda x: 2`` in the code under test shadowed ``len`` in every test of a
+    module that star-imports it) that its own statements never bind (recorded by
+    :func:`record_imports`), unless a star-imported module ``vouched`` for holds that very value
+    (``from numpy import *`` binds numpy's ``abs``); and a ``__builtins__`` other than the copy its
+    rewrite gave it."""
     own = _OWN.get(os.path.abspath(path))
     if own is None:
         return []
-    return [f"{label}.{name} (not bound by the module's own source)" for name in COLLECTION_NAMES
-            if name in mapping and name not in own]
+    found = [f"{label}.{name} (not bound by the module's own source)" for name in COLLECTION_NAMES
+             if name in mapping and name not in own]
+    package = mapping.get("__package__")
+    stars = []
+    for module_name in _STARS.get(os.path.abspath(path), ()):
+        with contextlib.suppress(ImportError, ValueError):
+            module = _LIVE.get(importlib.util.resolve_name(module_name, package if type(package) is str else None))
+            if type(module) is types.ModuleType and vouched(module):
+                stars.append(vars(module))
+    found += [f"{label}.{name} (shadows the builtin; not bound by the module's own source)"
+              for name in sorted(_BUILTIN_NAMES.intersection(mapping)) if name not in own
+              and not any(star.get(name, _MISSING) is mapping[name] for star in stars)]
+    given = _GIVEN_BUILTINS.get(label)
+    if given is not None and mapping.get("__builtins__") is not given:
+        found.append(f"{label}.__builtins__ (not the builtins its rewrite gave it)")
+    return found
 
 
 def recorded_inner_imports(path: str) -> set[str]:
@@ -683,7 +710,11 @@ def builtins_for(module: str) -> dict[str, Any]:
     frozen = dict(snapshot.builtins if snapshot is not None else vars(builtins))
     if snapshot is not None:
         snapshot.watch(f"{module}.__builtins__", frozen)
+    _GIVEN_BUILTINS[module] = frozen
     return frozen
+
+
+_GIVEN_BUILTINS: dict[str, dict[str, Any]] = {}  # test module -> the builtins builtins_for gave it
 
 
 def take() -> Snapshot:

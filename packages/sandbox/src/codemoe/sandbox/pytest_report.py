@@ -34,7 +34,7 @@ from codemoe.sandbox.pristine import (
     changed_files,
     defined_code,
     definitions,
-    foreign_collection_names,
+    foreign_names,
     recorded_imports,
     recorded_inner_imports,
     watch_unshipped,
@@ -168,6 +168,16 @@ class Reporter:
         if self.graded:  # modules the code under test writes from here on are not imported
             watch_unshipped(self._root.rstrip("/"), present=TASK_SETUP_ENV in os.environ)
 
+    def _vouched(self, module: Any) -> bool:
+        """A module whose names a test module may take by a star import: loaded before any code under
+        test, one the task trusts, or one from a read-only file outside the work dir."""
+        namespace = vars(module)
+        if self.pristine is not None and self.pristine.holds_namespace(namespace):
+            return True
+        origin = _origin(namespace)
+        root = self._root
+        return origin is not None and (origin[len(root):] in self.trusted if origin.startswith(root) else _read_only(origin))
+
     # the checks run outside every other wrapper of the hook (tryfirst, registered last): what pytest
     # swaps for the length of collection or of the session's end (warnings capture) is back
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -190,7 +200,7 @@ class Reporter:
                         self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
                                    "collection")
                         self.pristine.watch_modules(recorded_inner_imports(module.__file__))
-                    self._note(foreign_collection_names(name, vars(module), module.__file__), "collection")
+                    self._note(foreign_names(name, vars(module), module.__file__, self._vouched), "collection")
                 if self.pristine is not None:
                     self._note(_foreign_fixtures(session, self._test_modules, self.pristine, root), "collection")
             self._check("collection", rewritten)
@@ -308,12 +318,20 @@ def _trusted_fixture(func: Any, code: set[int], snapshot: Snapshot, root: str) -
     module = _MODULES.get(name) if type(name) is str else None
     if type(module) is not types.ModuleType or vars(module) is not namespace:
         return False
+    origin = _origin(namespace)
+    return origin is not None and not origin.startswith(root) and _read_only(origin)
+
+
+def _origin(namespace: dict[str, Any]) -> str | None:
+    """The file a module was loaded from, as its import's spec says (read without calling anything of it)."""
     spec = namespace.get("__spec__")
     origin = spec.origin if type(spec) is ModuleSpec else None
-    if type(origin) is not str or origin.startswith(root):
-        return False
+    return origin if type(origin) is str else None
+
+
+def _read_only(path: str) -> bool:
     try:
-        return bool(os.statvfs(origin).f_flag & os.ST_RDONLY)
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except OSError:
         return False
 
