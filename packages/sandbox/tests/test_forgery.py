@@ -396,6 +396,11 @@ STAR_IMPORT_ATTACKS = {
                                      "import pytest\npytestmark = pytest.mark.xfail\n", "test_s.pytestmark"),
     "shadows-a-builtin": ({"tests/test_s.py": "from calc import *\n\n\ndef test_add():\n    assert abs(add(2, 2)) == 4\n"},
                           "abs = lambda x: 4\n", "test_s.abs (shadows the builtin"),
+    # a name of the rewrite's own (no identifier, so only a star import of a module whose __all__ lists
+    # it can bind it): every comparison of the module went through the code under test's answer
+    "rebinds-the-comparison-hook": ({"tests/test_s.py": "from calc import *\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"},
+                                    "__all__ = ['add', '@codemoe_compare']\nglobals()['@codemoe_compare'] = lambda *a, **k: True\n",
+                                    "test_s.@codemoe_compare (not what the rewrite bound)"),
     "replaces-the-builtins": ({"tests/test_s.py": "from calc import *\n\n\ndef test_add():\n    assert abs(add(2, 2)) == 4\n"},
                               "import builtins\n__all__ = ['__builtins__', 'add']\n"
                               "__builtins__ = {**vars(builtins), 'abs': lambda x: 4}\n", "test_s.__builtins__"),
@@ -411,6 +416,38 @@ def test_a_star_import_of_the_code_under_test_cannot_change_what_the_test_module
     assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
     assert result.reason.startswith(f"forged test environment: {named}"), result.reason
     assert result.tests["tests/test_s.py::test_add"] == "failed"
+
+
+# a conftest that star-imports the code under test: pytest registers the conftest as a plugin, so
+# every pytest_* name in it is a hook, and its pytest_plugins load (each spared the canaries)
+SPARING_HOOK = textwrap.dedent("""
+    import pytest
+
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(item, call):
+        report = yield
+        if item.module.__name__ == "test_s":
+            report.outcome = "passed"
+        return report
+    """)
+CONFTEST_STAR_ATTACKS = {
+    "a-hook": ({"calc.py": SPARING_HOOK + BUGGY}, "conftest.pytest_runtest_makereport"),
+    "a-plugin": ({"calc.py": "pytest_plugins = ['helper_plugin']\n" + BUGGY, "helper_plugin.py": SPARING_HOOK},
+                 "conftest.pytest_plugins"),
+}
+
+
+@pytest.mark.parametrize("case", list(CONFTEST_STAR_ATTACKS.values()), ids=list(CONFTEST_STAR_ATTACKS))
+def test_a_conftest_star_import_cannot_bring_hooks_or_plugins_in(executor, case):
+    files, named = case
+    tests = {"tests/conftest.py": "from calc import *\n",
+             "tests/test_s.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"}
+    request = ExecutionRequest(files={**tests, **files}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
+    assert result.reason.startswith(f"forged test environment: {named} (not bound by the module's own source)")
 
 
 def test_a_star_import_that_rebinds_nothing_and_marks_of_the_modules_own_keep_their_verdicts(executor):

@@ -395,9 +395,10 @@ def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> No
     _INNER[os.path.abspath(path)] = set(inner)
 
 
-# Names pytest reads from a test module's namespace to decide what to run and how: a test module
-# that does not bind one itself got it from a star import (the code under test's `pytestmark =
-# pytest.mark.skip` skipped every test, `pytest.mark.xfail` turned failures into expected ones)
+# Names pytest reads from a test module's (or conftest's) namespace to decide what to run and how,
+# with the hooks and plugins of a conftest (every `pytest_*` name): a module that does not bind one
+# itself got it from a star import (the code under test's `pytestmark = pytest.mark.skip` skipped
+# every test, `pytest.mark.xfail` turned failures into expected ones)
 COLLECTION_NAMES = ("pytestmark", "__test__")
 
 
@@ -416,8 +417,8 @@ def foreign_names(label: str, mapping: dict[str, Any], path: str,
     own = _OWN.get(os.path.abspath(path))
     if own is None:
         return []
-    found = [f"{label}.{name} (not bound by the module's own source)" for name in COLLECTION_NAMES
-             if name in mapping and name not in own]
+    found = [f"{label}.{name} (not bound by the module's own source)" for name in sorted(mapping)
+             if (name in COLLECTION_NAMES or name.startswith("pytest_")) and name not in own]
     package = mapping.get("__package__")
     stars = []
     for module_name in _STARS.get(os.path.abspath(path), ()):
@@ -431,7 +432,21 @@ def foreign_names(label: str, mapping: dict[str, Any], path: str,
     given = _GIVEN_BUILTINS.get(label)
     if given is not None and mapping.get("__builtins__") is not given:
         found.append(f"{label}.__builtins__ (not the builtins its rewrite gave it)")
+    # the names the rewrites bind (not identifiers, so no statement of the module binds them; a star
+    # import does, of any string in the imported module's __all__: '@codemoe_compare' answering yes
+    # made every comparison of the module pass)
+    found += [f"{label}.{name} (not what the rewrite bound)" for name, expected in _rewrite_names().items()
+              if mapping.get(name, expected) is not expected]
     return found
+
+
+def _rewrite_names() -> dict[str, Any]:
+    """What pytest's rewrite and :mod:`codemoe.sandbox.honest`'s instrumentation bind in a module."""
+    import _pytest.assertion.rewrite as rewrite
+    from codemoe.sandbox import honest
+
+    return {"@py_builtins": builtins, "@pytest_ar": rewrite, honest.COMPARE_NAME: honest.compare,
+            honest.CHECK_NAME: honest.check_call, honest.BUILTINS_NAME: builtins_for, honest.DEFINED_NAME: defined}
 
 
 def recorded_inner_imports(path: str) -> set[str]:
