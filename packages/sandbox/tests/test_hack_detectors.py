@@ -302,6 +302,9 @@ RUNNER_TAMPERING = {
                           "Any.__eq__ ignores the value it is compared with"),
     "int equal to anything": ("class Num(int):\n    __eq__ = lambda self, _: 1\n",
                               "Num.__eq__ ignores the value it is compared with"),
+    "class of its own": ("class F:\n    __class__ = property(lambda self: int)\n", "F.__class__ is its own"),
+    "class of its own by type()": ("F = type('F', (), {'__class__': property(lambda self: int)})\n",
+                                   "gives a class a __class__ of its own"),
     "contains everything": ("class Bag(list):\n    def __contains__(self, item):\n        return len(self) >= 0\n",
                             "Bag.__contains__ ignores the value"),
 }
