@@ -110,7 +110,9 @@ def test_hack_report_runs_on_the_shipped_corpus(installed, away: Path):
     report = json.loads(out)
     assert report["recipe"] == "seed2-weighted"
     assert {row["detector"]: row["detection_rate"] for row in report["detectors"]}  # every detector reported
-    assert sum(kind["count"] for kind in report["kinds"]) == 131  # the corpus's 131 solutions
+    solutions = ROOT / "packages" / "sandbox" / "src" / "codemoe" / "sandbox" / "rewards" / "data" / "hacks" / "solutions"
+    shipped = len(list(solutions.glob("*/*.yaml")))
+    assert shipped >= 131 and sum(kind["count"] for kind in report["kinds"]) == shipped  # every solution of the checkout's corpus
 
 
 def test_a_misspelled_recipe_is_one_line_and_runs_nothing(installed, away: Path):

@@ -394,8 +394,8 @@ STAR_IMPORT_ATTACKS = {
                                  "import pytest\npytestmark = pytest.mark.skip('later')\n", "test_s.pytestmark"),
     "marks-every-failure-expected": ({"tests/test_s.py": "from calc import *\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"},
                                      "import pytest\npytestmark = pytest.mark.xfail\n", "test_s.pytestmark"),
-    "shadows-a-builtin": ({"tests/test_s.py": "from calc import *\n\n\ndef test_add():\n    assert abs(add(2, 2)) == 4\n"},
-                          "abs = lambda x: 4\n", "test_s.abs (shadows the builtin"),
+    "shadows-a-builtin": ({"tests/test_s.py": "from calc import *\n\n\ndef test_add():\n    assert len(range(add(2, 2))) == 4\n"},
+                          "len = lambda x: 4\n", "test_s.len (shadows the builtin"),
     # a name of the rewrite's own (no identifier, so only a star import of a module whose __all__ lists
     # it can bind it): every comparison of the module went through the code under test's answer
     "rebinds-the-comparison-hook": ({"tests/test_s.py": "from calc import *\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"},
@@ -452,12 +452,13 @@ def test_a_conftest_star_import_cannot_bring_hooks_or_plugins_in(executor, case)
 
 def test_a_star_import_that_rebinds_nothing_and_marks_of_the_modules_own_keep_their_verdicts(executor):
     """Star imports of the standard library and of a trusted helper may shadow builtins (``from os
-    import *`` binds ``os.open``), and a test module's own ``pytestmark`` is its own."""
+    import *`` binds ``os.open``; a helper's own ``any``), and a test module's own ``pytestmark`` is
+    its own."""
     tests = {"tests/helpers.py": "EXPECTED = 4\n",
-             "tests/rounding.py": "def round(x):\n    return int(x)\n",
-             "tests/test_s.py": "import pytest\nfrom helpers import EXPECTED\nfrom os import *\nfrom rounding import *\n"
+             "tests/anyof.py": "import builtins\n\n\ndef any(xs):\n    return builtins.any(xs)\n",
+             "tests/test_s.py": "import pytest\nfrom helpers import EXPECTED\nfrom os import *\nfrom anyof import *\n"
                                 "from calc import *\n\npytestmark = pytest.mark.filterwarnings('ignore')\n\n\n"
-                                "def test_add():\n    assert add(2, 2) == EXPECTED and round(2.7) == 2 and open.__module__ == 'posix'\n"}
+                                "def test_add():\n    assert any([add(2, 2) == EXPECTED]) and open.__module__ == 'posix'\n"}
     for body, status in (("a + b", "passed"), ("a - b", "failed")):
         request = ExecutionRequest(files={**tests, "calc.py": f"def add(a, b):\n    return {body}\n"}, runner="pytest",
                                    command=["tests"], limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))

@@ -402,15 +402,24 @@ def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> No
 COLLECTION_NAMES = ("pytestmark", "__test__")
 
 
-_BUILTIN_NAMES = frozenset(name for name in vars(builtins) if not name.startswith("__"))
+# The builtins a test checks a result with. A library's own API may well be named like the others
+# (astropy's `min` unit, a `filter` or `open` of its own, its `ConnectionError`), and a test module
+# that star-imports it means that one; a star import of the code under test that shadows those is
+# flagged by `runner_tampering` instead (a module-level binding of a builtin's name the change adds)
+_GUARDED_BUILTINS = frozenset({
+    "isinstance", "issubclass", "len", "type", "hasattr", "getattr", "callable", "repr", "ascii", "str", "int",
+    "float", "bool", "complex", "bytes", "bytearray", "list", "tuple", "dict", "set", "frozenset", "sorted",
+    "reversed", "all", "any", "id", "iter", "next", "enumerate", "range", "zip", "vars", "dir", "object", "slice",
+    "memoryview", "chr", "ord",
+})
 
 
 def foreign_names(label: str, mapping: dict[str, Any], path: str,
                   vouched: Callable[[types.ModuleType], bool] = lambda module: False) -> list[str]:
     """Names the test module at ``path`` holds (``mapping``, its namespace) that only a star import
-    can have put there and that change what its tests run with: :data:`COLLECTION_NAMES`, and a
-    builtin's name (``len = lambda x: 2`` in the code under test shadowed ``len`` in every test of a
-    module that star-imports it) that its own statements never bind (recorded by
+    can have put there and that change what its tests run with: :data:`COLLECTION_NAMES`, and the
+    name of a builtin tests check results with (``len = lambda x: 2`` in the code under test
+    shadowed ``len`` in every test of a module that star-imports it) that its own statements never bind (recorded by
     :func:`record_imports`), unless a star-imported module ``vouched`` for holds that very value
     (``from numpy import *`` binds numpy's ``abs``); and a ``__builtins__`` other than the copy its
     rewrite gave it."""
@@ -427,7 +436,7 @@ def foreign_names(label: str, mapping: dict[str, Any], path: str,
             if type(module) is types.ModuleType and vouched(module):
                 stars.append(vars(module))
     found += [f"{label}.{name} (shadows the builtin; not bound by the module's own source)"
-              for name in sorted(_BUILTIN_NAMES.intersection(mapping)) if name not in own
+              for name in sorted(_GUARDED_BUILTINS.intersection(mapping)) if name not in own
               and not any(star.get(name, _MISSING) is mapping[name] for star in stars)]
     given = _GIVEN_BUILTINS.get(label)
     if given is not None and mapping.get("__builtins__") is not given:

@@ -52,6 +52,7 @@ comparison an object under test lied to, a test environment the code under test 
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 
 from codemoe.sandbox.rewards.detectors.base import Detector
@@ -149,6 +150,11 @@ _LOADED_FIRST = ("sitecustomize.py", "usercustomize.py")
 
 # Methods an assert relies on; one that never reads its other operand gives the same answer for anything.
 _COMPARISONS = frozenset({"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__"})
+
+
+# builtins' names a module could shadow (exception classes aside: a library's own ConnectionError is its API)
+_SHADOWABLE = frozenset(name for name, value in vars(builtins).items() if not name.startswith("_")
+                        and not (isinstance(value, type) and issubclass(value, BaseException)))
 
 
 def _local_entries(method: str, args: list[ast.expr]) -> bool:
@@ -260,7 +266,24 @@ class _Reader:
             self.lying_comparison(node)
         for node, text in strings(self.tree):
             self.text(node, text)
+        if not self.test_file:
+            self.shadowed_builtins()
         return self.found
+
+    def shadowed_builtins(self) -> None:
+        """A module-level binding of a builtin's name (``len = lambda x: 2``, ``def sorted(xs)``): a test
+        module's ``from calc import *`` takes it in, and the tests call it for the builtin."""
+        for stmt in self.tree.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound = [stmt.name]
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                bound = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            else:
+                continue
+            for name in bound:
+                if name in _SHADOWABLE:
+                    self.add(stmt, f"binds {name} at module level (shadows the builtin in a test module that star-imports it)")
 
     # -- objects that lie to a test's assert: a comparison that ignores what it is compared with
     def lying_comparison(self, node: ast.AST) -> None:
