@@ -294,11 +294,15 @@ def test_a_graded_run_loads_the_conftest_the_task_ships(executor):
 
 # pytest takes fixtures from every name of a test module's or conftest's namespace: a star import
 # brings the code under test's own in, which then override the conftest's of the same name
-STAR_TESTS = {"tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef expected_sum():\n    return 4\n",
+STAR_TESTS = {"tests/conftest.py": "import pytest\n\nEXPECTED = 4\n\n\n@pytest.fixture\ndef expected_sum():\n    return EXPECTED\n",
               "tests/test_star.py": "from calc import *\n\n\ndef test_add(expected_sum):\n    assert add(2, 2) == expected_sum\n"}
 FIXTURE_ATTACKS = {
     "overrides-the-conftests-fixture": "\n\n@pytest.fixture\ndef expected_sum():\n    return 0\n",
     "named-another-way": "\n\nexpected_sum = pytest.fixture(lambda: 0, name='expected_sum')\n",
+    # the conftest's own fixture code, run with globals of its own
+    "borrows-the-conftests-code": ("\nimport sys, types\n_c = sys.modules['conftest']\n"
+                                   "_f = type(_c.expected_sum)._get_wrapped_function(_c.expected_sum)\n"
+                                   "expected_sum = pytest.fixture(types.FunctionType(_f.__code__, {'EXPECTED': 0}), name='expected_sum')\n"),
     # an autouse fixture of its own, which runs before every test of the module
     "autouse": "\n\n@pytest.fixture(autouse=True)\ndef prepare(monkeypatch):\n    monkeypatch.setenv('MODE', 'lenient')\n",
 }

@@ -168,6 +168,17 @@ class Reporter:
         if self.graded:  # modules the code under test writes from here on are not imported
             watch_unshipped(self._root.rstrip("/"), present=TASK_SETUP_ENV in os.environ)
 
+    def _trusted_namespaces(self, session: Any) -> set[int]:
+        """The ids of the namespaces of the modules made from trusted files: those ``sys.modules``
+        holds, and every conftest pytest registered (it takes each non-package ``conftest`` out of
+        ``sys.modules`` before importing the next)."""
+        root = self._root
+        modules = [module for _, module in _trusted_modules(self.trusted, root)]
+        modules += [plugin for plugin in session.config.pluginmanager.get_plugins()
+                    if type(plugin) is types.ModuleType and str(getattr(plugin, "__file__", "") or "").startswith(root)
+                    and plugin.__file__[len(root):] in self.trusted]
+        return {id(vars(module)) for module in modules}
+
     def _vouched(self, module: Any) -> bool:
         """A module whose names a test module may take by a star import: loaded before any code under
         test, one the task trusts, or one from a read-only file outside the work dir."""
@@ -202,7 +213,8 @@ class Reporter:
                         self.pristine.watch_modules(recorded_inner_imports(module.__file__))
                     self._note(foreign_names(name, vars(module), module.__file__, self._vouched), "collection")
                 if self.pristine is not None:
-                    self._note(_foreign_fixtures(session, self._test_modules, self.pristine, root), "collection")
+                    self._note(_foreign_fixtures(session, self._test_modules, self._trusted_namespaces(session),
+                                                 self.pristine, root), "collection")
             self._check("collection", rewritten)
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
@@ -281,9 +293,10 @@ def _trusted_modules(trusted: frozenset[str], root: str) -> list[tuple[str, Any]
     return found
 
 
-def _foreign_fixtures(session: Any, trusted: list[str], snapshot: Snapshot, root: str) -> list[str]:
+def _foreign_fixtures(session: Any, trusted: list[str], namespaces: set[int], snapshot: Snapshot, root: str) -> list[str]:
     """The fixtures pytest registered whose function is neither one a trusted module's own source
-    defines (its ``def``, a method of its ``class``) nor one of a module loaded before any code under
+    defines (its ``def``, a method of its ``class``: that code, with that module's namespace, one of
+    ``namespaces``) nor one of a module loaded before any code under
     test (pytest's own, its plugins', the standard library's), nor one of a module from a read-only
     file outside the work dir. pytest takes fixtures from every name in a test module's or conftest's
     namespace, so ``from calc import *`` in a test module brought the code under test's own
@@ -300,18 +313,19 @@ def _foreign_fixtures(session: Any, trusted: list[str], snapshot: Snapshot, root
     code = defined_code(trusted)
     found = []
     for fixturedef in fixturedefs:
-        if not _trusted_fixture(getattr(fixturedef, "func", None), code, snapshot, root):
+        if not _trusted_fixture(getattr(fixturedef, "func", None), code, namespaces, snapshot, root):
             where = getattr(fixturedef, "baseid", "") or "the session"
             found.append(f"fixture {getattr(fixturedef, 'argname', '?')} of {where} (a function no file the task trusts defines)")
     return found
 
 
-def _trusted_fixture(func: Any, code: set[int], snapshot: Snapshot, root: str) -> bool:
+def _trusted_fixture(func: Any, code: set[int], namespaces: set[int], snapshot: Snapshot, root: str) -> bool:
     if type(func) is types.MethodType:  # a test class's fixture, bound to the instance pytest made
         func = func.__func__
     if type(func) is not types.FunctionType:
         return False
-    if id(func.__code__) in code or snapshot.holds_namespace(func.__globals__):
+    # a trusted fixture's code with other globals (types.FunctionType(code, {...})) answers otherwise
+    if (id(func.__code__) in code and id(func.__globals__) in namespaces) or snapshot.holds_namespace(func.__globals__):
         return True
     namespace = func.__globals__  # a module imported since: trusted when read-only and outside the work dir
     name = namespace.get("__name__")
