@@ -12,8 +12,10 @@ import sys
 
 import pytest
 
+# each rank writes its results to a file of its own: two ranks printing at once under torchrun's
+# --tee can land on one line of the launcher's stdout
 SCRIPT = """
-import json, sys
+import json, pathlib, sys
 from codemoe.core.errors import ConfigError
 from codemoe.core.models import build_model
 from codemoe.rl.distributed import ParallelConfig, device_mesh, init_distributed, shard_model
@@ -21,13 +23,15 @@ env = init_distributed()
 spec = {"name": "qwen3_moe", "hidden_size": 16, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "head_dim": 8,
         "num_experts": 4, "moe_intermediate_size": 8, "max_position_embeddings": 32,
         "experts": {"name": "grouped", "dispatcher": {"name": sys.argv[1]}}}
+out = pathlib.Path(sys.argv[3])
 for ep in map(int, sys.argv[2].split(",")):  # without the mesh (ep=1), then with it
     model = build_model(spec, vocab_size=32)
     try:
         shard_model(model, env, mesh=device_mesh(ParallelConfig(ep=ep), env, model))
-        print(json.dumps({"rank": env.rank, "ep": ep, "error": ""}))
+        error = ""
     except ConfigError as exc:
-        print(json.dumps({"rank": env.rank, "ep": ep, "error": str(exc)}))
+        error = str(exc)
+    (out / f"{sys.argv[1]}-ep{ep}-rank{env.rank}.json").write_text(json.dumps({"rank": env.rank, "ep": ep, "error": error}))
 env.close()
 """
 
@@ -35,12 +39,13 @@ env.close()
 def _ranks(tmp_path, dispatcher: str, eps: str = "1") -> list[dict]:
     script = tmp_path / "guard.py"
     script.write_text(SCRIPT)
+    out = tmp_path / f"results-{dispatcher}"
+    out.mkdir()
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "--tee", "1", str(script), dispatcher, eps]
+               str(script), dispatcher, eps, str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=True)
-    lines = [line.split("]:", 1)[-1].strip() for line in done.stdout.splitlines() if '"rank"' in line]
-    return sorted((json.loads(line) for line in lines), key=lambda r: (r["ep"], r["rank"]))
+    subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=True)
+    return sorted((json.loads(path.read_text()) for path in out.glob("*.json")), key=lambda r: (r["ep"], r["rank"]))
 
 
 @pytest.mark.slow
