@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
 import ctypes
+import functools
 import gc
 import importlib.machinery
 import importlib.util
@@ -248,12 +248,7 @@ class Snapshot:
         module's package."""
         found = []
         for bound, module_name, attr in imports:
-            if module_name.startswith("."):
-                package = mapping.get("__package__")
-                try:
-                    module_name = importlib.util.resolve_name(module_name, package) if type(package) is str else ""
-                except (ImportError, ValueError):
-                    module_name = ""
+            module_name = _resolved(module_name, mapping)
             module = self._modules.get(module_name)
             if module is None:
                 module = _LIVE.get(module_name)
@@ -282,6 +277,18 @@ def imports(tree: ast.Module) -> list[tuple[str, str, str | None]]:
             module = "." * node.level + (node.module or "")
             found += [(a.asname or a.name, module, a.name) for a in node.names if a.name != "*"]
     return found
+
+
+def _resolved(module_name: str, namespace: dict[str, Any]) -> str:
+    """``module_name`` as an import in the module of ``namespace`` means it (a relative one resolved in
+    its ``__package__``), or "" where it cannot be resolved."""
+    if not module_name.startswith("."):
+        return module_name
+    package = namespace.get("__package__")
+    try:
+        return importlib.util.resolve_name(module_name, package) if type(package) is str else ""
+    except (ImportError, ValueError):
+        return ""
 
 
 def _rebound(tree: ast.Module) -> set[str]:
@@ -386,13 +393,14 @@ def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> No
     module runs): its top-level ones for :meth:`Snapshot.imported`, and ``inner``, the modules it
     imports elsewhere (found by :mod:`codemoe.sandbox.honest`'s reading of the module), for
     :meth:`Snapshot.watch_modules`."""
+    path = os.path.abspath(path)
     rebound = _rebound(tree)
     found = imports(tree)
-    _IMPORTS[os.path.abspath(path)] = [entry for entry in found if entry[0] not in rebound]
-    _OWN[os.path.abspath(path)] = rebound | {entry[0] for entry in found}
-    _STARS[os.path.abspath(path)] = ["." * node.level + (node.module or "") for node in tree.body
-                                     if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)]
-    _INNER[os.path.abspath(path)] = set(inner)
+    _IMPORTS[path] = [entry for entry in found if entry[0] not in rebound]
+    _OWN[path] = rebound | {entry[0] for entry in found}
+    _STARS[path] = ["." * node.level + (node.module or "") for node in tree.body
+                    if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)]
+    _INNER[path] = set(inner)
 
 
 # Names pytest reads from a test module's (or conftest's) namespace to decide what to run and how,
@@ -421,20 +429,15 @@ def foreign_names(label: str, mapping: dict[str, Any], path: str,
     name of a builtin tests check results with (``len = lambda x: 2`` in the code under test
     shadowed ``len`` in every test of a module that star-imports it) that its own statements never bind (recorded by
     :func:`record_imports`), unless a star-imported module ``vouched`` for holds that very value
-    (``from numpy import *`` binds numpy's ``abs``); and a ``__builtins__`` other than the copy its
-    rewrite gave it."""
+    (a trusted helper's own ``any``); a ``__builtins__`` other than the copy its rewrite gave it; and
+    a name of the rewrites' own that is not what they bound."""
     own = _OWN.get(os.path.abspath(path))
     if own is None:
         return []
     found = [f"{label}.{name} (not bound by the module's own source)" for name in sorted(mapping)
              if (name in COLLECTION_NAMES or name.startswith("pytest_")) and name not in own]
-    package = mapping.get("__package__")
-    stars = []
-    for module_name in _STARS.get(os.path.abspath(path), ()):
-        with contextlib.suppress(ImportError, ValueError):
-            module = _LIVE.get(importlib.util.resolve_name(module_name, package if type(package) is str else None))
-            if type(module) is types.ModuleType and vouched(module):
-                stars.append(vars(module))
+    stars = [vars(module) for module in (_LIVE.get(_resolved(name, mapping)) for name in _STARS.get(os.path.abspath(path), ()))
+             if type(module) is types.ModuleType and vouched(module)]
     found += [f"{label}.{name} (shadows the builtin; not bound by the module's own source)"
               for name in sorted(_GUARDED_BUILTINS.intersection(mapping)) if name not in own
               and not any(star.get(name, _MISSING) is mapping[name] for star in stars)]
@@ -449,6 +452,7 @@ def foreign_names(label: str, mapping: dict[str, Any], path: str,
     return found
 
 
+@functools.cache
 def _rewrite_names() -> dict[str, Any]:
     """What pytest's rewrite and :mod:`codemoe.sandbox.honest`'s instrumentation bind in a module."""
     import _pytest.assertion.rewrite as rewrite

@@ -168,13 +168,12 @@ class Reporter:
         if self.graded:  # modules the code under test writes from here on are not imported
             watch_unshipped(self._root.rstrip("/"), present=TASK_SETUP_ENV in os.environ)
 
-    def _trusted_namespaces(self, session: Any) -> set[int]:
-        """The ids of the namespaces of the modules made from trusted files: those ``sys.modules``
-        holds, and every conftest pytest registered (it takes each non-package ``conftest`` out of
-        ``sys.modules`` before importing the next)."""
+    def _trusted_namespaces(self, session: Any, modules: list[Any]) -> set[int]:
+        """The ids of the namespaces of the modules made from trusted files: ``modules`` (those
+        ``sys.modules`` holds), and every conftest pytest registered (it takes each non-package
+        ``conftest`` out of ``sys.modules`` before importing the next)."""
         root = self._root
-        modules = [module for _, module in _trusted_modules(self.trusted, root)]
-        modules += [plugin for plugin in session.config.pluginmanager.get_plugins()
+        modules = modules + [plugin for plugin in session.config.pluginmanager.get_plugins()
                     if type(plugin) is types.ModuleType and str(getattr(plugin, "__file__", "") or "").startswith(root)
                     and plugin.__file__[len(root):] in self.trusted]
         return {id(vars(module)) for module in modules}
@@ -185,9 +184,9 @@ class Reporter:
         namespace = vars(module)
         if self.pristine is not None and self.pristine.holds_namespace(namespace):
             return True
-        origin = _origin(namespace)
-        root = self._root
-        return origin is not None and (origin[len(root):] in self.trusted if origin.startswith(root) else _read_only(origin))
+        origin, root = _origin(namespace), self._root
+        return (origin is not None and origin.startswith(root) and origin[len(root):] in self.trusted) \
+            or _outside_read_only(namespace, root)
 
     # the checks run outside every other wrapper of the hook (tryfirst, registered last): what pytest
     # swaps for the length of collection or of the session's end (warnings capture) is back
@@ -200,12 +199,14 @@ class Reporter:
             rewritten = []  # trusted modules (and the canaries) pytest's rewrite hook loaded
             if self.graded:
                 canary = frozenset({self.canary} if self.canary else ())
+                modules = []  # the trusted modules but the canary's
                 for name, module in _trusted_modules(self.trusted | canary, root):
                     if isinstance(getattr(getattr(module, "__spec__", None), "loader", None), AssertionRewritingHook):
                         rewritten.append(module.__file__)
                     if module.__file__ == root + self.canary:
                         continue
                     self._test_modules.append(name)
+                    modules.append(module)
                     if self.pristine is not None:  # watched from here, held to what they defined
                         self.pristine.watch(name, vars(module), definitions(name))
                         self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
@@ -213,7 +214,7 @@ class Reporter:
                         self.pristine.watch_modules(recorded_inner_imports(module.__file__))
                     self._note(foreign_names(name, vars(module), module.__file__, self._vouched), "collection")
                 if self.pristine is not None:
-                    self._note(_foreign_fixtures(session, self._test_modules, self._trusted_namespaces(session),
+                    self._note(_foreign_fixtures(session, self._test_modules, self._trusted_namespaces(session, modules),
                                                  self.pristine, root), "collection")
             self._check("collection", rewritten)
 
@@ -330,10 +331,7 @@ def _trusted_fixture(func: Any, code: set[int], namespaces: set[int], snapshot: 
     namespace = func.__globals__  # a module imported since: trusted when read-only and outside the work dir
     name = namespace.get("__name__")
     module = _MODULES.get(name) if type(name) is str else None
-    if type(module) is not types.ModuleType or vars(module) is not namespace:
-        return False
-    origin = _origin(namespace)
-    return origin is not None and not origin.startswith(root) and _read_only(origin)
+    return type(module) is types.ModuleType and vars(module) is namespace and _outside_read_only(namespace, root)
 
 
 def _origin(namespace: dict[str, Any]) -> str | None:
@@ -343,9 +341,13 @@ def _origin(namespace: dict[str, Any]) -> str | None:
     return origin if type(origin) is str else None
 
 
-def _read_only(path: str) -> bool:
+def _outside_read_only(namespace: dict[str, Any], root: str) -> bool:
+    """Whether a module was loaded from a file outside the work dir on a read-only mount."""
+    origin = _origin(namespace)
+    if origin is None or origin.startswith(root):
+        return False
     try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        return bool(os.statvfs(origin).f_flag & os.ST_RDONLY)
     except OSError:
         return False
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from codemoe.sandbox.verdict import INTEGRITY_KINDS
+
 __all__ = [
     "DEFAULT_TEST_PATTERNS",
     "RewardConfig",
@@ -38,8 +40,6 @@ def integrity_kind(finding: str) -> str:
     :data:`codemoe.sandbox.verdict.INTEGRITY_KINDS`: ``early-exit``, ``no-report``, ``forged-report``,
     ``forged-comparison``, ``forged-environment``), or "" for a finding without one (read as a run
     that did not prove its checks completed)."""
-    from codemoe.sandbox.verdict import INTEGRITY_KINDS
-
     kind = finding.partition(": ")[0]
     return kind if kind in INTEGRITY_KINDS else ""
 

@@ -270,6 +270,11 @@ class _Reader:
             self.shadowed_builtins()
         return self.found
 
+    def local_path_change(self, method: str, args: list[ast.expr]) -> bool:
+        """A ``sys.path`` change that only makes folders of the work dir importable: any in a test
+        module, else relative literal folders where the file keeps the working directory."""
+        return self.test_file or (not self.moves_cwd and _local_entries(method, args))
+
     def shadowed_builtins(self) -> None:
         """A module-level binding of a builtin's name (``len = lambda x: 2``, ``def sorted(xs)``): a test
         module's ``from calc import *`` takes it in, and the tests call it for the builtin."""
@@ -365,9 +370,8 @@ class _Reader:
             elif isinstance(target, ast.Subscript):
                 owner = qualname(target.value, self.names)
                 whole = qualname(target, self.names)
-                if owner in _IMPORT_HOOKS and not (owner == "sys.path" and (
-                        self.test_file or (isinstance(node, ast.Assign) and not self.moves_cwd
-                        and _local_entries("extend", [node.value])))):
+                if owner in _IMPORT_HOOKS and not (owner == "sys.path" and self.local_path_change(
+                        "extend", [node.value] if isinstance(node, ast.Assign) else [])):
                     self.add(node, f"writes {owner}[...] (changes what the test runner imports)")
                 elif (
                     whole
@@ -399,7 +403,7 @@ class _Reader:
                 self.add(node, f"patches {target or owner} (a module the test runner uses)")
         elif isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
             owner = qualname(node.func.value, self.names)
-            if owner == "sys.path" and (self.test_file or (not self.moves_cwd and _local_entries(node.func.attr, node.args))):
+            if owner == "sys.path" and self.local_path_change(node.func.attr, node.args):
                 pass  # a test module making its folder importable; a folder of the work dir ('vendor')
             elif (owner in _IMPORT_HOOKS and node.func.attr not in ("pop",)) or owner in (
                 "sys.meta_path",
