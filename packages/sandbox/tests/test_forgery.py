@@ -470,6 +470,75 @@ def test_a_star_import_that_rebinds_nothing_and_marks_of_the_modules_own_keep_th
         assert result.status == status and not result.integrity, (result.reason, result.stdout[-2000:])
 
 
+# the code under test skips the test that would fail, from inside the call: no mark of the test says so
+SKIP_ATTACKS = {
+    "pytest-skip": "import pytest\n\n\ndef add(a, b):\n    pytest.skip('later')\n",
+    "pytest-xfail": "import pytest\n\n\ndef add(a, b):\n    pytest.xfail('known')\n",
+    "importorskip": "import pytest\n\n\ndef add(a, b):\n    pytest.importorskip('no_such_module_anywhere')\n",
+    "unittest-skiptest": "import unittest\n\n\ndef add(a, b):\n    raise unittest.SkipTest('later')\n",
+    # the exception a mark's skip raises, with the item's location as a mark's has
+    "mark-location": "import pytest\n\n\ndef add(a, b):\n    raise pytest.skip.Exception('x', _use_item_location=True)\n",
+    # from a trusted fixture's call into the code under test (the setup phase, where marks skip)
+    "in-setup": "import pytest\n\n\ndef make():\n    pytest.skip('later')\n\n\ndef add(a, b):\n    return a + b\n",
+}
+SKIPPED_TESTS = {"tests/conftest.py": "import pytest\nfrom calc import make\n\n\n@pytest.fixture\ndef made():\n    return make()\n",
+                 "tests/test_s.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n\n\n"
+                                    "def test_made(made):\n    assert add(1, 1) == 2\n"}
+
+
+@pytest.mark.parametrize("code", list(SKIP_ATTACKS.values()), ids=list(SKIP_ATTACKS))
+def test_a_test_the_code_under_test_skips_is_not_passed_in_a_graded_run(executor, code):
+    """Skipped counts as passed in pytest's exit status; graded, only a skip the test's own marks
+    decide does (``status`` used to be ``passed`` for every case here, each test skipped)."""
+    make = "" if "def make" in code else "\n\ndef make():\n    return 1\n"
+    request = ExecutionRequest(files={**SKIPPED_TESTS, "calc.py": code + make}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(SKIPPED_TESTS))
+    result = executor.run(request)
+    assert "skipped" in result.tests.values(), (result.reason, result.tests)
+    assert result.status == "failed" and "skipped while they ran" in result.reason, (result.reason, result.tests)
+
+
+def test_skips_and_expected_failures_the_tests_marks_declare_keep_a_graded_pass(executor):
+    tests = {"tests/test_s.py": textwrap.dedent("""
+        import sys
+
+        import pytest
+        from calc import add
+
+
+        def test_add():
+            assert add(2, 2) == 4
+
+
+        @pytest.mark.skip(reason="not today")
+        def test_skipped():
+            raise AssertionError
+
+
+        @pytest.mark.skipif(sys.platform == "linux", reason="elsewhere")
+        def test_skipped_here():
+            raise AssertionError
+
+
+        @pytest.mark.xfail(reason="known")
+        def test_expected_failure():
+            assert add(2, 2) == 5
+
+
+        @pytest.mark.xfail(run=False, reason="hangs")
+        def test_not_run():
+            raise AssertionError
+        """)}
+    request = ExecutionRequest(files={**tests, "calc.py": "def add(a, b):\n    return a + b\n"}, runner="pytest",
+                               command=["tests"], limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "passed" and not result.integrity, (result.reason, result.tests)
+    assert sorted(result.tests.values()) == ["passed"] + ["skipped"] * 4
+    ungraded = executor.run(ExecutionRequest(files={**SKIPPED_TESTS, "calc.py": SKIP_ATTACKS["pytest-skip"] + "\n\ndef make():\n    return 1\n"},
+                                             runner="pytest", command=["tests"], limits=Limits(timeout_s=20.0)))
+    assert ungraded.status == "passed", ungraded.reason  # ungraded, pytest's own rule: skipped is no failure
+
+
 def test_json_and_exit_patches_do_not_reach_an_ungraded_report_either(executor):
     result = executor.run(_graded({"calc.py": PATCH_JSON_AND_EXIT + BUGGY}, graded=False))
     assert result.status == "failed"

@@ -98,6 +98,17 @@ def test_graded_pytest_passes_when_only_the_failing_canary_failed_and_hides_the_
     assert (status, tests) == ("failed", {"tests/test_a.py::test_x": "failed"}) and "1 of 1" in reason
 
 
+def test_a_graded_test_skipped_while_it_ran_is_not_passed_and_a_marked_skip_is():
+    tests = {"tests/test_a.py::test_x": "passed", "tests/test_a.py::test_y": "skipped", **CANARIES}
+    assert _graded(tests, 1, 1)[0] == "passed"  # skipped by its mark: not in unmarked_skips
+    status, reason, shown = _graded(tests, 1, 1, unmarked_skips=["tests/test_a.py::test_y"])
+    assert status == "failed" and reason.startswith("1 of 2 tests skipped while they ran") and "test_y" in reason
+    assert shown == {"tests/test_a.py::test_x": "passed", "tests/test_a.py::test_y": "skipped"}
+    assert _graded(tests, 1, 1, unmarked_skips=["tests/test_a.py::not_a_test_of_the_run"])[0] == "passed"
+    ungraded = {"kind": "pytest", "nonce": "n1", "tests": {"t::a": "skipped"}, "exitstatus": 0, "unmarked_skips": ["t::a"]}
+    assert decide(_obs(runner="pytest", messages=[ungraded]))[0] == "passed"  # pytest's own rule outside grading
+
+
 def test_a_report_whose_failing_canary_passed_or_that_lost_the_canaries_is_forged():
     blanket = {"tests/test_a.py::test_x": "passed", "tests/test_a.py::test_y": "passed",
                **dict.fromkeys(CANARIES, "passed")}

@@ -17,7 +17,8 @@ Three ways to run
     channel (a pipe the supervisor reads), never from stdout, and the report only counts when it
     carries the request's nonce and marks the session finished. A program that prints a fake summary
     or calls ``sys.exit(0)`` / ``os._exit(0)`` before the tests end produces no valid report, so it is
-    not ``passed``. Status ``passed`` needs at least one test, all of them passed or skipped.
+    not ``passed``. Status ``passed`` needs at least one test, all of them passed or skipped (graded:
+    skipped by the test's own marks; a test skipped while it ran, by ``pytest.skip`` or the like, is not).
     With ``graded=True`` (a verdict comes from the run) no plugin is loaded from the work dir: a
     ``conftest.py`` not listed in ``trusted`` is not laid out, ``pytest_plugins`` outside ``trusted``
     is a collection error, ``addopts`` of an untrusted config file is ignored; and canary tests,

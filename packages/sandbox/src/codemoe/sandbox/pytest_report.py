@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from _pytest.assertion.rewrite import AssertionRewritingHook
+from _pytest.skipping import evaluate_skip_marks, xfailed_key
 from codemoe.sandbox.pristine import (
     Snapshot,
     changed_contents,
@@ -101,6 +102,7 @@ class Reporter:
         self.collect_errors: list[str] = []
         self.memory = False
         self.forged: list[str] = []  # tests failed by a comparison an object under test lied to
+        self.unmarked_skips: list[str] = []  # graded: tests skipped (or xfailed) while they ran, no mark of theirs saying so
         self.pristine = pristine
         self.tampered: list[str] = []  # "module.name (changed by the end of WHEN)", at most 20
         self._files_seen: set[str] = set()  # findings of the task's files and held contents, named once
@@ -234,6 +236,15 @@ class Reporter:
             self._record(report.nodeid or "<collection>", "error")
             self.collect_errors.append(_text(crash_line(report)) or "")
 
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the report as pytest's skipping plugin left it
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
+        report = yield
+        if self.graded and report.skipped and not _marked_to_skip(item):
+            nodeid = _text(report.nodeid)
+            if nodeid is not None and nodeid not in self.unmarked_skips:
+                self.unmarked_skips.append(nodeid)
+        return report
+
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.failed:
             crash = crash_line(report)
@@ -271,7 +282,20 @@ class Reporter:
             "memory": bool(self.memory),
             "forged_comparisons": self.forged[:20],
             "tampered": self.tampered[:20],
+            "unmarked_skips": self.unmarked_skips[:20],
         })
+
+
+def _marked_to_skip(item: Any, _skip: Any = evaluate_skip_marks, _xfailed: Any = xfailed_key) -> bool:
+    """Whether ``item``'s own marks skip it (``skip``, a true ``skipif``) or expect it to fail
+    (``xfail``, as pytest's skipping plugin evaluated it at setup). A skip a test did not declare was
+    raised while it ran (``pytest.skip``, ``pytest.xfail``, ``importorskip``, ``skipTest``), by the
+    test, a fixture, or the code under test, which can call any of them: a graded run does not count
+    such a test as passed. Both evaluators are bound at import, before any code under test runs."""
+    try:
+        return bool(item.stash.get(_xfailed, None) or _skip(item))
+    except Exception:  # a mark's condition that raises now: no mark decided the skip
+        return False
 
 
 def _trusted_modules(trusted: frozenset[str], root: str) -> list[tuple[str, Any]]:
