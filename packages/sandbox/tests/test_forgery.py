@@ -470,6 +470,85 @@ def test_a_star_import_that_rebinds_nothing_and_marks_of_the_modules_own_keep_th
         assert result.status == status and not result.integrity, (result.reason, result.stdout[-2000:])
 
 
+# a module object the code under test puts in sys.modules, under the name of one of the task's files,
+# before pytest or a test module imports that file: what the import binds instead of the file's module
+HELPER_TESTS = {"tests/helpers.py": "EXPECTED = 4\n",
+                "tests/test_s.py": "from calc import add\nfrom helpers import EXPECTED\n\n\n"
+                                   "def test_add():\n    assert add(2, 2) == EXPECTED\n"}
+LATER_TESTS = {"tests/test_a.py": "import calc\n\n\ndef test_one():\n    assert calc.add(1, 1) == 2\n",
+               "tests/test_s.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n",
+               "tests/sub/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef four():\n    return 4\n",
+               "tests/sub/test_t.py": "from calc import add\n\n\ndef test_four(four):\n    assert add(2, 2) == four\n"}
+STUB = "import os, sys, types\n\n\ndef _stub(name, path, source):\n    module = types.ModuleType(name)\n" \
+       "    module.__file__ = os.path.abspath(path)\n    exec(source, module.__dict__)\n    sys.modules[name] = module\n\n\n"
+MODULE_ATTACKS = {
+    "helper-stub": (HELPER_TESTS, "import sys, types\n_m = types.ModuleType('helpers')\n_m.EXPECTED = 0\nsys.modules['helpers'] = _m\n"),
+    "helper-stub-with-its-file": (HELPER_TESTS, STUB + "_stub('helpers', 'tests/helpers.py', 'EXPECTED = 0')\n"),
+    "helper-from-a-meta-path-finder": (HELPER_TESTS, textwrap.dedent("""
+        import importlib.abc, importlib.util, sys
+
+        class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                return importlib.util.spec_from_loader(name, self) if name == "helpers" else None
+
+            def create_module(self, spec):
+                return None
+
+            def exec_module(self, module):
+                module.EXPECTED = 0
+
+        sys.meta_path.insert(0, Finder())
+        """)),
+    # a test module pytest had not collected yet: its stub's tests pass
+    "test-module-stub": (LATER_TESTS, STUB + "_stub('test_s', 'tests/test_s.py', 'def test_add():\\n    pass\\n')\n"),
+    # a conftest of a folder pytest had not reached: its fixture answers what the test expects
+    "conftest-stub": (LATER_TESTS, STUB + "_stub('conftest', 'tests/sub/conftest.py', 'import pytest\\n"
+                                         "four = pytest.fixture(lambda: 0, name=\"four\")\\n')\n"),
+}
+
+
+@pytest.mark.parametrize("case", list(MODULE_ATTACKS.values()), ids=list(MODULE_ATTACKS))
+def test_a_module_put_in_place_of_a_tasks_file_is_refused_in_a_graded_run(executor, case):
+    """Each but the conftest's made a failing test pass (``status`` ``passed``, no finding) before."""
+    tests, head = case
+    request = ExecutionRequest(files={**tests, "calc.py": head + "\n\ndef add(a, b):\n    return a + b if a == 1 else a - b\n"},
+                               runner="pytest", command=["tests"], limits=Limits(timeout_s=20.0), graded=True,
+                               trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
+
+
+def test_helpers_imported_every_way_and_a_module_of_a_helpers_name_elsewhere_keep_their_verdicts(executor):
+    """Helpers imported at the top, inside a test, relatively from a package of tests and by the code
+    under test itself; a package of tests whose name the standard library has a module of too."""
+    tests = {"tests/__init__.py": "",
+             "tests/helpers.py": "EXPECTED = 4\n",
+             "tests/data/__init__.py": "",
+             "tests/data/values.py": "PAIRS = [(2, 2, 4)]\n",
+             "tests/test_s.py": textwrap.dedent("""
+                 from calc import add, expected
+
+                 from . import helpers
+                 from .data.values import PAIRS
+                 from .helpers import EXPECTED
+
+
+                 def test_add():
+                     assert add(2, 2) == EXPECTED == helpers.EXPECTED == expected()
+
+
+                 def test_pairs():
+                     from tests.data import values
+                     assert all(add(a, b) == c for a, b, c in values.PAIRS + PAIRS)
+                 """)}
+    for body, status in (("a + b", "passed"), ("a - b", "failed")):
+        code = f"def add(a, b):\n    return {body}\n\n\ndef expected():\n    from tests.helpers import EXPECTED\n    return EXPECTED\n"
+        request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
+                                   limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+        result = executor.run(request)
+        assert result.status == status and not result.integrity, (result.reason, result.tests)
+
+
 # the code under test skips the test that would fail, from inside the call: no mark of the test says so
 SKIP_ATTACKS = {
     "pytest-skip": "import pytest\n\n\ndef add(a, b):\n    pytest.skip('later')\n",

@@ -735,6 +735,13 @@ def install() -> None:
         return name.rpartition(".")[2] not in _HELPER_NAMES and bailout(self, name, state)
 
     hook._should_rewrite, hook._early_rewrite_bailout = _should_rewrite, _early_rewrite_bailout
+    exec_module, made = hook.exec_module, pristine.made
+
+    def exec_module_made(self: Any, module: Any) -> None:  # which module objects were made from the task's files
+        made(module)
+        exec_module(self, module)
+
+    hook.exec_module = exec_module_made
     _INSTALLED.append(original)
     reseed()
 

@@ -56,8 +56,8 @@ from operator import attrgetter
 from typing import Any
 
 __all__ = ["Snapshot", "builtins_for", "changed_contents", "changed_data", "changed_files", "defined", "defined_code", "definitions",
-           "expect_files", "foreign_names", "imports",
-           "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "source_only", "take",
+           "expect_files", "foreign_names", "imports", "impostors", "made", "made_from",
+           "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "resolved_name", "source_only", "take",
            "taken"]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
@@ -248,7 +248,7 @@ class Snapshot:
         module's package."""
         found = []
         for bound, module_name, attr in imports:
-            module_name = _resolved(module_name, mapping)
+            module_name = resolved_name(module_name, mapping)
             module = self._modules.get(module_name)
             if module is None:
                 module = _LIVE.get(module_name)
@@ -279,7 +279,7 @@ def imports(tree: ast.Module) -> list[tuple[str, str, str | None]]:
     return found
 
 
-def _resolved(module_name: str, namespace: dict[str, Any]) -> str:
+def resolved_name(module_name: str, namespace: dict[str, Any]) -> str:
     """``module_name`` as an import in the module of ``namespace`` means it (a relative one resolved in
     its ``__package__``), or "" where it cannot be resolved."""
     if not module_name.startswith("."):
@@ -388,6 +388,47 @@ def defined_code(modules: Iterable[str]) -> set[int]:
     return codes
 
 
+# The modules pytest's rewrite hook executed from the task's files (test modules, conftests, trusted
+# helpers), by file. The code under test runs before later test modules are collected, and a module
+# object it puts in `sys.modules` (a `ModuleType` with a test module's `__file__`, or a meta path
+# finder's) is what pytest collects and a test module's import binds: a stub test module whose tests
+# pass, a helper whose EXPECTED is 0. Such a module was never made from its file.
+_MADE: dict[str, list[Any]] = {}
+
+
+def made(module: Any) -> None:
+    """Keep ``module``, which pytest's rewrite hook is about to execute from the file its spec names
+    (called from the hook's ``exec_module``, wrapped by :func:`codemoe.sandbox.honest.install`)."""
+    origin = getattr(getattr(module, "__spec__", None), "origin", None)
+    if type(origin) is str:
+        _MADE.setdefault(os.path.abspath(origin), []).append(module)
+
+
+def made_from(path: str, module: Any) -> bool:
+    """Whether ``module`` is one pytest's rewrite hook executed from the file at ``path``."""
+    return any(m is module for m in _MADE.get(os.path.abspath(path), ()))
+
+
+def impostors(paths: dict[str, list[str]], imported: set[str], root: str = "") -> list[str]:
+    """Entries of ``sys.modules`` that stand for a task's file without being made from it: under a
+    name an import of the file has (``paths``: absolute path -> those names), a module that claims
+    the file (its ``__file__``) or that a trusted test module imports by that name. Another module
+    of the name (an installed ``tests`` package) is let be unless a test module imports the name.
+    Only plain modules are read, and only their ``__dict__``: nothing of the code under test runs.
+    Paths are shown relative to ``root``."""
+    found = []
+    for path, names in paths.items():
+        for name in names:
+            module = _LIVE.get(name)
+            if module is None or made_from(path, module):
+                continue
+            claims = type(module) is types.ModuleType and module.__dict__.get("__file__") == path
+            if claims or name in imported:
+                shown = path[len(root):] if root and path.startswith(root) else path
+                found.append(f"sys.modules[{name!r}] (not the module made from {shown})")
+    return found
+
+
 def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> None:
     """Keep the imports of a test module pytest rewrites (called from its rewrite hook, before the
     module runs): its top-level ones for :meth:`Snapshot.imported`, and ``inner``, the modules it
@@ -436,7 +477,7 @@ def foreign_names(label: str, mapping: dict[str, Any], path: str,
         return []
     found = [f"{label}.{name} (not bound by the module's own source)" for name in sorted(mapping)
              if (name in COLLECTION_NAMES or name.startswith("pytest_")) and name not in own]
-    stars = [vars(module) for module in (_LIVE.get(_resolved(name, mapping)) for name in _STARS.get(os.path.abspath(path), ()))
+    stars = [vars(module) for module in (_LIVE.get(resolved_name(name, mapping)) for name in _STARS.get(os.path.abspath(path), ()))
              if type(module) is types.ModuleType and vouched(module)]
     found += [f"{label}.{name} (shadows the builtin; not bound by the module's own source)"
               for name in sorted(_GUARDED_BUILTINS.intersection(mapping)) if name not in own

@@ -36,8 +36,11 @@ from codemoe.sandbox.pristine import (
     defined_code,
     definitions,
     foreign_names,
+    impostors,
+    made_from,
     recorded_imports,
     recorded_inner_imports,
+    resolved_name,
     watch_unshipped,
 )
 
@@ -107,6 +110,8 @@ class Reporter:
         self.tampered: list[str] = []  # "module.name (changed by the end of WHEN)", at most 20
         self._files_seen: set[str] = set()  # findings of the task's files and held contents, named once
         self._test_modules: list[str] = []  # the trusted test modules' names, found after collection
+        self._made_names: dict[str, list[str]] = {}  # graded: file the rewrite hook loads -> the names it imports as
+        self._imported: set[str] = set()  # graded: the modules the trusted modules import, by name
         self._root = ""  # the root dir, with a trailing slash
         self._write = write
 
@@ -141,13 +146,18 @@ class Reporter:
                            "collection")
                 raise RuntimeError(f"{path}: a conftest.py the task does not ship, written while the tests "
                                    "ran; plugins from the work dir are off in graded runs")
-            return importconftest(conftestpath, *args, **kwargs)
+            module = importconftest(conftestpath, *args, **kwargs)
+            if not made_from(str(conftestpath), module):
+                self._note([f"{path} (the conftest module pytest loaded is not made from the file)"], "collection")
+            return module
 
         manager._importconftest = _importconftest
 
     def _check(self, when: str, rewritten: list[str] | None = None) -> None:
         if self.pristine is not None:
             self._note(self.pristine.check(), when)
+        if self._made_names:
+            self._found([], when, impostors(self._made_names, self._imported, self._root))
         if self.graded:  # the task's files as it sent them (codemoe.sandbox.pristine.expect_files)
             self._found(changed_files(rewritten or ()), when,
                         [c for name in self._test_modules for c in changed_contents(name)])  # held contents
@@ -218,6 +228,10 @@ class Reporter:
                 if self.pristine is not None:
                     self._note(_foreign_fixtures(session, self._test_modules, self._trusted_namespaces(session, modules),
                                                  self.pristine, root), "collection")
+                self._note(_collected_not_made(session, self.trusted, root), "collection")
+                self._made_names = {root + path: _import_names(path) for path in _made_files(self.trusted)}
+                for module in modules:
+                    self._imported |= _imported_names(module)
             self._check("collection", rewritten)
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
@@ -262,6 +276,8 @@ class Reporter:
             self._record(report.nodeid, "error")
         elif report.skipped:
             self._record(report.nodeid, "skipped")
+        if report.when == "teardown" and self._made_names:  # a module put in place of a task's file by a test's end
+            self._found([], f"test {_text(report.nodeid)}", impostors(self._made_names, self._imported, self._root))
         if report.when == "teardown" and self.graded and not self.sealed:  # the data the tests read, after every test
             self._found(changed_data(), f"test {_text(report.nodeid)}")
 
@@ -296,6 +312,55 @@ def _marked_to_skip(item: Any, _skip: Any = evaluate_skip_marks, _xfailed: Any =
         return bool(item.stash.get(_xfailed, None) or _skip(item))
     except Exception:  # a mark's condition that raises now: no mark decided the skip
         return False
+
+
+def _import_names(path: str) -> list[str]:
+    """The names an import of the task's file ``path`` can have (``tests/helpers.py``: ``helpers``,
+    ``tests.helpers``; ``pkg/__init__.py``: ``pkg``)."""
+    parts = path[:-3].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return [".".join(parts[start:]) for start in range(len(parts))]
+
+
+def _made_files(trusted: frozenset[str]) -> list[str]:
+    """The task's files pytest's rewrite hook loads: test modules, conftests and the helpers beside them."""
+    from codemoe.sandbox.runners import is_test_file, test_helpers
+
+    return sorted({p for p in trusted if p.endswith(".py") and is_test_file(posixpath.basename(p))}
+                  | set(test_helpers(trusted)))
+
+
+def _imported_names(module: Any) -> set[str]:
+    """The modules a trusted module imports by name (its top-level imports, a relative one resolved in
+    its package, and ``from package import submodule``'s submodule; and the modules it imports inside
+    functions)."""
+    path = module.__file__
+    names = set(recorded_inner_imports(path))
+    for _bound, name, attr in recorded_imports(path):
+        name = resolved_name(name, vars(module))
+        if name:
+            names.add(name)
+            if attr is not None:
+                names.add(f"{name}.{attr}")
+    return names
+
+
+def _collected_not_made(session: Any, trusted: frozenset[str], root: str) -> list[str]:
+    """The task's test modules pytest collected from a module object that was not made from their file:
+    one the code under test put in ``sys.modules`` under the test module's name (with its
+    ``__file__``, so pytest takes it) before pytest got to it, whose tests are stubs that pass."""
+    found, seen = [], set()
+    for item in session.items:
+        node = item.getparent(pytest.Module)
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        path = str(node.path)
+        module = node.__dict__.get("_obj")
+        if path.startswith(root) and path[len(root):] in trusted and module is not None and not made_from(path, module):
+            found.append(f"{path[len(root):]} (the module pytest collected is not made from the file)")
+    return found
 
 
 def _trusted_modules(trusted: frozenset[str], root: str) -> list[tuple[str, Any]]:

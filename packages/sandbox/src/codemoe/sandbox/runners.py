@@ -158,16 +158,18 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
                                                 (a.startswith("-x") and a[1:].isalpha()) for a in args))
 
 
+def is_test_file(name: str) -> bool:
+    """Whether a file of this name is a test module or a conftest (pytest's default patterns)."""
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
 def test_helpers(trusted: frozenset[str]) -> list[str]:
     """The trusted Python files in a folder (or below one) that holds a trusted test module, other than
     test modules and conftests: the helpers the tests import (``tests/helpers.py``), whose comparisons
     :mod:`codemoe.sandbox.honest` checks too. Test modules at the root make no folder of helpers (the
     repository's own modules live there)."""
-    def is_test(name: str) -> bool:
-        return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
-
-    folders = {posixpath.dirname(p) for p in trusted if p.endswith(".py") and is_test(posixpath.basename(p))} - {""}
-    return sorted(p for p in trusted if p.endswith(".py") and not is_test(posixpath.basename(p))
+    folders = {posixpath.dirname(p) for p in trusted if p.endswith(".py") and is_test_file(posixpath.basename(p))} - {""}
+    return sorted(p for p in trusted if p.endswith(".py") and not is_test_file(posixpath.basename(p))
                   and any(p.startswith(folder + "/") for folder in folders))  # fmt: skip
 
 
