@@ -499,6 +499,37 @@ MODULE_ATTACKS = {
 
         sys.meta_path.insert(0, Finder())
         """)),
+    # the module made from the file, given a class whose attribute lookups answer for it
+    "helper-given-a-class": (HELPER_TESTS, textwrap.dedent("""
+        import types
+
+        import helpers
+
+        class Lying(types.ModuleType):
+            def __getattribute__(self, name):
+                return 0 if name == "EXPECTED" else super().__getattribute__(name)
+
+        helpers.__class__ = Lying
+        """)),
+    # pytest takes a test's function by getattr on its module when it makes the item: a stub handed
+    # out, the module's class given back at that lookup (pytest's second), before collection ends
+    "test-module-given-a-class-for-a-while": ({"tests/test_s.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"},
+                                              textwrap.dedent("""
+        import sys, types
+
+        LOOKUPS = []
+
+        class Once(types.ModuleType):
+            def __getattribute__(self, name):
+                if name == "test_add":
+                    LOOKUPS.append(name)
+                    if len(LOOKUPS) == 2:
+                        object.__setattr__(self, "__class__", types.ModuleType)
+                    return lambda: None
+                return super().__getattribute__(name)
+
+        sys.modules["test_s"].__class__ = Once
+        """)),
     # a test module pytest had not collected yet: its stub's tests pass
     "test-module-stub": (LATER_TESTS, STUB + "_stub('test_s', 'tests/test_s.py', 'def test_add():\\n    pass\\n')\n"),
     # a conftest of a folder pytest had not reached: its fixture answers what the test expects
@@ -509,7 +540,8 @@ MODULE_ATTACKS = {
 
 @pytest.mark.parametrize("case", list(MODULE_ATTACKS.values()), ids=list(MODULE_ATTACKS))
 def test_a_module_put_in_place_of_a_tasks_file_is_refused_in_a_graded_run(executor, case):
-    """Each but the conftest's made a failing test pass (``status`` ``passed``, no finding) before."""
+    """Each but the conftest's made a failing test pass (``status`` ``passed``, no finding) before.
+    ``calc.add`` is right for the tests' first call only, so a stub test or a lying helper is what passes."""
     tests, head = case
     request = ExecutionRequest(files={**tests, "calc.py": head + "\n\ndef add(a, b):\n    return a + b if a == 1 else a - b\n"},
                                runner="pytest", command=["tests"], limits=Limits(timeout_s=20.0), graded=True,

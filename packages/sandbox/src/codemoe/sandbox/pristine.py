@@ -420,7 +420,11 @@ def impostors(paths: dict[str, list[str]], imported: set[str], root: str = "") -
     for path, names in paths.items():
         for name in names:
             module = _LIVE.get(name)
-            if module is None or made_from(path, module):
+            if module is None:
+                continue
+            if made_from(path, module):
+                if type(module) is not types.ModuleType:  # its attributes answered by a class of the code under test
+                    found.append(f"sys.modules[{name!r}].__class__ (given a class of its own)")
                 continue
             claims = type(module) is types.ModuleType and module.__dict__.get("__file__") == path
             if claims or name in imported:

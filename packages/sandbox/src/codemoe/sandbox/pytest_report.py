@@ -52,6 +52,8 @@ CHANNEL_FD = 3
 TASK_SETUP_ENV = "CODEMOE_TASK_SETUP"
 _OUTCOMES = ("passed", "failed", "error", "skipped")
 _FORGED = "ForgedComparison"
+_UNSET = object()
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__  # a module's namespace, whatever its class answers
 _MODULES = sys.modules  # bound at import: rebinding ``sys.modules`` does not hide a module from the reporter
 
 
@@ -213,6 +215,10 @@ class Reporter:
                 canary = frozenset({self.canary} if self.canary else ())
                 modules = []  # the trusted modules but the canary's
                 for name, module in _trusted_modules(self.trusted | canary, root):
+                    if type(module) is not types.ModuleType:  # its attributes answered by the code under test
+                        self._note([f"{name}.__class__ (a module of the task's files given a class of its own)"],
+                                   "collection")
+                        continue
                     if isinstance(getattr(getattr(module, "__spec__", None), "loader", None), AssertionRewritingHook):
                         rewritten.append(module.__file__)
                     if module.__file__ == root + self.canary:
@@ -229,6 +235,8 @@ class Reporter:
                     self._note(_foreign_fixtures(session, self._test_modules, self._trusted_namespaces(session, modules),
                                                  self.pristine, root), "collection")
                 self._note(_collected_not_made(session, self.trusted, root), "collection")
+                self._note(_tests_not_defined(session, {module.__file__: name for name, module in
+                                                        _trusted_modules(self.trusted, root)}), "collection")
                 self._made_names = {root + path: _import_names(path) for path in _made_files(self.trusted)}
                 for module in modules:
                     self._imported |= _imported_names(module)
@@ -363,6 +371,29 @@ def _collected_not_made(session: Any, trusted: frozenset[str], root: str) -> lis
     return found
 
 
+def _tests_not_defined(session: Any, names: dict[str, str]) -> list[str]:
+    """Tests of the task's modules whose function (or class) is not what the module's own statement
+    bound. pytest takes a test's function with ``getattr`` on its module when it makes the item, and
+    the code under test, imported by the module, can answer that lookup (a module class of its own
+    whose ``__getattribute__`` hands out a stub for ``test_add``, then gives the module its class back)."""
+    found = []
+    for item in session.items:
+        module = item.getparent(pytest.Module)
+        name = names.get(str(module.path)) if module is not None else None
+        if name is None:
+            continue
+        own = definitions(name)
+        if item.parent is module:
+            held, label = item.__dict__.get("_obj", _UNSET), item.originalname
+        else:  # a method: its class must be the module's
+            held, label = item.parent.__dict__.get("_obj", _UNSET), item.parent.name
+        if held is not _UNSET and label in own and held is not own[label]:
+            entry = f"{name}.{label} (not what the module defined)"
+            if entry not in found:
+                found.append(entry)
+    return found
+
+
 def _trusted_modules(trusted: frozenset[str], root: str) -> list[tuple[str, Any]]:
     """The loaded modules made from ``trusted`` files, found by the names an import of each file can
     have (``tests/test_a.py``: ``test_a``, ``tests.test_a``) rather than by reading every module,
@@ -377,7 +408,7 @@ def _trusted_modules(trusted: frozenset[str], root: str) -> list[tuple[str, Any]
         for start in range(len(parts)):
             name = ".".join(parts[start:])
             module = _MODULES.get(name)
-            if module is not None and getattr(module, "__file__", None) == root + path:
+            if module is not None and types.ModuleType in type(module).__mro__ and _MODULE_DICT(module).get("__file__") == root + path:
                 found.append((name, module))
                 break
     return found
