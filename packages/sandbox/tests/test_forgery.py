@@ -581,6 +581,49 @@ def test_helpers_imported_every_way_and_a_module_of_a_helpers_name_elsewhere_kee
         assert result.status == status and not result.integrity, (result.reason, result.tests)
 
 
+# a trace function sees every frame that starts while it is set, and Python 3.11 writes back what it
+# changes in a frame's f_locals: a test's result, or the arguments of the comparison check
+TRACE_TESTS = {"tests/test_s.py": "from calc import add\n\n\ndef test_add():\n    result = add(2, 2)\n    assert result == 4\n"}
+REWRITE_RESULT = """
+import sys
+
+
+def _lines(frame, event, arg):
+    if event == "line" and "result" in frame.f_locals:
+        frame.f_locals["result"] = 4
+    return _lines
+"""
+TRACE_ATTACKS = {
+    "set-at-import": REWRITE_RESULT + "\n\nsys.settrace(lambda frame, event, arg: _lines if frame.f_code.co_name == 'test_add' else None)\n",
+    # the same, then taken out: no trace function is left for a check to find
+    "set-and-taken-out": REWRITE_RESULT.replace('frame.f_locals["result"] = 4', 'frame.f_locals["result"] = 4\n        sys.settrace(None)')
+                         + "\n\nsys.settrace(lambda frame, event, arg: _lines if frame.f_code.co_name == 'test_add' else None)\n",
+    # a profile function is handed the same frames: set at all, it is recorded too
+    "profile": "import sys\n\nsys.setprofile(lambda frame, event, arg: None)\n",
+}
+
+
+@pytest.mark.parametrize("code", list(TRACE_ATTACKS.values()), ids=list(TRACE_ATTACKS))
+def test_a_trace_function_in_a_graded_run_is_a_forged_environment(executor, code):
+    request = ExecutionRequest(files={**TRACE_TESTS, "calc.py": code + "\n\ndef add(a, b):\n    return a - b\n"
+                                      if "def add" not in code else code},
+                               runner="pytest", command=["tests"], limits=Limits(timeout_s=20.0), graded=True,
+                               trusted=list(TRACE_TESTS))
+    result = executor.run(request)
+    assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
+    assert "trace or profile function" in result.reason, result.reason
+
+
+def test_an_ungraded_run_may_trace(executor):
+    """Tracing is a finding only where a verdict comes from it: a program that traces itself runs."""
+    code = "import sys\n\nCALLS = []\nsys.settrace(lambda f, e, a: CALLS.append(e))\n\n\ndef add(a, b):\n    return a + b\n"
+    tests = {"tests/test_s.py": "import sys\n\nfrom calc import CALLS, add\n\n\ndef test_add():\n"
+                                "    assert add(2, 2) == 4 and CALLS\n    sys.settrace(None)\n"}
+    result = executor.run(ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
+                                           limits=Limits(timeout_s=20.0)))
+    assert result.status == "passed", (result.reason, result.stdout[-2000:])
+
+
 # the code under test skips the test that would fail, from inside the call: no mark of the test says so
 SKIP_ATTACKS = {
     "pytest-skip": "import pytest\n\n\ndef add(a, b):\n    pytest.skip('later')\n",

@@ -56,9 +56,9 @@ from operator import attrgetter
 from typing import Any
 
 __all__ = ["Snapshot", "builtins_for", "changed_contents", "changed_data", "changed_files", "defined", "defined_code", "definitions",
-           "expect_files", "foreign_names", "imports", "impostors", "made", "made_from",
+           "expect_files", "foreign_names", "guard_tracing", "imports", "impostors", "made", "made_from",
            "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "resolved_name", "source_only", "take",
-           "taken"]
+           "taken", "traced"]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (a C type's dict cannot be written)
@@ -386,6 +386,51 @@ def defined_code(modules: Iterable[str]) -> set[int]:
             classes.add(id(value))
             stack.extend(type.__dict__["__dict__"].__get__(value).values())
     return codes
+
+
+# A trace (or profile) function sees every frame that starts while it is set, and on Python 3.11 the
+# interpreter writes back what it changes in a frame's f_locals: set at import of the code under
+# test, one rewrote a test's `result` before its assert (or the arguments of the comparison check),
+# and could take itself out again before any check. So every call that sets one is recorded as it
+# happens; a graded run with one is a forged environment (codemoe.sandbox.pytest_report).
+_TRACED: list[str] = []
+_TRACE_SETTERS = ("settrace", "setprofile", "_settraceallthreads", "_setprofileallthreads")
+
+
+def guard_tracing() -> None:
+    """Put recording wrappers in place of ``sys``'s trace and profile setters (once, in the pytest
+    fork server before its snapshot, so a later rebinding of them is a finding of its own)."""
+    for name in _TRACE_SETTERS:
+        original = getattr(sys, name, None)
+        if original is not None and not getattr(original, "__wrapped_setter__", False):
+            setattr(sys, name, _recording(name, original))
+
+
+def _recording(name: str, setter: Any) -> Any:
+    """``setter`` (held in the closure: reaching it is the introspection ``runner_tampering`` flags),
+    recording each call that sets a function."""
+    traced = _TRACED
+
+    def guarded(function: Any) -> None:
+        if function is not None and len(traced) < 8:
+            traced.append(f"sys.{name}")
+        setter(function)
+
+    guarded.__name__ = guarded.__qualname__ = name
+    guarded.__doc__ = setter.__doc__
+    guarded.__wrapped_setter__ = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def traced() -> list[str]:
+    """The setters called with a function since the execution started (each at most once), plus a
+    trace or profile function set now however it was set."""
+    found = list(dict.fromkeys(_TRACED))
+    if sys.gettrace() is not None and "sys.settrace" not in found:
+        found.append("sys.gettrace()")
+    if sys.getprofile() is not None and "sys.setprofile" not in found:
+        found.append("sys.getprofile()")
+    return found
 
 
 # The modules pytest's rewrite hook executed from the task's files (test modules, conftests, trusted

@@ -41,6 +41,7 @@ from codemoe.sandbox.pristine import (
     recorded_imports,
     recorded_inner_imports,
     resolved_name,
+    traced,
     watch_unshipped,
 )
 
@@ -160,6 +161,8 @@ class Reporter:
             self._note(self.pristine.check(), when)
         if self._made_names:
             self._found([], when, impostors(self._made_names, self._imported, self._root))
+        if self.graded:
+            self._found([], when, _tracing())
         if self.graded:  # the task's files as it sent them (codemoe.sandbox.pristine.expect_files)
             self._found(changed_files(rewritten or ()), when,
                         [c for name in self._test_modules for c in changed_contents(name)])  # held contents
@@ -286,6 +289,8 @@ class Reporter:
             self._record(report.nodeid, "skipped")
         if report.when == "teardown" and self._made_names:  # a module put in place of a task's file by a test's end
             self._found([], f"test {_text(report.nodeid)}", impostors(self._made_names, self._imported, self._root))
+        if report.when == "teardown" and self.graded:
+            self._found([], f"test {_text(report.nodeid)}", _tracing())
         if report.when == "teardown" and self.graded and not self.sealed:  # the data the tests read, after every test
             self._found(changed_data(), f"test {_text(report.nodeid)}")
 
@@ -320,6 +325,11 @@ def _marked_to_skip(item: Any, _skip: Any = evaluate_skip_marks, _xfailed: Any =
         return bool(item.stash.get(_xfailed, None) or _skip(item))
     except Exception:  # a mark's condition that raises now: no mark decided the skip
         return False
+
+
+def _tracing() -> list[str]:
+    """A trace or profile function set since the execution started (:func:`codemoe.sandbox.pristine.traced`)."""
+    return [f"{name} (a trace or profile function, which can rewrite a test's variables)" for name in traced()]
 
 
 def _import_names(path: str) -> list[str]:

@@ -463,6 +463,7 @@ def _index_and_snapshot() -> None:
 
     _preload_site_modules()
     _index_module_files()
+    pristine.guard_tracing()
     pristine.take()
 
 
