@@ -581,6 +581,53 @@ def test_helpers_imported_every_way_and_a_module_of_a_helpers_name_elsewhere_kee
         assert result.status == status and not result.integrity, (result.reason, result.tests)
 
 
+# what the tests call, changed without rebinding a name: a function's code or defaults (the function
+# is the same object), a trusted helper class's attribute
+INNER_HELPERS = {"tests/helpers.py": "class Expected:\n    SUM = 4\n\n\ndef expected_sum(a, b, offset=0):\n    return a + b + offset\n"}
+INNER_ATTACKS = {  # the test's expectation, and the code under test's change that makes it 0
+    "library-function-code": ("json.loads('4')", "import json\njson.loads.__code__ = (lambda s, **kw: 0).__code__\n"),
+    "helper-function-code": ("expected_sum(2, 2)",
+                             "import helpers\nhelpers.expected_sum.__code__ = (lambda a, b, offset=0: 0).__code__\n"),
+    "helper-function-defaults": ("expected_sum(2, 2)", "import helpers\nhelpers.expected_sum.__defaults__ = (-4,)\n"),
+    "helper-class-attribute": ("Expected.SUM", "import helpers\nhelpers.Expected.SUM = 0\n"),
+}
+
+
+@pytest.mark.parametrize("case", list(INNER_ATTACKS.values()), ids=list(INNER_ATTACKS))
+def test_what_the_tests_call_cannot_be_changed_from_inside_in_a_graded_run(executor, case):
+    """Each made a failing test pass (``status`` ``passed``, no finding) before."""
+    expected, head = case
+    tests = {**INNER_HELPERS, "tests/test_s.py": "import json\n\nfrom calc import add\nfrom helpers import Expected, "
+                                                  f"expected_sum\n\n\ndef test_add():\n    assert add(2, 2) == {expected}\n"}
+    request = ExecutionRequest(files={**tests, "calc.py": head + "\n\ndef add(a, b):\n    return 0\n"}, runner="pytest",
+                               command=["tests"], limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
+
+
+def test_code_under_test_may_change_its_own_functions_and_tests_their_classes_state(executor):
+    tests = {"tests/helpers.py": "class Tracker:\n    calls = 0\n    mode = 'plain'\n",
+             "tests/test_s.py": textwrap.dedent("""
+                 from calc import add
+                 from helpers import Tracker
+
+
+                 class TestAdd:
+                     runs = 0
+
+                     def test_add(self):
+                         TestAdd.runs += 1
+                         Tracker.calls += 1
+                         setattr(Tracker, "mode", "counted")
+                         assert add(2, 2) == 4 and Tracker.calls == TestAdd.runs == 1
+                 """)}
+    code = "def _slow(a, b):\n    return sum([a, b])\n\n\ndef add(a, b):\n    return a - b\n\n\nadd.__code__ = _slow.__code__\n"
+    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "passed" and not result.integrity, (result.reason, result.tests)
+
+
 # a trace function sees every frame that starts while it is set, and Python 3.11 writes back what it
 # changes in a frame's f_locals: a test's result, or the arguments of the comparison check
 TRACE_TESTS = {"tests/test_s.py": "from calc import add\n\n\ndef test_add():\n    result = add(2, 2)\n    assert result == 4\n"}

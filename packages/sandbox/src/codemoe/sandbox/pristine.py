@@ -55,10 +55,35 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
-__all__ = ["Snapshot", "builtins_for", "changed_contents", "changed_data", "changed_files", "defined", "defined_code", "definitions",
-           "expect_files", "foreign_names", "guard_tracing", "imports", "impostors", "made", "made_from",
-           "read_source", "record_imports", "recorded_imports", "recorded_inner_imports", "resolved_name", "source_only", "take",
-           "taken", "traced"]
+__all__ = [
+    "Snapshot",
+    "audit_functions",
+    "builtins_for",
+    "changed_contents",
+    "changed_data",
+    "changed_files",
+    "classes",
+    "defined",
+    "defined_code",
+    "definitions",
+    "expect_files",
+    "foreign_names",
+    "guard_tracing",
+    "imports",
+    "impostors",
+    "made",
+    "made_from",
+    "read_source",
+    "recoded",
+    "record_imports",
+    "recorded_imports",
+    "recorded_inner_imports",
+    "resolved_name",
+    "source_only",
+    "take",
+    "taken",
+    "traced",
+]
 
 _ATOMS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (a C type's dict cannot be written)
@@ -322,11 +347,29 @@ _CONTENT: dict[str, dict[str, tuple[Any, Any]]] = {}  # module -> name -> (value
 def defined(module: str, name: str, value: Any, content: bool = False) -> None:
     """Record what a test module's top-level ``def``, ``class`` or once-bound assignment bound, right
     after it ran (the rewrite adds the call after each one), for :meth:`Snapshot.watch`; with
-    ``content``, what the value holds too (a list, dict or set the module only compares with)."""
+    ``content``, what the value holds too (a list, dict or set the module only compares with); and
+    for a class of the module's own, what its class statement put in it."""
     _DEFINED.setdefault(module, {})[name] = value
     _EVER.setdefault(module, []).append(value)
     if content:
         _CONTENT.setdefault(module, {})[name] = (value, _frozen(value))
+    if isinstance(value, type) and value.__flags__ & _HEAPTYPE and value.__dict__.get("__module__") == module:
+        real = [r for r in gc.get_referents(vars(value)) if type(r) is dict]  # the dict behind the mappingproxy
+        if len(real) == 1:
+            _CLASSES.setdefault(module, []).append((name, real[0], tuple(real[0].items())))
+
+
+# module -> (name, the class's own dict, what its class statement put there) of its classes
+_CLASSES: dict[str, list[tuple[str, dict[str, Any], tuple[tuple[str, Any], ...]]]] = {}
+_ASSIGNED: set[str] = set()  # attribute names the trusted modules assign (`Tracker.calls += 1`): their state
+
+
+def classes(module: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """``module``'s own classes (a trusted test module's or helper's) as (name, the class's dict, the
+    entries to hold it to): what its class statement bound, but attributes a trusted module assigns
+    somewhere (a counter its tests keep). The code under test gave a helper's ``Expected.SUM`` the
+    value its wrong answer has."""
+    return [(name, real, {k: v for k, v in items if k not in _ASSIGNED}) for name, real, items in _CLASSES.get(module, ())]
 
 
 def _frozen(value: Any, depth: int = 0) -> Any:
@@ -422,6 +465,40 @@ def _recording(name: str, setter: Any) -> Any:
     return guarded
 
 
+# A function's code and defaults can be replaced without rebinding any name the snapshot holds
+# (`json.loads.__code__ = (lambda s, **k: 4).__code__`, a trusted helper's too): the function is
+# still the same object. CPython audits those assignments, and an audit hook cannot be removed: one
+# added in the pytest fork server records each, with the file the function's code came from.
+_RECODED: list[tuple[str, str]] = []
+_FUNCTION_PARTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+
+
+def _audit(event: str, args: tuple[Any, ...], _parts: frozenset[str] = _FUNCTION_PARTS,
+           _function: type = types.FunctionType, _recoded: list[tuple[str, str]] = _RECODED) -> None:
+    if event != "object.__setattr__" or len(args) < 2 or type(args[0]) is not _function or len(_recoded) >= 16:
+        return
+    part = str.__str__(args[1]) if isinstance(args[1], str) else ""
+    if part in _parts:
+        target = args[0]
+        _recoded.append((f"{target.__module__}.{target.__qualname__}.{part}", target.__code__.co_filename))
+
+
+def audit_functions() -> None:
+    """Add the hook that records replaced function code and defaults (once per process: it stays)."""
+    if not _AUDITING:
+        sys.addaudithook(_audit)
+        _AUDITING.append(True)
+
+
+_AUDITING: list[bool] = []
+
+
+def recoded(own: Any) -> list[str]:
+    """Functions whose code or defaults were replaced, but those ``own(filename)`` says are the code
+    under test's (its files, or code it compiled itself: a file name like ``<string>``)."""
+    return list(dict.fromkeys(what for what, filename in _RECODED if not (filename.startswith("<") or own(filename))))
+
+
 def traced() -> list[str]:
     """The setters called with a function since the execution started (each at most once), plus a
     trace or profile function set now however it was set."""
@@ -491,6 +568,13 @@ def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> No
     _STARS[path] = ["." * node.level + (node.module or "") for node in tree.body
                     if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names)]
     _INNER[path] = set(inner)
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
+                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        _ASSIGNED.update(t.attr for t in targets if isinstance(t, ast.Attribute))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr")
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            _ASSIGNED.add(node.args[1].value)
 
 
 # Names pytest reads from a test module's (or conftest's) namespace to decide what to run and how,

@@ -33,11 +33,13 @@ from codemoe.sandbox.pristine import (
     changed_contents,
     changed_data,
     changed_files,
+    classes,
     defined_code,
     definitions,
     foreign_names,
     impostors,
     made_from,
+    recoded,
     recorded_imports,
     recorded_inner_imports,
     resolved_name,
@@ -162,7 +164,7 @@ class Reporter:
         if self._made_names:
             self._found([], when, impostors(self._made_names, self._imported, self._root))
         if self.graded:
-            self._found([], when, _tracing())
+            self._found([], when, _tracing() + _recoded(self._root, self.trusted))
         if self.graded:  # the task's files as it sent them (codemoe.sandbox.pristine.expect_files)
             self._found(changed_files(rewritten or ()), when,
                         [c for name in self._test_modules for c in changed_contents(name)])  # held contents
@@ -230,6 +232,8 @@ class Reporter:
                     modules.append(module)
                     if self.pristine is not None:  # watched from here, held to what they defined
                         self.pristine.watch(name, vars(module), definitions(name))
+                        for label, namespace, entries in classes(name):  # what each class statement bound
+                            self.pristine.watch(f"{name}.{label}", namespace, entries)
                         self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
                                    "collection")
                         self.pristine.watch_modules(recorded_inner_imports(module.__file__))
@@ -290,7 +294,7 @@ class Reporter:
         if report.when == "teardown" and self._made_names:  # a module put in place of a task's file by a test's end
             self._found([], f"test {_text(report.nodeid)}", impostors(self._made_names, self._imported, self._root))
         if report.when == "teardown" and self.graded:
-            self._found([], f"test {_text(report.nodeid)}", _tracing())
+            self._found([], f"test {_text(report.nodeid)}", _tracing() + _recoded(self._root, self.trusted))
         if report.when == "teardown" and self.graded and not self.sealed:  # the data the tests read, after every test
             self._found(changed_data(), f"test {_text(report.nodeid)}")
 
@@ -330,6 +334,15 @@ def _marked_to_skip(item: Any, _skip: Any = evaluate_skip_marks, _xfailed: Any =
 def _tracing() -> list[str]:
     """A trace or profile function set since the execution started (:func:`codemoe.sandbox.pristine.traced`)."""
     return [f"{name} (a trace or profile function, which can rewrite a test's variables)" for name in traced()]
+
+
+def _recoded(root: str, trusted: frozenset[str]) -> list[str]:
+    """Functions other than the code under test's whose code or defaults were replaced
+    (:func:`codemoe.sandbox.pristine.recoded`)."""
+    def own(filename: str) -> bool:
+        return filename.startswith(root) and filename[len(root):] not in trusted
+
+    return [f"{what} (replaced: the function is the same object, its code not)" for what in recoded(own)]
 
 
 def _import_names(path: str) -> list[str]:

@@ -464,6 +464,7 @@ def _index_and_snapshot() -> None:
     _preload_site_modules()
     _index_module_files()
     pristine.guard_tracing()
+    pristine.audit_functions()
     pristine.take()
 
 
