@@ -468,7 +468,8 @@ def _recording(name: str, setter: Any) -> Any:
 # A function's code and defaults can be replaced without rebinding any name the snapshot holds
 # (`json.loads.__code__ = (lambda s, **k: 4).__code__`, a trusted helper's too): the function is
 # still the same object. CPython audits those assignments, and an audit hook cannot be removed: one
-# added in the pytest fork server records each, with the file the function's code came from.
+# added in a graded run's child before any code under test records each, with the file the
+# function's code came from (not in the fork server: every audited event of every run would call it).
 _RECODED: list[tuple[str, str]] = []
 _FUNCTION_PARTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 

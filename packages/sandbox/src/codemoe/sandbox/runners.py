@@ -300,6 +300,7 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
                                if path in setup.trusted or path == setup.canary_path},
                               shipped=[os.path.normpath(os.path.join(work, path)) for path, _ in setup.files])
         pristine.source_only(work)
+        pristine.audit_functions()  # graded runs only: every audited event then calls it
     snapshot = pristine.taken() or pristine.take()  # taken in the pytest fork server, before any code under test
     reporter = Reporter(request.nonce, graded=request.graded, trusted=setup.trusted, canary=setup.canary_path,
                         pristine=snapshot, sealed=bool(setup.sealed))

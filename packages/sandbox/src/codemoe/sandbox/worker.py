@@ -464,7 +464,6 @@ def _index_and_snapshot() -> None:
     _preload_site_modules()
     _index_module_files()
     pristine.guard_tracing()
-    pristine.audit_functions()
     pristine.take()
 
 
