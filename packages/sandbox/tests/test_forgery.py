@@ -581,6 +581,31 @@ def test_helpers_imported_every_way_and_a_module_of_a_helpers_name_elsewhere_kee
         assert result.status == status and not result.integrity, (result.reason, result.tests)
 
 
+def test_a_process_forked_from_the_session_cannot_send_a_report_of_its_own(executor):
+    """Each forked process answers a different guess and finishes the session; the verdict took the
+    first report with the nonce, so one guess in eight passed a test the code cannot pass."""
+    code = textwrap.dedent("""
+        import os
+
+
+        def add(a, b):
+            children = []
+            for guess in range(1, 8):
+                pid = os.fork()
+                if pid == 0:
+                    return guess  # this process goes on with the session: its own report at the end
+                children.append(pid)
+            for pid in children:
+                os.waitpid(pid, 0)
+            return 0
+        """)
+    request = ExecutionRequest(files={**TRACE_TESTS, "calc.py": code}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(TRACE_TESTS))
+    result = executor.run(request)
+    assert result.status == "failed" and result.integrity == "forged-report", (result.reason, result.tests)
+    assert "reports, one per execution" in result.reason
+
+
 # what the tests call, changed without rebinding a name: a function's code or defaults (the function
 # is the same object), a trusted helper class's attribute
 INNER_HELPERS = {"tests/helpers.py": "class Expected:\n    SUM = 4\n\n\ndef expected_sum(a, b, offset=0):\n    return a + b + offset\n"}

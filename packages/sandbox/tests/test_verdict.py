@@ -98,6 +98,16 @@ def test_graded_pytest_passes_when_only_the_failing_canary_failed_and_hides_the_
     assert (status, tests) == ("failed", {"tests/test_a.py::test_x": "failed"}) and "1 of 1" in reason
 
 
+def test_a_second_report_of_the_execution_is_forged_whichever_came_first():
+    passing = {"kind": "pytest", "nonce": "n1", "tests": {"t::a": "passed"}, "exitstatus": 0}
+    failing = {**passing, "tests": {"t::a": "failed"}, "exitstatus": 1}
+    for messages in ([passing, failing], [failing, passing], [passing, passing]):
+        status, reason, tests, integrity = decide(_obs(runner="pytest", messages=messages))
+        assert (status, integrity) == ("failed", "forged-report") and "2 reports" in reason
+        assert tests == {"t::a": "failed"}
+    assert decide(_obs(runner="pytest", messages=[passing, {**passing, "nonce": "other"}]))[0] == "passed"
+
+
 def test_a_graded_test_skipped_while_it_ran_is_not_passed_and_a_marked_skip_is():
     tests = {"tests/test_a.py::test_x": "passed", "tests/test_a.py::test_y": "skipped", **CANARIES}
     assert _graded(tests, 1, 1)[0] == "passed"  # skipped by its mark: not in unmarked_skips

@@ -184,6 +184,10 @@ def _asserts_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str,
 
 def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str, str]:
     report = _report(obs)
+    reports = sum(1 for m in obs.messages if m.get("kind") == "pytest" and m.get("nonce") == obs.nonce)
+    if reports > 1:  # forked from the session, each process with its own guess: the first to report won
+        return "failed", (f"forged test report: {reports} reports, one per execution (a process forked from the "
+                          "session sent another)"), "forged-report"
     if report is None:
         early = _first(obs, "exit")
         how = f"SystemExit({early.get('code')})" if early else f"exit code {obs.exit_code}"
