@@ -606,6 +606,45 @@ def test_a_process_forked_from_the_session_cannot_send_a_report_of_its_own(execu
     assert "reports, one per execution" in result.reason
 
 
+def test_every_graded_test_starts_in_the_work_dir(executor):
+    """The code under test wrote ``expected.txt`` elsewhere and moved the working directory there at
+    import: the test's relative ``open`` read its 0 (``status`` ``passed`` before). A test's own
+    ``monkeypatch.chdir`` still holds within the test."""
+    tests = {"tests/data/expected.txt": "4\n",
+             "tests/test_s.py": textwrap.dedent("""
+                 import os
+
+                 from calc import add
+
+
+                 def test_add():
+                     with open("tests/data/expected.txt") as f:
+                         assert add(2, 2) == int(f.read())
+
+
+                 def test_in_a_folder_of_its_own(monkeypatch, tmp_path):
+                     monkeypatch.chdir(tmp_path)
+                     assert os.getcwd() == str(tmp_path) and add(1, 1) == 2
+                 """)}
+    code = textwrap.dedent("""
+        import os
+
+        os.makedirs("/tmp/elsewhere/tests/data", exist_ok=True)
+        with open("/tmp/elsewhere/tests/data/expected.txt", "w") as f:
+            f.write("0")
+        os.chdir("/tmp/elsewhere")
+
+
+        def add(a, b):
+            return a + b if a == 1 else 0
+        """)
+    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "failed", (result.reason, result.tests)
+    assert result.tests == {"tests/test_s.py::test_add": "failed", "tests/test_s.py::test_in_a_folder_of_its_own": "passed"}
+
+
 # what the tests call, changed without rebinding a name: a function's code or defaults (the function
 # is the same object), a trusted helper class's attribute
 INNER_HELPERS = {"tests/helpers.py": "class Expected:\n    SUM = 4\n\n\ndef expected_sum(a, b, offset=0):\n    return a + b + offset\n"}

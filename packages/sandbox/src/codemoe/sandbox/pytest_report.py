@@ -265,6 +265,20 @@ class Reporter:
             self._record(report.nodeid or "<collection>", "error")
             self.collect_errors.append(_text(crash_line(report)) or "")
 
+    @pytest.hookimpl(tryfirst=True)  # before any fixture or mark of the test runs
+    def pytest_runtest_setup(self, item: Any, _getcwd: Any = os.getcwd, _chdir: Any = os.chdir) -> None:
+        """Graded, every test starts in the work dir: a relative path a test opens is the task's file,
+        not one the code under test wrote elsewhere and moved the working directory to at import."""
+        root = self._root[:-1]
+        if not self.graded or not root:
+            return
+        try:
+            here = _getcwd()
+        except OSError:  # the folder it was in is gone
+            here = ""
+        if here != root:
+            _chdir(root)
+
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the report as pytest's skipping plugin left it
     def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
         report = yield
