@@ -57,6 +57,7 @@ _OUTCOMES = ("passed", "failed", "error", "skipped")
 _FORGED = "ForgedComparison"
 _UNSET = object()
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__  # a module's namespace, whatever its class answers
+_GETCWD, _CHDIR = os.getcwd, os.chdir  # bound at import, before any code under test
 _MODULES = sys.modules  # bound at import: rebinding ``sys.modules`` does not hide a module from the reporter
 
 
@@ -163,9 +164,8 @@ class Reporter:
             self._note(self.pristine.check(), when)
         if self._made_names:
             self._found([], when, impostors(self._made_names, self._imported, self._root))
-        if self.graded:
-            self._found([], when, _tracing() + _recoded(self._root, self.trusted))
         if self.graded:  # the task's files as it sent them (codemoe.sandbox.pristine.expect_files)
+            self._found([], when, _tracing() + _recoded(self._root, self.trusted))
             self._found(changed_files(rewritten or ()), when,
                         [c for name in self._test_modules for c in changed_contents(name)])  # held contents
 
@@ -242,7 +242,7 @@ class Reporter:
                     self._note(_foreign_fixtures(session, self._test_modules, self._trusted_namespaces(session, modules),
                                                  self.pristine, root), "collection")
                 self._note(_collected_not_made(session, self.trusted, root), "collection")
-                self._note(_tests_not_defined(session, {module.__file__: name for name, module in
+                self._note(_tests_not_defined(session, {_MODULE_DICT(module).get("__file__"): name for name, module in
                                                         _trusted_modules(self.trusted, root)}), "collection")
                 self._made_names = {root + path: _import_names(path) for path in _made_files(self.trusted)}
                 for module in modules:
@@ -266,18 +266,18 @@ class Reporter:
             self.collect_errors.append(_text(crash_line(report)) or "")
 
     @pytest.hookimpl(tryfirst=True)  # before any fixture or mark of the test runs
-    def pytest_runtest_setup(self, item: Any, _getcwd: Any = os.getcwd, _chdir: Any = os.chdir) -> None:
+    def pytest_runtest_setup(self, item: Any) -> None:
         """Graded, every test starts in the work dir: a relative path a test opens is the task's file,
         not one the code under test wrote elsewhere and moved the working directory to at import."""
         root = self._root[:-1]
         if not self.graded or not root:
             return
         try:
-            here = _getcwd()
+            here = _GETCWD()
         except OSError:  # the folder it was in is gone
             here = ""
         if here != root:
-            _chdir(root)
+            _CHDIR(root)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: the report as pytest's skipping plugin left it
     def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
@@ -305,12 +305,11 @@ class Reporter:
             self._record(report.nodeid, "error")
         elif report.skipped:
             self._record(report.nodeid, "skipped")
-        if report.when == "teardown" and self._made_names:  # a module put in place of a task's file by a test's end
-            self._found([], f"test {_text(report.nodeid)}", impostors(self._made_names, self._imported, self._root))
-        if report.when == "teardown" and self.graded:
-            self._found([], f"test {_text(report.nodeid)}", _tracing() + _recoded(self._root, self.trusted))
-        if report.when == "teardown" and self.graded and not self.sealed:  # the data the tests read, after every test
-            self._found(changed_data(), f"test {_text(report.nodeid)}")
+        if report.when == "teardown" and self.graded:  # after every test: a trace function, replaced function
+            when = f"test {_text(report.nodeid)}"      # code, a module in place of a task's file, and the data
+            found = _tracing() + _recoded(self._root, self.trusted)  # the tests read (unless sealed)
+            found += impostors(self._made_names, self._imported, self._root) if self._made_names else []
+            self._found([] if self.sealed else changed_data(), when, found)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> Any:
