@@ -581,6 +581,50 @@ def test_helpers_imported_every_way_and_a_module_of_a_helpers_name_elsewhere_kee
         assert result.status == status and not result.integrity, (result.reason, result.tests)
 
 
+def test_a_report_read_on_its_way_cannot_be_changed(executor):
+    """The code under test put a pipe of its own in the channel's place (descriptor 3), full, so the
+    reporter's write waited for its thread, which read the report (with the nonce, then), marked the
+    task's test passed and wrote it to the real channel: ``status`` ``passed`` in 2 of 12 runs before
+    (when the thread won the race with the process's exit). The report is signed now: what the thread
+    reads carries no key, and an edited one is dropped."""
+    code = textwrap.dedent("""
+        import json, os, threading
+
+        CHANNEL = 1 + 2
+        real = os.dup(CHANNEL)
+        read_end, write_end = os.pipe()
+        os.write(write_end, b"x" * 65536)
+        os.dup2(write_end, CHANNEL)
+
+
+        def relay():
+            data = b""
+            while not (data.lstrip(b"x").endswith(b"\\n") and b"pytest" in data):
+                chunk = os.read(read_end, 65536)
+                if not chunk:
+                    return
+                data += chunk
+            for line in data.lstrip(b"x").splitlines():
+                message = json.loads(line)
+                inner = json.loads(message["body"]) if "body" in message else message
+                inner["tests"] = {k: "passed" if "test_s" in k else v for k, v in inner.get("tests", {}).items()}
+                inner["exitstatus"] = 1
+                message = {**message, "body": json.dumps(inner)} if "body" in message else inner
+                os.write(real, json.dumps(message).encode() + b"\\n")
+
+
+        threading.Thread(target=relay, daemon=True).start()
+
+
+        def add(a, b):
+            return 0
+        """)
+    request = ExecutionRequest(files={**TRACE_TESTS, "calc.py": code}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(TRACE_TESTS))
+    result = executor.run(request)
+    assert result.status == "failed" and result.tests.get("tests/test_s.py::test_add") != "passed", (result.reason, result.tests)
+
+
 def test_a_process_forked_from_the_session_cannot_send_a_report_of_its_own(executor):
     """Each forked process answers a different guess and finishes the session; the verdict took the
     first report with the nonce, so one guess in eight passed a test the code cannot pass."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hmac
+import json
 import signal
 
 import pytest
-from codemoe.sandbox.verdict import Observation, decide
+from codemoe.sandbox.verdict import SIGNED, Observation, decide, opened
 
 
 def _obs(**kwargs) -> Observation:
@@ -96,6 +98,21 @@ def test_graded_pytest_passes_when_only_the_failing_canary_failed_and_hides_the_
     failing = {"tests/test_a.py::test_x": "failed", **CANARIES}
     status, reason, tests = _graded(failing, 1, 1)
     assert (status, tests) == ("failed", {"tests/test_a.py::test_x": "failed"}) and "1 of 1" in reason
+
+
+def _signed(message: dict, key: str) -> dict:
+    body = json.dumps(message)
+    return {"kind": SIGNED, "mac": hmac.digest(key.encode(), body.encode(), "sha256").hex(), "body": body}
+
+
+def test_signed_messages_open_with_the_nonce_and_unsigned_reports_count_for_nothing():
+    report = {"kind": "pytest", "tests": {"t::a": "passed"}, "exitstatus": 0}
+    start = {"kind": "start", "nonce": "n1"}
+    assert opened([start, _signed(report, "n1")], "n1") == [start, {**report, "nonce": "n1"}]
+    changed = _signed(report, "n1") | {"body": json.dumps({**report, "tests": {"t::a": "failed"}})}
+    assert opened([changed, _signed(report, "guess"), {**report, "nonce": "n1"}], "n1") == []  # edited, wrong key, clear
+    nested = _signed(_signed(report, "n1"), "n1")
+    assert opened([nested, _signed(report, "n1") | {"mac": 7}, {"kind": SIGNED, "body": "{"}], "n1") == []
 
 
 def test_a_second_report_of_the_execution_is_forged_whichever_came_first():

@@ -46,8 +46,9 @@ from codemoe.sandbox.pristine import (
     traced,
     watch_unshipped,
 )
+from codemoe.sandbox.verdict import SIGNED
 
-__all__ = ["Reporter", "encode_line"]
+__all__ = ["Reporter", "encode_line", "sign_line"]
 
 CHANNEL_FD = 3
 # codemoe.sandbox.agent.task_setup.SETUP_ENV (that package is not loaded here): set when the task's
@@ -81,6 +82,29 @@ _ENCODE = _bind_encoder()
 def encode_line(message: dict[str, Any], _encode: Callable[[Any], str] = _ENCODE) -> bytes:
     """One JSON line of a report, with the encoder bound at import."""
     return (_encode(message) + "\n").encode()
+
+
+def _bind_digest() -> Callable[[bytes, bytes, str], bytes]:
+    try:
+        from _hashlib import hmac_digest  # OpenSSL's, in C: nothing a program can rebind is on its path
+    except ImportError:  # a Python built without OpenSSL: the standard library's (named in docs/reliability.md)
+        import hmac
+
+        return hmac.digest
+    return hmac_digest
+
+
+_DIGEST = _bind_digest()
+
+
+def sign_line(message: dict[str, Any], key: str, _encode: Callable[[Any], str] = _ENCODE,
+              _digest: Callable[[bytes, bytes, str], bytes] = _DIGEST) -> bytes:
+    """One channel line that carries ``message`` and its HMAC-SHA256 under ``key`` (the execution's
+    nonce), never the key itself: code under test that puts a pipe of its own in place of the channel
+    reads a report it cannot change or copy into another (:func:`codemoe.sandbox.verdict.opened`)."""
+    body = _encode(message)
+    mac = _digest(key.encode(), body.encode(), "sha256").hex()
+    return (_encode({"kind": SIGNED, "mac": mac, "body": body}) + "\n").encode()
 
 
 def _text(value: Any) -> str | None:
@@ -122,8 +146,8 @@ class Reporter:
         self._write = write
 
     def send(self, message: dict[str, Any]) -> None:
-        """Write ``message`` (with the nonce) to the result channel."""
-        view = memoryview(encode_line({**message, "nonce": self.nonce}))
+        """Write ``message``, signed with the nonce, to the result channel."""
+        view = memoryview(sign_line(message, self.nonce))
         write = self._write
         while view:
             view = view[write(CHANNEL_FD, view):]

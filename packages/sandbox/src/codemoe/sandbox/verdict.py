@@ -11,11 +11,43 @@ whether the report can be believed (:mod:`codemoe.sandbox.canary`).
 
 from __future__ import annotations
 
+import hmac
+import json
 import signal as signals
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["INTEGRITY_KINDS", "Observation", "decide"]
+__all__ = ["INTEGRITY_KINDS", "SIGNED", "Observation", "decide", "opened"]
+
+# The kind of a channel line that carries another message and its HMAC-SHA256 under the nonce
+# (codemoe.sandbox.pytest_report.sign_line): the pytest runner's messages, which the code under test
+# could read on their way (a pipe of its own put in the channel's place) but never learns the key from.
+SIGNED = "signed"
+
+
+def opened(messages: list[dict[str, Any]], nonce: str) -> list[dict[str, Any]]:
+    """The channel's messages, each signed one replaced by what it carries (with the nonce) when its
+    HMAC under ``nonce`` is right and dropped otherwise; an unsigned pytest report is dropped too (the
+    reporter signs every one: one that came in the clear carried a nonce read from memory)."""
+    out = []
+    key = nonce.encode()
+    for message in messages:
+        kind = message.get("kind")
+        if kind == SIGNED:
+            body, mac = message.get("body"), message.get("mac")
+            if not (isinstance(body, str) and isinstance(mac, str)):
+                continue
+            if not hmac.compare_digest(hmac.digest(key, body.encode(), "sha256").hex(), mac):
+                continue
+            try:
+                inner = json.loads(body)
+            except ValueError:
+                continue
+            if isinstance(inner, dict) and inner.get("kind") != SIGNED:
+                out.append({**inner, "nonce": nonce})
+        elif kind != "pytest":
+            out.append(message)
+    return out
 
 _MEMORY_MARKERS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory")
 _FILE_SIZE_MARKERS = ("File too large", "Errno 27")

@@ -51,7 +51,7 @@ from codemoe.sandbox.runners import (
     sandbox_env,
     stdio_objects,
 )
-from codemoe.sandbox.verdict import Observation, decide
+from codemoe.sandbox.verdict import Observation, decide, opened
 
 __all__ = ["execute", "main"]
 
@@ -172,7 +172,8 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
             os.close(fd)
         finish_execution(plan, work)
     out, err, channel = streams.values()
-    messages = verdict.messages if verdict is not None and verdict.started else _messages(bytes(channel.data))
+    messages = (verdict.messages if verdict is not None and verdict.started
+                else opened(_messages(bytes(channel.data)), request.nonce))
     return _result(request, setup, out, err, messages, status, usage, duration, wall_timeout, output_limit,
                    oom_kill=oom_kill)
 
