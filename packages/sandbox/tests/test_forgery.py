@@ -807,6 +807,22 @@ def test_a_test_the_code_under_test_skips_is_not_passed_in_a_graded_run(executor
     assert result.status == "failed" and "skipped while they ran" in result.reason, (result.reason, result.tests)
 
 
+@pytest.mark.parametrize("head", ["import pytest\npytest.skip('later', allow_module_level=True)\n",
+                                  "import pytest\npytest.importorskip('no_such_module_anywhere')\n",
+                                  "import unittest\nraise unittest.SkipTest('later')\n"],
+                         ids=["skip", "importorskip", "skiptest"])
+def test_a_test_module_the_code_under_test_skips_as_it_is_imported_is_not_passed(executor, head):
+    """The code under test, imported by the module holding the failing test, skipped that whole module
+    at collection: its tests vanished from the report and the other module's passed (``status``
+    ``passed`` before)."""
+    tests = {"tests/test_a.py": "def test_one():\n    assert 1 + 1 == 2\n",
+             "tests/test_s.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"}
+    request = ExecutionRequest(files={**tests, "calc.py": head + "\n\ndef add(a, b):\n    return 0\n"}, runner="pytest",
+                               command=["tests"], limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "failed" and result.tests["tests/test_s.py"] == "skipped", (result.reason, result.tests)
+
+
 def test_skips_and_expected_failures_the_tests_marks_declare_keep_a_graded_pass(executor):
     tests = {"tests/test_s.py": textwrap.dedent("""
         import sys

@@ -288,6 +288,11 @@ class Reporter:
         if report.failed:
             self._record(report.nodeid or "<collection>", "error")
             self.collect_errors.append(_text(crash_line(report)) or "")
+        elif report.skipped and self.graded:  # a whole module (or folder) skipped as it was imported: by
+            nodeid = _text(report.nodeid) or "<collection>"  # the code under test it imports, as likely
+            self._record(nodeid, "skipped")                  # as by itself: its tests did not run
+            if nodeid not in self.unmarked_skips:
+                self.unmarked_skips.append(nodeid)
 
     @pytest.hookimpl(tryfirst=True)  # before any fixture or mark of the test runs
     def pytest_runtest_setup(self, item: Any) -> None:

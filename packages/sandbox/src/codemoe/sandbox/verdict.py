@@ -261,9 +261,9 @@ def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str, 
     unmarked = report.get("unmarked_skips") if obs.canaries else None  # graded runs only
     unmarked = [str(n) for n in unmarked if str(n) in tests] if isinstance(unmarked, list) else []
     if unmarked:
-        return "failed", (f"{len(unmarked)} of {len(tests)} tests skipped while they ran, not by a mark of theirs "
-                          f"(pytest.skip, pytest.xfail, importorskip or skipTest called): {', '.join(unmarked[:5])}; "
-                          "a graded run counts such a test as not passed"), ""
+        return "failed", (f"{len(unmarked)} of {len(tests)} tests skipped while they ran (or their module as it was "
+                          "imported), not by a mark of theirs (pytest.skip, pytest.xfail, importorskip or skipTest "
+                          f"called): {', '.join(unmarked[:5])}; a graded run counts such a test as not passed"), ""
     if exitstatus != 0 or obs.exit_code != 0:
         return "failed", f"pytest exit status {exitstatus}, process exit code {obs.exit_code}", ""
     if not tests:
