@@ -713,6 +713,33 @@ def test_what_the_tests_call_cannot_be_changed_from_inside_in_a_graded_run(execu
     assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
 
 
+def test_parametrize_cases_are_held_until_pytest_has_read_them(executor):
+    """A test module that binds its cases before it imports the code under test: the code took out
+    the case it fails before the decorator read the list (``status`` ``passed`` before). Cases the
+    tests then hand to the code, which sorts them in place, are its to change."""
+    tests = {"tests/test_s.py": textwrap.dedent("""
+        import pytest
+
+        CASES = [([3, 1, 2], [1, 2, 3]), ([2, 1], [1, 2]), ([5, 4], [4, 5])]
+
+        from calc import sort_in_place
+
+
+        @pytest.mark.parametrize("data, expected", CASES)
+        def test_sort(data, expected):
+            sort_in_place(data)
+            assert data == expected
+        """)}
+    wrong = "def sort_in_place(xs):\n    xs.sort()\n    if len(xs) == 3:\n        xs.reverse()\n"
+    attack = "import sys\nsys.modules['test_s'].CASES.pop(0)\n\n\n" + wrong
+    for code, status, integrity in ((attack, "failed", "forged-environment"), (wrong, "failed", ""),
+                                    ("def sort_in_place(xs):\n    xs.sort()\n", "passed", "")):
+        request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
+                                   limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+        result = executor.run(request)
+        assert (result.status, result.integrity) == (status, integrity), (result.reason, result.tests)
+
+
 def test_code_under_test_may_change_its_own_functions_and_tests_their_classes_state(executor):
     tests = {"tests/helpers.py": "class Tracker:\n    calls = 0\n    mode = 'plain'\n",
              "tests/test_s.py": textwrap.dedent("""

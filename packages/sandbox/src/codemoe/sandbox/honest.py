@@ -488,6 +488,12 @@ class _Provenance:
         handed = {n.id for n in loads if id(n) not in operands}
         self.compared: set[str] = {n for n in self.held - handed
                                    if isinstance(assigned[n][0], (ast.List, ast.Dict, ast.Set))}
+        # and a display it hands only to ``pytest.mark.parametrize`` besides (its cases): held until
+        # pytest has read it, when collection ends (the tests may hand its items to honest code later)
+        cases = _parametrize_arguments(tree)
+        handed_on = {n.id for n in loads if id(n) not in operands and id(n) not in cases}
+        self.parametrized: set[str] = {n for n in self.held - handed_on - self.compared
+                                       if isinstance(assigned[n][0], (ast.List, ast.Dict, ast.Set))}
         other = bound | set(assigned)
         self.names: set[str] = {n for n, ok in imported.items() if ok and n not in other}
         self.names |= {n for n in _BUILTIN_CONSTRUCTORS if n not in other and n not in imported}
@@ -614,8 +620,24 @@ def _at(new: ast.AST, old: ast.AST) -> Any:
     return ast.copy_location(new, old)
 
 
+def _parametrize_arguments(tree: ast.Module) -> set[int]:
+    """The ids of the names a ``parametrize`` decorator of the module takes as its values
+    (``@pytest.mark.parametrize("a,b", CASES)``, ``argvalues=CASES``)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        for decorator in getattr(node, "decorator_list", ()):
+            func = decorator.func if isinstance(decorator, ast.Call) else None
+            if (isinstance(func, ast.Attribute) and func.attr == "parametrize") or (
+                isinstance(func, ast.Name) and func.id == "parametrize"
+            ):
+                values = [*decorator.args[1:2], *(k.value for k in decorator.keywords if k.arg == "argvalues")]
+                found.update(id(v) for v in values if isinstance(v, ast.Name))
+    return found
+
+
 def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[int]],
-               held: set[str] | frozenset[str] = frozenset(), compared: set[str] | frozenset[str] = frozenset()) -> None:
+               held: set[str] | frozenset[str] = frozenset(), compared: set[str] | frozenset[str] = frozenset(),
+               parametrized: set[str] | frozenset[str] = frozenset()) -> None:
     """Route the module's comparisons through :func:`compare` (in place), after pytest's rewrite,
     make its functions call the builtins as the fork server loaded them
     (:func:`codemoe.sandbox.pristine.builtins_for`), and record what its top-level definitions and
@@ -659,8 +681,8 @@ def instrument(tree: ast.Module, surveyed: dict[tuple[int, int, int, int], list[
         for name in names:
             call = ast.Call(ast.Name(DEFINED_NAME, ast.Load()), [ast.Name("__name__", ast.Load()), ast.Constant(name),
                                                                   ast.Name(name, ast.Load())], [])  # fmt: skip
-            if name in compared:
-                call.args.append(ast.Constant(True))
+            if name in compared or name in parametrized:
+                call.args.append(ast.Constant(True if name in compared else "collection"))
             rest.append(_place(ast.Expr(call), getattr(stmt, "end_lineno", None) or stmt.lineno))
     body[at:] = [*added, frozen, assign, *rest]
 
@@ -719,7 +741,7 @@ def install() -> None:
             pristine.read_source(str(module_path), source)
         surveyed = survey(mod, trusted, provenance)
         original(mod, source, module_path, config)
-        instrument(mod, surveyed, provenance.held, provenance.compared)
+        instrument(mod, surveyed, provenance.held, provenance.compared, provenance.parametrized)
 
     rewrite.rewrite_asserts = rewrite_asserts
     # every module pytest rewrites is rewritten from its source, read and checked here: a cached pyc

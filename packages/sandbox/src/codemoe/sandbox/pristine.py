@@ -341,18 +341,21 @@ _STARS: dict[str, list[str]] = {}  # path -> the modules its top-level star impo
 _INNER: dict[str, set[str]] = {}
 _DEFINED: dict[str, dict[str, Any]] = {}
 _EVER: dict[str, list[Any]] = {}  # module -> every value its top-level definitions bound (two conftests share a name)
+_CASES: dict[str, dict[str, tuple[Any, Any]]] = {}  # the same, for a module's parametrize cases
 _CONTENT: dict[str, dict[str, tuple[Any, Any]]] = {}  # module -> name -> (value, what it held when bound)
 
 
-def defined(module: str, name: str, value: Any, content: bool = False) -> None:
+def defined(module: str, name: str, value: Any, content: bool | str = False) -> None:
     """Record what a test module's top-level ``def``, ``class`` or once-bound assignment bound, right
     after it ran (the rewrite adds the call after each one), for :meth:`Snapshot.watch`; with
-    ``content``, what the value holds too (a list, dict or set the module only compares with); and
-    for a class of the module's own, what its class statement put in it."""
+    ``content``, what the value holds too (a list, dict or set the module only compares with; with
+    ``"collection"``, one it hands to ``parametrize``, held until collection ends); and for a class of
+    the module's own, what its class statement put in it."""
     _DEFINED.setdefault(module, {})[name] = value
     _EVER.setdefault(module, []).append(value)
     if content:
-        _CONTENT.setdefault(module, {})[name] = (value, _frozen(value))
+        held = _CASES if content == "collection" else _CONTENT
+        held.setdefault(module, {})[name] = (value, _frozen(value))
     if isinstance(value, type) and value.__flags__ & _HEAPTYPE and value.__dict__.get("__module__") == module:
         real = [r for r in gc.get_referents(vars(value)) if type(r) is dict]  # the dict behind the mappingproxy
         if len(real) == 1:
@@ -390,11 +393,13 @@ def _frozen(value: Any, depth: int = 0) -> Any:
     return kind, id(value)
 
 
-def changed_contents(module: str) -> list[str]:
+def changed_contents(module: str, collection: bool = False) -> list[str]:
     """The values :func:`defined` recorded with their content in ``module`` that hold something
-    else now (changed in place), as ``module.name (its content)``."""
-    return [f"{module}.{name} (its content)" for name, (value, frozen) in _CONTENT.get(module, {}).items()
-            if _frozen(value) != frozen]
+    else now (changed in place), as ``module.name (its content)``; with ``collection``, the
+    parametrize cases too (checked when collection ends: the code under test, imported after them
+    and before the decorator read them, took out the cases it fails)."""
+    held = [*_CONTENT.get(module, {}).items(), *(_CASES.get(module, {}).items() if collection else ())]
+    return [f"{module}.{name} (its content)" for name, (value, frozen) in held if _frozen(value) != frozen]
 
 
 def definitions(module: str) -> dict[str, Any]:

@@ -190,8 +190,8 @@ class Reporter:
             self._found([], when, impostors(self._made_names, self._imported, self._root))
         if self.graded:  # the task's files as it sent them (codemoe.sandbox.pristine.expect_files)
             self._found([], when, _tracing() + _recoded(self._root, self.trusted))
-            self._found(changed_files(rewritten or ()), when,
-                        [c for name in self._test_modules for c in changed_contents(name)])  # held contents
+            self._found(changed_files(rewritten or ()), when,  # held contents (parametrize cases: at collection)
+                        [c for name in self._test_modules for c in changed_contents(name, when == "collection")])
 
     def _found(self, files: list[str], when: str, more: list[str] | None = None) -> None:
         """Name each finding of the task's files (absolute paths) and ``more`` once."""
