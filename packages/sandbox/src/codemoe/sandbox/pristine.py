@@ -533,8 +533,9 @@ def made(module: Any) -> None:
 
 
 def made_from(path: str, module: Any) -> bool:
-    """Whether ``module`` is one pytest's rewrite hook executed from the file at ``path``."""
-    return any(m is module for m in _MADE.get(os.path.abspath(path), ()))
+    """Whether ``module`` is one pytest's rewrite hook executed from the file at (absolute) ``path``
+    (checked after every graded test: no path is normalised here)."""
+    return any(m is module for m in _MADE.get(path, ()))
 
 
 def impostors(paths: dict[str, list[str]], imported: set[str], root: str = "") -> list[str]:

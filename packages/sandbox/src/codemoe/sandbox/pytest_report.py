@@ -186,12 +186,16 @@ class Reporter:
     def _check(self, when: str, rewritten: list[str] | None = None) -> None:
         if self.pristine is not None:
             self._note(self.pristine.check(), when)
-        if self._made_names:
-            self._found([], when, impostors(self._made_names, self._imported, self._root))
         if self.graded:  # the task's files as it sent them (codemoe.sandbox.pristine.expect_files)
-            self._found([], when, _tracing() + _recoded(self._root, self.trusted))
+            self._found([], when, self._interim())
             self._found(changed_files(rewritten or ()), when,  # held contents (parametrize cases: at collection)
                         [c for name in self._test_modules for c in changed_contents(name, when == "collection")])
+
+    def _interim(self) -> list[str]:
+        """Graded, what is checked at every check and after every test: a trace function set, a
+        function's code replaced, a module in place of a task's file."""
+        found = _tracing() + _recoded(self._root, self.trusted)
+        return found + impostors(self._made_names, self._imported, self._root) if self._made_names else found
 
     def _found(self, files: list[str], when: str, more: list[str] | None = None) -> None:
         """Name each finding of the task's files (absolute paths) and ``more`` once."""
@@ -243,11 +247,13 @@ class Reporter:
             if self.graded:
                 canary = frozenset({self.canary} if self.canary else ())
                 modules = []  # the trusted modules but the canary's
+                named: dict[str, str] = {}  # file -> module name, the canary's too
                 for name, module in _trusted_modules(self.trusted | canary, root):
                     if type(module) is not types.ModuleType:  # its attributes answered by the code under test
                         self._note([f"{name}.__class__ (a module of the task's files given a class of its own)"],
                                    "collection")
                         continue
+                    named[module.__file__] = name
                     if isinstance(getattr(getattr(module, "__spec__", None), "loader", None), AssertionRewritingHook):
                         rewritten.append(module.__file__)
                     if module.__file__ == root + self.canary:
@@ -266,8 +272,7 @@ class Reporter:
                     self._note(_foreign_fixtures(session, self._test_modules, self._trusted_namespaces(session, modules),
                                                  self.pristine, root), "collection")
                 self._note(_collected_not_made(session, self.trusted, root), "collection")
-                self._note(_tests_not_defined(session, {_MODULE_DICT(module).get("__file__"): name for name, module in
-                                                        _trusted_modules(self.trusted, root)}), "collection")
+                self._note(_tests_not_defined(session, named), "collection")
                 self._made_names = {root + path: _import_names(path) for path in _made_files(self.trusted)}
                 for module in modules:
                     self._imported |= _imported_names(module)
@@ -291,8 +296,7 @@ class Reporter:
         elif report.skipped and self.graded:  # a whole module (or folder) skipped as it was imported: by
             nodeid = _text(report.nodeid) or "<collection>"  # the code under test it imports, as likely
             self._record(nodeid, "skipped")                  # as by itself: its tests did not run
-            if nodeid not in self.unmarked_skips:
-                self.unmarked_skips.append(nodeid)
+            self._unmarked(nodeid)
 
     @pytest.hookimpl(tryfirst=True)  # before any fixture or mark of the test runs
     def pytest_runtest_setup(self, item: Any) -> None:
@@ -312,10 +316,13 @@ class Reporter:
     def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
         report = yield
         if self.graded and report.skipped and not _marked_to_skip(item):
-            nodeid = _text(report.nodeid)
-            if nodeid is not None and nodeid not in self.unmarked_skips:
-                self.unmarked_skips.append(nodeid)
+            self._unmarked(_text(report.nodeid))
         return report
+
+    def _unmarked(self, nodeid: str | None) -> None:
+        """List a skip no mark of the test decided (once)."""
+        if nodeid is not None and nodeid not in self.unmarked_skips:
+            self.unmarked_skips.append(nodeid)
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.failed:
@@ -334,11 +341,8 @@ class Reporter:
             self._record(report.nodeid, "error")
         elif report.skipped:
             self._record(report.nodeid, "skipped")
-        if report.when == "teardown" and self.graded:  # after every test: a trace function, replaced function
-            when = f"test {_text(report.nodeid)}"      # code, a module in place of a task's file, and the data
-            found = _tracing() + _recoded(self._root, self.trusted)  # the tests read (unless sealed)
-            found += impostors(self._made_names, self._imported, self._root) if self._made_names else []
-            self._found([] if self.sealed else changed_data(), when, found)
+        if report.when == "teardown" and self.graded:  # after every test, and the data the tests read (unless sealed)
+            self._found([] if self.sealed else changed_data(), f"test {_text(report.nodeid)}", self._interim())
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> Any:
@@ -467,11 +471,7 @@ def _trusted_modules(trusted: frozenset[str], root: str) -> list[tuple[str, Any]
     for path in sorted(trusted):
         if not path.endswith(".py"):
             continue
-        parts = path[:-3].split("/")
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        for start in range(len(parts)):
-            name = ".".join(parts[start:])
+        for name in _import_names(path):
             module = _MODULES.get(name)
             if module is not None and types.ModuleType in type(module).__mro__ and _MODULE_DICT(module).get("__file__") == root + path:
                 found.append((name, module))

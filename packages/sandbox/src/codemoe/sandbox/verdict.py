@@ -151,12 +151,14 @@ def _forgery(obs: Observation, report: dict[str, Any], tests: dict[str, str]) ->
     return ""
 
 
+def _reports(obs: Observation) -> list[dict[str, Any]]:
+    """The pytest reports that carry this execution's nonce (one, unless the run is forged)."""
+    return [m for m in obs.messages if m.get("kind") == "pytest" and m.get("nonce") == obs.nonce]
+
+
 def _report(obs: Observation) -> dict[str, Any] | None:
-    """The pytest report, only when it carries this execution's nonce."""
-    for message in obs.messages:
-        if message.get("kind") == "pytest" and message.get("nonce") == obs.nonce:
-            return message
-    return None
+    """The first pytest report that carries this execution's nonce."""
+    return next(iter(_reports(obs)), None)
 
 
 def _first(obs: Observation, kind: str) -> dict[str, Any] | None:
@@ -215,10 +217,10 @@ def _asserts_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str,
 
 
 def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str, str]:
-    report = _report(obs)
-    reports = sum(1 for m in obs.messages if m.get("kind") == "pytest" and m.get("nonce") == obs.nonce)
-    if reports > 1:  # forked from the session, each process with its own guess: the first to report won
-        return "failed", (f"forged test report: {reports} reports, one per execution (a process forked from the "
+    reports = _reports(obs)
+    report = next(iter(reports), None)
+    if len(reports) > 1:  # forked from the session, each process with its own guess: the first to report won
+        return "failed", (f"forged test report: {len(reports)} reports, one per execution (a process forked from the "
                           "session sent another)"), "forged-report"
     if report is None:
         early = _first(obs, "exit")
