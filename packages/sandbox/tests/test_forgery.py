@@ -782,6 +782,28 @@ TRACE_ATTACKS = {
                          + "\n\nsys.settrace(lambda frame, event, arg: _lines if frame.f_code.co_name == 'test_add' else None)\n",
     # a profile function is handed the same frames: set at all, it is recorded too
     "profile": "import sys\n\nsys.setprofile(lambda frame, event, arg: None)\n",
+    # the real setter, taken from the recording wrapper's closure (no frame, gc or runner module named)
+    # by the function under test, whose trace rewrites the operands of the assert's comparison check
+    # and takes itself out: the recording wrapper never sees a call
+    "real-setter-from-a-closure": textwrap.dedent("""
+        import sys
+
+        _real = next(c.cell_contents for c in getattr(sys.settrace, "__closure__", None) or () if callable(c.cell_contents))
+
+
+        def _rewrite(frame, event, arg):
+            if event == "call":
+                zeros = [name for name, value in frame.f_locals.items() if type(value) is int and value == 0]
+                for name in zeros:
+                    frame.f_locals[name] = 4
+                if zeros:
+                    _real(None)
+
+
+        def add(a, b):
+            _real(_rewrite)
+            return a - b
+        """),
 }
 
 
@@ -794,6 +816,75 @@ def test_a_trace_function_in_a_graded_run_is_a_forged_environment(executor, code
     result = executor.run(request)
     assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
     assert "trace or profile function" in result.reason, result.reason
+
+
+# a module given a class of the code under test's while one test runs, and its own class back
+# before the test ends: no check between tests finds it (each passed before)
+CLASS_FOR_A_WHILE = """
+import types
+
+
+def _lying(module, name, value):
+    class Lying(types.ModuleType):
+        def __getattribute__(self, attribute):
+            if attribute == name:
+                object.__setattr__(self, "__class__", types.ModuleType)
+                return value
+            return super().__getattribute__(attribute)
+    module.__class__ = Lying
+"""
+CLASS_ATTACKS = {
+    "helper-module": ({"tests/helpers.py": "EXPECTED = 4\n",
+                       "tests/test_s.py": "import helpers\nfrom calc import add\n\n\ndef test_add():\n"
+                                          "    assert add(2, 2) == helpers.EXPECTED\n"},
+                      CLASS_FOR_A_WHILE + "\n\ndef add(a, b):\n    import helpers\n    _lying(helpers, 'EXPECTED', 0)\n"
+                                          "    return a - b\n"),
+    "standard-library-module": ({"tests/test_s.py": "import math\n\nfrom calc import area\n\n\ndef test_area():\n"
+                                                    "    assert math.isclose(area(), 0.3)\n"},
+                                CLASS_FOR_A_WHILE + "\n\ndef area():\n    import math\n"
+                                                    "    _lying(math, 'isclose', lambda *a, **k: True)\n    return 0.2\n"),
+}
+
+
+@pytest.mark.parametrize("case", list(CLASS_ATTACKS.values()), ids=list(CLASS_ATTACKS))
+def test_a_module_given_a_class_for_one_lookup_is_a_forged_environment(executor, case):
+    tests, code = case
+    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
+    assert "'s class (set to _lying.<locals>.Lying" in result.reason, result.reason
+
+
+def test_code_under_test_may_give_its_own_modules_a_class(executor):
+    """A module of the code under test's with a class of its own (attribute hooks, deprecations) and
+    one it makes at run time: graded as usual."""
+    code = textwrap.dedent("""
+        import sys
+        import types
+
+
+        class _Counting(types.ModuleType):
+            reads = 0
+
+            def __getattribute__(self, name):
+                type(self).reads += 1
+                return super().__getattribute__(name)
+
+
+        sys.modules[__name__].__class__ = _Counting
+        made = types.ModuleType("made")
+        made.__class__ = _Counting
+
+
+        def add(a, b):
+            return a + b
+        """)
+    tests = {"tests/test_s.py": "import calc\n\n\ndef test_add():\n    assert calc.add(2, 2) == 4\n"}
+    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "passed" and not result.integrity, (result.reason, result.tests)
 
 
 def test_an_ungraded_run_may_trace(executor):

@@ -472,26 +472,75 @@ def _recording(name: str, setter: Any) -> Any:
 
 # A function's code and defaults can be replaced without rebinding any name the snapshot holds
 # (`json.loads.__code__ = (lambda s, **k: 4).__code__`, a trusted helper's too): the function is
-# still the same object. CPython audits those assignments, and an audit hook cannot be removed: one
-# added in a graded run's child before any code under test records each, with the file the
-# function's code came from (not in the fork server: every audited event of every run would call it).
+# still the same object. So can a module's class (`helpers.__class__ = Lying`, whose
+# `__getattribute__` answers `EXPECTED` with 0, given back before any check). And a trace function
+# can be set by a route the recording setters never see: the real setter taken from a wrapper's
+# closure, `threading.settrace` and a thread, `cProfile`, `ctypes.pythonapi.PyEval_SetTrace`.
+# CPython audits every one of these (each setter, C's included, raises `sys.settrace` or
+# `sys.setprofile`), and an audit hook cannot be removed: one added in a graded run's child before
+# any code under test records each as it happens, the change with the file of what was changed (not
+# in the fork server: every audited event of every run would call it).
 _RECODED: list[tuple[str, str]] = []
 _FUNCTION_PARTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+_TRACE_EVENTS = frozenset({"sys.settrace", "sys.setprofile"})
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"]  # ModuleType's own slot: no class of the code under test answers
+_FOUND_BEFORE: list[frozenset[int]] = []  # the modules loaded when the hook was added (the standard library, pytest, ...)
 
 
 def _audit(event: str, args: tuple[Any, ...], _parts: frozenset[str] = _FUNCTION_PARTS,
-           _function: type = types.FunctionType, _recoded: list[tuple[str, str]] = _RECODED) -> None:
-    if event != "object.__setattr__" or len(args) < 2 or type(args[0]) is not _function or len(_recoded) >= 16:
+           _traces: frozenset[str] = _TRACE_EVENTS, _function: type = types.FunctionType,
+           _module: type = types.ModuleType, _recoded: list[tuple[str, str]] = _RECODED,
+           _traced: list[str] = _TRACED) -> None:
+    if event in _traces:
+        if len(_traced) < 8:
+            _traced.append(event)
         return
+    if event != "object.__setattr__" or len(args) < 3 or len(_recoded) >= 16:
+        return
+    target = args[0]
     part = str.__str__(args[1]) if isinstance(args[1], str) else ""
-    if part in _parts:
-        target = args[0]
-        _recoded.append((f"{target.__module__}.{target.__qualname__}.{part}", target.__code__.co_filename))
+    if type(target) is _function and part in _parts:
+        _recoded.append((f"{target.__module__}.{target.__qualname__}.{part} (replaced: the function is the same "
+                         "object, its code not)", target.__code__.co_filename))
+    elif part == "__class__" and issubclass(type(target), _module):
+        _recoded.append(_module_class(target, type(target), args[2]))
+
+
+def _module_class(module: Any, old: type, new: Any) -> tuple[str, str]:
+    """The finding for ``module.__class__ = new`` and the file it counts against: the module's own
+    file, ``<made>`` for a module the code under test made (no file, no spec, not a task's file and
+    not loaded before the hook), and ``""`` (never the code under test's) where it cannot be read.
+    importlib's lazy loading (a class of its own until the first attribute is read) is not a finding
+    outside the work dir."""
+    try:
+        namespace = _MODULE_DICT.__get__(module)
+        name, file = namespace.get("__name__"), namespace.get("__file__")
+        name = name if type(name) is str else "?"
+        lazy = _LAZY[0] if _LAZY else None
+        if lazy is not None and (old is lazy or new is lazy) and type(file) is str and not file.startswith(_WORK[0]):
+            return "", "<lazy>"
+        what = f"module {name}'s class (set to {getattr(new, '__qualname__', '?')!s}: the module is the same object, " \
+               "its attribute lookups not)"
+        if type(file) is str:
+            return what, file
+        made_here = namespace.get("__spec__") is None and id(module) not in _FOUND_BEFORE[0] and \
+            not any(m is module for ms in _MADE.values() for m in ms)
+        return what, "<made>" if made_here else ""
+    except Exception:  # noqa: BLE001 - a hook must not raise: the finding stands, counted against no one
+        return "module ?'s class (set: the module is the same object, its attribute lookups not)", ""
+
+
+_LAZY: list[type] = []
+_WORK: list[str] = []
 
 
 def audit_functions() -> None:
-    """Add the hook that records replaced function code and defaults (once per process: it stays)."""
+    """Add the hook that records replaced function code and defaults, module classes and trace
+    setters called (once per process: it stays), in the work dir (the current one)."""
     if not _AUDITING:
+        _LAZY.append(importlib.util._LazyModule)  # bound now: a module the code under test puts in sys.modules is not asked
+        _WORK.append(os.path.join(os.getcwd(), ""))
+        _FOUND_BEFORE.append(frozenset(id(m) for m in list(_LIVE.values())))
         sys.addaudithook(_audit)
         _AUDITING.append(True)
 
@@ -500,13 +549,15 @@ _AUDITING: list[bool] = []
 
 
 def recoded(own: Any) -> list[str]:
-    """Functions whose code or defaults were replaced, but those ``own(filename)`` says are the code
-    under test's (its files, or code it compiled itself: a file name like ``<string>``)."""
-    return list(dict.fromkeys(what for what, filename in _RECODED if not (filename.startswith("<") or own(filename))))
+    """Functions whose code or defaults were replaced and modules whose class was, but those
+    ``own(filename)`` says are the code under test's (its files, or code it compiled or made itself:
+    a file name like ``<string>``)."""
+    return list(dict.fromkeys(what for what, filename in _RECODED if what and not (filename.startswith("<") or own(filename))))
 
 
 def traced() -> list[str]:
-    """The setters called with a function since the execution started (each at most once), plus a
+    """The setters called since the execution started (each at most once: with a function through
+    the wrappers, by any route and with any argument once a graded run's audit hook is in), plus a
     trace or profile function set now however it was set."""
     found = list(dict.fromkeys(_TRACED))
     if sys.gettrace() is not None and "sys.settrace" not in found:

@@ -383,12 +383,12 @@ def _tracing() -> list[str]:
 
 
 def _recoded(root: str, trusted: frozenset[str]) -> list[str]:
-    """Functions other than the code under test's whose code or defaults were replaced
-    (:func:`codemoe.sandbox.pristine.recoded`)."""
+    """Functions other than the code under test's whose code or defaults were replaced, and modules
+    whose class was (:func:`codemoe.sandbox.pristine.recoded`)."""
     def own(filename: str) -> bool:
         return filename.startswith(root) and filename[len(root):] not in trusted
 
-    return [f"{what} (replaced: the function is the same object, its code not)" for what in recoded(own)]
+    return recoded(own)
 
 
 def _import_names(path: str) -> list[str]:
