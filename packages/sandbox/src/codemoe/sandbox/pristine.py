@@ -526,7 +526,7 @@ def _module_class(module: Any, old: type, new: Any) -> tuple[str, str]:
         made_here = namespace.get("__spec__") is None and id(module) not in _FOUND_BEFORE[0] and \
             not any(m is module for ms in _MADE.values() for m in ms)
         return what, "<made>" if made_here else ""
-    except Exception:  # noqa: BLE001 - a hook must not raise: the finding stands, counted against no one
+    except Exception:  # a hook must not raise: the finding stands, counted against no one
         return "module ?'s class (set: the module is the same object, its attribute lookups not)", ""
 
 
