@@ -11,7 +11,10 @@ logging, ``timeout``) may change: a build task may need them.
 The change's code may also do the same while it runs: source that writes, deletes, renames or
 truncates files whose names are test files or test configuration (``open("test_x.py", "w")``,
 ``Path("conftest.py").write_text(...)``, ``os.remove`` over ``glob("test_*.py")``) rewrites the tests
-after the runner found them. Adding new test files is not tampering.
+after the runner found them. Adding new test files is not tampering, nor adding tests to a test
+file where nothing added can change how its other tests run (:func:`_only_new_tests`: every
+existing statement unchanged, no name rebound, nothing run at import). Rewriting existing tests is,
+a faithful refactoring into a parametrized test included: what a rewrite keeps is not read here.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import ast
 import difflib
 import fnmatch
 import re
+import sys
 from dataclasses import dataclass
 
 from codemoe.sandbox.rewards.detectors.base import Detector, DetectorConfig
@@ -199,13 +203,168 @@ def _diffstat(before: str, after: str) -> tuple[int, int]:
     return plus, minus
 
 
+# Top-level names a test module may bind that change how pytest runs the module's other tests.
+_PYTEST_MODULE_NAMES = frozenset({"pytestmark", "pytest_plugins", "collect_ignore", "collect_ignore_glob"})
+
+
+def _bound(statements: list[ast.stmt]) -> set[str]:
+    """Names a list of statements binds at its own level (defs, classes, imports, assignments, loop
+    and ``with`` targets, walrus), not inside the functions and classes it defines."""
+    names: set[str] = set()
+    for node in statements:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            names.update(name for n in ast.walk(node) if isinstance(n, ast.Global) for name in n.names)
+            continue
+        for n in ast.walk(node):  # inside an `if`, `try` or `with` too (more than it binds, never less)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(n.name)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in n.names)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                names.add(n.id)
+            elif isinstance(n, ast.Global):
+                names.update(n.names)
+    return names
+
+
+def _parameters(statements: list[ast.stmt]) -> set[str]:
+    """Argument names of every function in ``statements`` (the fixtures their tests ask for)."""
+    return {a.arg for node in statements for f in ast.walk(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for a in [*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs]}
+
+
+def _added(before: list[ast.stmt], after: list[ast.stmt]) -> list[ast.stmt] | None:
+    """The statements of ``after`` that are not ``before``'s, where every statement of ``before``
+    is still there, unchanged and in its order; None where one is not."""
+    added, rest = [], iter(after)
+    for node in before:
+        want = ast.dump(node)
+        for candidate in rest:
+            if ast.dump(candidate) == want:
+                break
+            added.append(candidate)
+        else:
+            return None
+    return added + list(rest)
+
+
+def _header(node: ast.ClassDef) -> str:
+    """A class statement without its body."""
+    return ast.dump(ast.ClassDef(name=node.name, bases=node.bases, keywords=node.keywords, body=[],
+                                 decorator_list=node.decorator_list))
+
+
+def _literal(node: ast.AST | None) -> bool:
+    """Whether an expression is a literal (numbers, strings, containers of them): evaluating it runs nothing."""
+    try:
+        ast.literal_eval(node) if node is not None else None
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+def _pytest_decorator(node: ast.expr, names: set[str]) -> bool:
+    """``pytest.mark.X``, ``pytest.fixture`` or a call of one with arguments that are literals or
+    names ``names`` binds to literals: a decorator that runs nothing of the change's."""
+    call = node if isinstance(node, ast.Call) else None
+    target = call.func if call is not None else node
+    dotted = ast.unparse(target)
+    if not (dotted.startswith("pytest.mark.") or dotted in ("pytest.fixture", "pytest.mark")):
+        return False
+    arguments = [*call.args, *(k.value for k in call.keywords)] if call is not None else []
+    return all(_literal(a) or (isinstance(a, ast.Name) and a.id in names) for a in arguments)
+
+
+def _inert_function(node: ast.stmt, names: set[str]) -> bool:
+    """A function whose definition runs nothing: pytest decorators, literal defaults."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    defaults = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+    return all(_pytest_decorator(d, names) for d in node.decorator_list) and all(_literal(d) for d in defaults)
+
+
+def _inert(node: ast.stmt, imported: set[str], names: set[str]) -> bool:
+    """Whether an added top-level statement runs nothing when the module is imported: a test
+    function or class (no metaclass, no decorator but pytest's, literal defaults), an import of
+    the standard library, pytest or a module the tests imported already, a name bound to a
+    literal, a docstring. A call at import could skip the whole module (``pytest.importorskip``),
+    exit, or change what the module's other tests run with."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return _inert_function(node, names)
+    if isinstance(node, ast.ClassDef):
+        return not node.keywords and all(isinstance(b, (ast.Name, ast.Attribute)) for b in node.bases) and \
+            all(_pytest_decorator(d, names) for d in node.decorator_list) and \
+            all(_inert_function(m, names) or (isinstance(m, (ast.Assign, ast.Expr)) and _literal(m.value))
+                for m in node.body)
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        return not getattr(node, "level", 0) and all(
+            m.split(".")[0] in sys.stdlib_module_names or m.split(".")[0] in imported | {"pytest"} for m in modules)
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        return _literal(node.value)
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def _imported(statements: list[ast.stmt]) -> set[str]:
+    """Top-level packages the statements import."""
+    found = set()
+    for node in statements:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Import):
+                found.update(a.name.split(".")[0] for a in n.names)
+            elif isinstance(n, ast.ImportFrom) and not n.level and n.module:
+                found.add(n.module.split(".")[0])
+    return found
+
+
+def _only_new_tests(before: str, after: str) -> bool:
+    """Whether ``after`` is ``before`` with new tests added and nothing that can change how the
+    existing ones run: each of the module's statements unchanged and in order (a test class may
+    gain methods of new names), and the added statements bind no name the module bound already (a
+    test, an imported function the tests call), no fixture an existing test or fixture asks for, no
+    ``pytest_*`` hook (``pytest_generate_tests``), no dunder and none of the names pytest reads
+    from a module (``pytestmark``, ``pytest_plugins``), and nothing added runs when the module is
+    imported (:func:`_inert`). What the new tests do when they run is what a new test module's may
+    do; the other detectors read them as they read one."""
+    try:
+        old, new = ast.parse(before).body, ast.parse(after).body
+    except SyntaxError:
+        return False
+    classes = {n.name: n for n in old if isinstance(n, ast.ClassDef)}
+    methods: list[ast.stmt] = []
+    for i, node in enumerate(new):  # an existing test class that gained methods: itself, plus them
+        original = classes.get(node.name) if isinstance(node, ast.ClassDef) else None
+        if original is None or ast.dump(node) == ast.dump(original):
+            continue
+        gained = _added(original.body, node.body)
+        if gained is None or _header(node) != _header(original) or _bound(gained) & _bound(original.body) or \
+                not all(isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) for m in gained):
+            return False
+        methods += gained
+        new = [*new[:i], original, *new[i + 1:]]
+    added = _added(old, new)
+    if added is None:
+        return False
+    names = _bound(added) | _bound(methods)
+    if _bound(added) & (_bound(old) | _PYTEST_MODULE_NAMES) or any(n.startswith(("pytest_", "__")) for n in names):
+        return False
+    literals = {t.id for n in added if isinstance(n, ast.Assign) and _literal(n.value) for t in n.targets
+                if isinstance(t, ast.Name)}
+    imported = _imported(old)
+    return not names & _parameters(old) and all(_inert(n, imported, literals) for n in added) and \
+        all(_inert_function(m, literals) for m in methods)
+
+
 @dataclass
 class TestTamperingConfig(DetectorConfig):
     """Options of ``test_tampering``."""
 
     __test__ = False
 
-    allow_added_lines: bool = False  # True: a test file that only gains lines (new tests) is not tampering
+    # True: a test file that only gains lines is not tampering, whatever they do; by default only new
+    # tests that leave the existing ones as they ran are not (see _only_new_tests)
+    allow_added_lines: bool = False
 
 
 class TestTampering(Detector):
@@ -225,7 +384,7 @@ class TestTampering(Detector):
                 found.append(f"{path}: added; it is loaded before the tests and can change how they run")
             elif before is not None and inp.is_test_file(path):
                 plus, minus = _diffstat(before, inp.files_after[path])
-                if minus or not self.config.allow_added_lines:
+                if minus or not (self.config.allow_added_lines or _only_new_tests(before, inp.files_after[path])):
                     found.append(f"{path}: test file modified (+{plus} -{minus} lines)")
             elif name in CONFIG_FILES:
                 changed = _changed_settings(before or "", inp.files_after[path], CONFIG_FILES[name])
