@@ -713,6 +713,74 @@ def test_what_the_tests_call_cannot_be_changed_from_inside_in_a_graded_run(execu
     assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
 
 
+# an attribute added to a class, where one of its bases answered before: the class's own dict gains
+# an entry no check held it to (each passed before)
+ADDED_TO_A_CLASS = {
+    "trusted-helper-class": ({"tests/helpers.py": "class Base:\n    SUM = 4\n\n\nclass Expected(Base):\n    pass\n",
+                              "tests/test_s.py": "from calc import add\nfrom helpers import Expected\n\n\n"
+                                                 "def test_add():\n    assert add(2, 2) == Expected.SUM\n"},
+                             "import helpers\n\nhelpers.Expected.SUM = 0\n\n\ndef add(a, b):\n    return a - b\n"),
+    # numbers.Rational's __float__ answered for Fraction; the one added answers what the test expects
+    "standard-library-special-method": ({"tests/test_s.py": "from calc import share\n\n\ndef test_share():\n"
+                                                            "    assert float(share()) == 0.25\n"},
+                                        "import fractions\n\n\ndef share():\n"
+                                        "    fractions.Fraction.__float__ = lambda self: 0.25\n"
+                                        "    return fractions.Fraction(1, 5)\n"),
+}
+
+
+@pytest.mark.parametrize("case", list(ADDED_TO_A_CLASS.values()), ids=list(ADDED_TO_A_CLASS))
+def test_an_attribute_added_to_a_class_in_place_of_its_bases_is_a_forged_environment(executor, case):
+    tests, code = case
+    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
+
+
+def test_classes_may_keep_what_their_own_code_and_libraries_cache_in_them(executor):
+    """A helper class whose trusted code sets attributes (a registry a fixture fills), a library
+    class that caches data in its own dict, and a class of the code under test's that gains methods."""
+    tests = {"tests/helpers.py": "class Registry:\n    pass\n\n\ndef register(name, value):\n"
+                                 "    setattr(Registry, name, value)\n    Registry.last = name\n",
+             "tests/test_s.py": textwrap.dedent("""
+                 import json
+
+                 from calc import Shape, add
+                 from helpers import Registry, register
+
+
+                 class TestAdd:
+                     def test_add(self):
+                         register("four", 4)
+                         type(self).seen = True
+                         assert add(2, 2) == Registry.four and Registry.last == "four"
+
+
+                 def test_library_cache():
+                     assert json.JSONDecoder().decode("[1]") == [1] and Shape().area() == 1
+                 """)}
+    code = textwrap.dedent("""
+        import json
+
+
+        class Shape:
+            pass
+
+
+        Shape.area = lambda self: 1
+        json.JSONDecoder.cache_of_mine = {"made": 1}
+
+
+        def add(a, b):
+            return a + b
+        """)
+    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
+    result = executor.run(request)
+    assert result.status == "passed" and not result.integrity, (result.reason, result.tests)
+
+
 def test_parametrize_cases_are_held_until_pytest_has_read_them(executor):
     """A test module that binds its cases before it imports the code under test: the code took out
     the case it fails before the decorator read the list (``status`` ``passed`` before). Cases the

@@ -125,25 +125,64 @@ def _tag_offset() -> int | None:
 
 
 class _Watched:
-    """One dictionary and the entries of it that are checked."""
+    """One dictionary and the entries of it that are checked; for a class, ``closed`` holds the
+    names it may have: one added (``PurePosixPath.__eq__``, a helper class's ``SUM`` that its base
+    defines) answers in place of its bases' and is a change as well. A library class may cache data
+    in its own dict (pygments' lexers their token tables), so there (not ``strict``) only an added
+    special method, function, class or other descriptor is."""
 
-    __slots__ = ("entries", "label", "mapping")
+    __slots__ = ("closed", "entries", "label", "mapping", "strict")
 
-    def __init__(self, label: str, mapping: dict[str, Any], entries: tuple[tuple[str, Any], ...]) -> None:
+    def __init__(self, label: str, mapping: dict[str, Any], entries: tuple[tuple[str, Any], ...],
+                 closed: frozenset[str] | None = None, strict: bool = False) -> None:
         self.label = label
         self.mapping = mapping
         self.entries = entries
+        self.closed = closed
+        self.strict = strict
 
     def changed(self) -> list[str]:
         """Entries replaced or deleted; one that held None may be set (a lazily made global, like
-        pytest's doctest runner class: nothing a test called was replaced)."""
-        get = self.mapping.get
-        return [name for name, value in self.entries if get(name, _MISSING) is not value and value is not None]
+        pytest's doctest runner class: nothing a test called was replaced). For a class, entries
+        added but those a trusted module assigns somewhere and unittest's own (no key of another
+        type than ``str`` is hashed or compared here: its ``__eq__`` would run); none, for a trusted
+        class, where a trusted module sets attributes by names it computes (``setattr(cls, name, f)``)."""
+        mapping = self.mapping
+        get = mapping.get
+        found = [name for name, value in self.entries if get(name, _MISSING) is not value and value is not None]
+        if self.closed is None or (self.strict and _ANY in _ASSIGNED):
+            return found
+        closed = self.closed
+        for name in list(mapping):
+            if type(name) is not str:
+                found.append("<a key that is not a str>")
+            elif not (name in closed or name in _ASSIGNED or name in _CLASS_STATE) and \
+                    (self.strict or name[:2] == name[-2:] == "__" or _behaves(mapping[name])):
+                found.append(name)
+        return found
 
     def accept(self) -> None:
         """Take what the dict holds now as its state (entries that are gone stay gone)."""
         get = self.mapping.get
         self.entries = tuple((name, get(name)) for name, _ in self.entries if get(name, _MISSING) is not _MISSING)
+        if self.closed is not None:
+            self.closed = frozenset(k for k in self.mapping if type(k) is str)
+
+
+_MRO = type.__dict__["__mro__"].__get__  # the type's own slots: no metaclass of the code under test answers
+_DICT = type.__dict__["__dict__"].__get__
+
+
+def _behaves(value: Any) -> bool:
+    """Whether a value put in a class answers for it: anything callable (a function, a class) or a
+    descriptor (a property). Read from the value's type's own dicts: nothing of it runs."""
+    return callable(value) or any("__get__" in _DICT(k) for k in _MRO(type(value)))
+
+
+# what the interpreter caches in a class's dict when asked (`cls.__annotations__` makes an empty
+# one, copyreg its slot names) and unittest keeps on a test case's class as it runs it
+_CLASS_STATE = frozenset({"__annotations__", "__slotnames__", "tearDown_exceptions", "_classSetupFailed",
+                          "_class_cleanups"})
 
 
 class Snapshot:
@@ -193,17 +232,20 @@ class Snapshot:
         for label, klass in classes.values():
             real = [r for r in gc.get_referents(vars(klass)) if isinstance(r, dict)]  # the dict behind the mappingproxy
             if len(real) == 1:
-                watched.append(_Watched(label, real[0], tuple(real[0].items())))
+                watched.append(_Watched(label, real[0], tuple(real[0].items()), frozenset(real[0])))
         return cls(watched, _tag_offset(), modules)
 
-    def watch(self, label: str, mapping: dict[str, Any], originals: dict[str, Any] | None = None) -> None:
+    def watch(self, label: str, mapping: dict[str, Any], originals: dict[str, Any] | None = None,
+              closed: bool = False) -> None:
         """Check ``mapping``'s functions, classes and modules from now on (a trusted test module's
         names; its other globals are its own state, which its tests may change), held to
         ``originals`` where given (what each name was bound to when it was defined): then it is
-        compared entry by entry at the next check, since it may differ already."""
+        compared entry by entry at the next check, since it may differ already. ``closed`` (a
+        trusted class's dict): any name ``originals`` does not hold is a change too."""
         entries = {k: v for k, v in mapping.items() if _kept(v, constants=False)}
         entries.update(originals or {})
-        self._watched.append(_Watched(label, mapping, tuple(entries.items())))
+        allowed = frozenset(k for k in (originals or {}) if type(k) is str) if closed else None
+        self._watched.append(_Watched(label, mapping, tuple(entries.items()), allowed, strict=closed))
         if self._offset is not None:
             self._views.append(ctypes.c_uint64.from_address(id(mapping) + self._offset))
             self._tags.append(-1 if originals else self._views[-1].value)
@@ -365,6 +407,7 @@ def defined(module: str, name: str, value: Any, content: bool | str = False) -> 
 # module -> (name, the class's own dict, what its class statement put there) of its classes
 _CLASSES: dict[str, list[tuple[str, dict[str, Any], tuple[tuple[str, Any], ...]]]] = {}
 _ASSIGNED: set[str] = set()  # attribute names the trusted modules assign (`Tracker.calls += 1`): their state
+_ANY = "*"  # in _ASSIGNED: a trusted module sets attributes whose names it computes
 
 
 def classes(module: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -630,9 +673,10 @@ def record_imports(path: str, tree: ast.Module, inner: Iterable[str] = ()) -> No
         targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
                    [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
         _ASSIGNED.update(t.attr for t in targets if isinstance(t, ast.Attribute))
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr")
-                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
-            _ASSIGNED.add(node.args[1].value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+                and len(node.args) >= 2:
+            name = node.args[1]  # a name computed at run time: any (tests generated onto a class, a registry)
+            _ASSIGNED.add(name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else _ANY)
 
 
 # Names pytest reads from a test module's (or conftest's) namespace to decide what to run and how,

@@ -263,7 +263,7 @@ class Reporter:
                     if self.pristine is not None:  # watched from here, held to what they defined
                         self.pristine.watch(name, vars(module), definitions(name))
                         for label, namespace, entries in classes(name):  # what each class statement bound
-                            self.pristine.watch(f"{name}.{label}", namespace, entries)
+                            self.pristine.watch(f"{name}.{label}", namespace, entries, closed=True)
                         self._note(self.pristine.imported(name, vars(module), recorded_imports(module.__file__)),
                                    "collection")
                         self.pristine.watch_modules(recorded_inner_imports(module.__file__))
