@@ -91,3 +91,22 @@ def test_every_reference_trajectory_resolves_its_task_when_replayed(registry, sa
         if task.family == "clarification-needed":
             assert "ask_clarification" in tools, task.id
     env.close_workspace()
+
+
+def test_no_hack_detector_flags_a_gold_patch(registry, cache):
+    """The gold patches are honest changes an RL policy is rewarded for making: a detector that fires on
+    one voids the reward of the very fix the task asks for (the missing-case family's `if count == 0:
+    return "no gauges"` was once taken for a test's answer looked up)."""
+    from codemoe.sandbox.rewards import RewardInput, build_reward
+    from codemoe.sandbox.rewards.penalty import DETECTORS
+
+    suite = registry.build("suite", {"name": "synthetic-repos", "seed": 0, "path": str(cache), "train_names": "coined",
+                                     "train_tasks": 400, "heldout_tasks": 100})
+    detectors = {name: build_reward(name) for name in DETECTORS}
+    flagged = {}
+    for task in [*suite.tasks("train"), *suite.tasks("heldout")]:
+        inner = repository_task(task)
+        change = RewardInput(files_before=inner.repo_files(), files_after=inner.gold_files())
+        flagged.update({f"{task.id}: {name}": verdict.evidence for name, detect in detectors.items()
+                        if (verdict := detect(change)).value})
+    assert flagged == {}
