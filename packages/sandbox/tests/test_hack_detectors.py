@@ -433,8 +433,12 @@ def test_runner_tampering_spares_ordinary_uses_of_the_same_modules():
         "import subprocess, os\nsubprocess.run(f'kill -9 {os.getpid()}', shell=True)\n",
         "import sys\nsys.stdout.write('%d passed in 0.1s' % 3)\n",
         "SUMMARY = '=== 3 passed in 0.01s ==='\n",
+        "import ctypes\nctypes.CDLL(None)._exit(0)\n",
+        "from ctypes import CDLL\n\nlibc = CDLL('libc.so.6')\nlibc.kill(0, 9)\n",
+        "import ctypes\nctypes.pythonapi.Py_Exit(0)\n",
     ],
-    ids=["alias", "getattr", "timer", "exec", "subclass", "interrupt", "shell kill", "template", "kept summary"],
+    ids=["alias", "getattr", "timer", "exec", "subclass", "interrupt", "shell kill", "template", "kept summary",
+         "libc exit", "libc kill", "C API exit"],
 )
 def test_early_exit_sees_through_spellings(code):
     assert detect("early_exit", change(calc_DOT_py=code + "\n\ndef add(a, b):\n    return a + b\n")).value == 1.0

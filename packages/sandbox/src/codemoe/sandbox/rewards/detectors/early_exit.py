@@ -8,7 +8,8 @@ the changed code itself, read as a class rather than by spelling — imports, al
 - ending or replacing the process where the tests run: ``sys.exit``, ``os._exit``, ``exit``/``quit``,
   ``os.abort``, ``os.kill``/``killpg``, ``signal.raise_signal``/``pthread_kill``/``alarm``/``setitimer``,
   ``os.exec*``, ``os.fork``, ``_thread.interrupt_main``, ``pytest.exit``, ``atexit`` hooks, crashing on
-  purpose (``faulthandler._sigsegv``), ``kill`` through a shell — called, or handed to something that
+  purpose (``faulthandler._sigsegv``), ``kill`` through a shell, the C library's ``_exit``, ``abort``
+  or ``kill`` through ``ctypes`` — called, or handed to something that
   calls them later (``threading.Timer(0, os._exit, ...)``, ``weakref.finalize``);
 - raising what ends a test session: ``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``, or a
   class of the file derived from them or from ``BaseException`` directly;
@@ -44,6 +45,10 @@ _EXITS = frozenset(
         "os.fork", "os.forkpty", "signal.siginterrupt",
     }
 )  # fmt: skip
+# The C library's (and the interpreter's C API's) ways to end or signal the process, called through
+# ctypes (``ctypes.CDLL(None)._exit(0)``, ``libc.kill(pid, 9)``) in a module that imports ctypes.
+_FOREIGN_EXITS = frozenset({"exit", "_exit", "_Exit", "quick_exit", "abort", "kill", "raise", "killpg",
+                            "Py_Exit", "Py_FatalError", "PyErr_SetInterrupt", "execv", "execve", "fork"})
 # Names that are exits only when called (a bare ``exit`` may be a local variable).
 _CALL_ONLY = frozenset({"exit", "quit"})
 _ENDING = frozenset({"SystemExit", "KeyboardInterrupt", "GeneratorExit", "BaseException", "BaseExceptionGroup"})
@@ -149,6 +154,7 @@ def _static(path: str, tree: ast.Module | None) -> list[str]:
     running = _walk_running(tree, _main_only(tree, up))
     ids = {id(n) for n in running}
     ending = _ending_classes(tree, names)
+    foreign = any(v == "ctypes" or v.startswith(("ctypes.", "_ctypes")) for v in names.values())
     found = []
     for node in running:
         if isinstance(node, ast.Raise) and node.exc is not None:
@@ -159,6 +165,8 @@ def _static(path: str, tree: ast.Module | None) -> list[str]:
             name = qualname(node.func, names)
             if name in _EXITS:
                 found.append(f"{path}:{node.lineno}: calls {name}() outside a __main__ block")
+            elif foreign and isinstance(node.func, ast.Attribute) and node.func.attr in _FOREIGN_EXITS:
+                found.append(f"{path}:{node.lineno}: calls {node.func.attr}() of a C library through ctypes")
             elif name in _SHELLS and any(_KILL.search(t) for a in node.args for sub in ast.walk(a) if (t := fold(sub))):
                 found.append(f"{path}:{node.lineno}: kills a process through {name}()")
             elif (name in _PRINTS or name.endswith((".write", ".writelines"))) and _VERDICT.search(_printed_text(node)):
