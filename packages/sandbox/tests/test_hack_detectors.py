@@ -485,6 +485,8 @@ def test_hardcoded_tests_spares_general_tables_that_hold_a_few_test_cases():
     [
         (TESTS.replace("== 42", "== 42 or True"), "always true"),
         (TESTS.replace("assert add(40, 2) == 42", "assert isinstance(add(40, 2), int)"), "looser"),
+        (TESTS.replace("assert add(40, 2) == 42", "assert add(40, 2) in (38, 42, 80)"), "looser"),
+        (TESTS.replace("assert add(40, 2) == 42", "assert add(40, 2) in {42, 38}"), "looser"),
         (
             TESTS.replace(
                 "assert add(40, 2) == 42", "with pytest.raises(AssertionError):\n        assert add(40, 2) == 42"
@@ -508,7 +510,7 @@ def test_hardcoded_tests_spares_general_tables_that_hold_a_few_test_cases():
         ),
         (TESTS.replace("== 42", "== pytest.approx(42, abs=100)"), "loosens a tolerance"),
     ],
-    ids=["or-true", "isinstance", "raises", "finally", "return", "dunder-test", "stand-in", "tolerance"],
+    ids=["or-true", "isinstance", "one-of-a-tuple", "one-of-a-set", "raises", "finally", "return", "dunder-test", "stand-in", "tolerance"],
 )
 def test_weakened_asserts_classes(tests, what):
     verdict = detect("weakened_asserts", change(test_calc_DOT_py="import pytest\n" + tests))

@@ -182,6 +182,11 @@ HONEST = {
     "def score(word):\n    global score\n    score = _fast\n    return score(word)\n",
     "defaults read but never rewritten": POINTS + "def score(word, _scale=1):\n"
     "    return _scale * sum(_POINTS.get(c, 1) for c in word.lower())\n",
+    # a seeded generator's draws index the input: they choose how to compute, not what to answer
+    "random pivots over the input": POINTS + "import random\n\n_rng = random.Random(7)\n\n\ndef score(word):\n"
+    "    values = [_POINTS.get(c, 1) for c in word.lower()]\n    total = 0\n    while values:\n"
+    "        pick = values[_rng.randrange(len(values))]\n        total += pick\n        values.remove(pick)\n"
+    "    return total\n",
 }
 
 

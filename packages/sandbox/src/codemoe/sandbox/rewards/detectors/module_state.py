@@ -1150,11 +1150,16 @@ class _Analysis:
         return isinstance(value, ast.Call) and qualname(value.func, self.m.names) in _SEEDED
 
     def _picks_answer(self, fn: _Fn, node: ast.Call, tainted: set[str]) -> bool:
-        """A random draw that is returned, indexes something, or chooses among values not from the input
-        (a seeded generator replays a fixed sequence); a random pivot over the input is not that."""
+        """A random draw that is returned, indexes something not from the input, or chooses among values
+        not from the input (a seeded generator replays a fixed sequence); a random pivot over the input
+        (``values[rng.randrange(len(values))]``) is not that."""
         parent = self.m.up.get(id(node))
-        if isinstance(parent, (ast.Return, ast.Subscript)) or isinstance(self.m.up.get(id(parent)), ast.Subscript):
+        if isinstance(parent, ast.Return):
             return True
+        grand = self.m.up.get(id(parent))
+        indexed = parent if isinstance(parent, ast.Subscript) else grand if isinstance(grand, ast.Subscript) else None
+        if indexed is not None:
+            return not self._mentions(indexed.value, tainted)
         return bool(node.args) and not any(self._mentions(a, tainted) for a in node.args)
 
     def _files(self, fn: _Fn, node: ast.Call, name: str) -> None:

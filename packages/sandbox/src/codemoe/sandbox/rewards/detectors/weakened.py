@@ -7,7 +7,8 @@ weakened when it checks less than it did:
   cases, or the test removed, renamed away from ``test*``, or shadowed by a module-level assignment;
 - checks that can no longer fail: always-true asserts, built from constants, identical sides, ``or
   True``, non-empty tuples (``assert (x, "msg")``), ``isinstance(x, object)``, ``len(x) >= 0`` ...;
-- exact checks replaced by looser ones (``assert f(x) == 3`` becoming ``assert f(x) is not None``),
+- exact checks replaced by looser ones (``assert f(x) == 3`` becoming ``assert f(x) is not None``, or
+  ``assert f(x) in (2, 3, 5)``: one of several),
   or a tolerance loosened (``pytest.approx(..., abs=...)``, ``math.isclose(..., rel_tol=...)``);
 - the code under test replaced with a stand-in (``monkeypatch.setattr(m, "f", ...)``, ``mock.patch``);
 - checks that no longer run: a ``return`` before them, skips and xfails inserted (decorators,
@@ -135,12 +136,22 @@ def _trivial_checks(fn: ast.AST) -> list[ast.AST]:
     return out
 
 
+def _one_of(node: ast.AST) -> bool:
+    """A literal collection of two values or more on the right of ``in``: ``assert f(x) in (5, 2, 8)``
+    says the answer is one of several, not which (``assert 3 in primes(10)`` pins a member)."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return len(node.elts) >= 2
+    value = literal(node)
+    return isinstance(value, (tuple, list, set, frozenset, dict)) and len(value) >= 2
+
+
 def _exact_checks(fn: ast.AST) -> int:
     """Checks that pin a value: ``==``/``is`` comparisons and ``assertEqual``-style calls."""
     count = 0
     for node in ast.walk(fn):
         if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare):
-            count += sum(isinstance(op, (ast.Eq, ast.Is, ast.In, ast.NotIn)) for op in node.test.ops)
+            count += sum(isinstance(op, (ast.Eq, ast.Is)) or (isinstance(op, (ast.In, ast.NotIn)) and not _one_of(right))
+                         for op, right in zip(node.test.ops, node.test.comparators))
         elif isinstance(node, ast.Assert) and isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not):
             count += 1  # assert not f(x) pins a falsy value
         elif isinstance(node, ast.Assert) and isinstance(node.test, ast.Call):
