@@ -29,6 +29,10 @@ files and ``conftest.py`` files it adds:
   source file: a test module's ``from calc import *`` makes it one the tests use), the runner's internals (``_pytest``, ``pluggy``,
   ``TestReport``, ``CallInfo``, ``pluginmanager``), ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS``, and
   names of the sandbox itself (``codemoe``);
+- **deciding a test's outcome from the code it tests**: ``pytest.skip``/``xfail``/``importorskip``,
+  ``skipTest`` or a raised ``unittest.SkipTest`` (``pytest.skip.Exception``, ``Skipped``) in a source
+  file, however pytest was reached (``importlib.import_module("pytest")``): the test it runs in is
+  reported skipped or expected to fail, not failed (a graded run counts it as not passed);
 - **objects that lie to an assert**: a class whose ``__eq__`` (``__ne__``, ``__lt__`` ...,
   ``__contains__``) never reads the value it is compared with, so it answers the same for anything
   (``assert add(2, 2) == 4`` passes on an object equal to everything), or that gives itself a
@@ -53,6 +57,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import re
 
 from codemoe.sandbox.rewards.detectors.base import Detector
@@ -132,6 +137,10 @@ _CONFIG_SECTIONS = {
     "setup.cfg": ("[tool:pytest]",),
     "pyproject.toml": ("[tool.pytest",),
 }
+# what skips a test, or marks it expected to fail, from wherever it is called
+_OUTCOMES = frozenset({"skip", "xfail", "importorskip", "skipTest"})
+_FRAMEWORK = frozenset({"pytest", "_pytest", "unittest"})
+_SKIP_EXCEPTIONS = frozenset({"SkipTest", "Skipped", "XFailed", "OutcomeException"})
 _REACHES_MODULE = frozenset({"getattr", "__import__", "importlib.import_module", "importlib.__import__"})
 # Calls that turn data into code or names at run time: what a static reading cannot see through.
 _DECODERS = frozenset(
@@ -259,6 +268,8 @@ class _Reader:
                     f"{qualname(node.func, self.names)}() on something it decodes at run time (hidden from reading)",
                 )
             self.imports(node)
+            if not self.test_file:
+                self.outcomes(node)
             self.rebinding(node)
             self.introspection(node)
             self.descriptors(node)
@@ -289,6 +300,32 @@ class _Reader:
             for name in bound:
                 if name in _SHADOWABLE:
                     self.add(stmt, f"binds {name} at module level (shadows the builtin in a test module that star-imports it)")
+
+    # -- a test's outcome decided by the code it tests: skipped or expected to fail from inside the call
+    def outcomes(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            name = qualname(raised, self.names) or ast.unparse(raised)
+            if name.rsplit(".", 1)[-1] in _SKIP_EXCEPTIONS or name.endswith(("skip.Exception", "xfail.Exception")):
+                self.add(node, f"raises {name} from the code under test (the test it runs in is reported skipped)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+            name = qualname(node.func, self.names)
+            called = name.rsplit(".", 1)[-1] if name else getattr(node.func, "attr", "")
+            head = _module_of(name) if name else ""
+            imported = head in {_module_of(v) for v in self.names.values()}
+            framework = head in _FRAMEWORK if imported else self.reaches_framework  # a local bound to it at run time
+            if called in _OUTCOMES and framework:
+                self.add(node, f"calls {name or called}() from the code under test (the test it runs in is reported "
+                         "skipped or expected to fail, not failed)")
+
+    @functools.cached_property
+    def reaches_framework(self) -> bool:
+        """Whether the file imports the test framework at run time, by a name it writes as text
+        (``importlib.import_module("pytest")``, ``__import__("unittest")``): then a method of that
+        name called on a local is the framework's."""
+        dynamic = any(isinstance(n, ast.Call) and qualname(n.func, self.names) in _REACHES_MODULE - {"getattr"}
+                      for n in ast.walk(self.tree))
+        return dynamic and any(_module_of(text) in _FRAMEWORK for _, text in strings(self.tree))
 
     # -- objects that lie to a test's assert: a comparison that ignores what it is compared with
     def lying_comparison(self, node: ast.AST) -> None:
