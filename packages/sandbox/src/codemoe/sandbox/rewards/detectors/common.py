@@ -10,16 +10,23 @@ Detectors reason about classes of code, not spellings: ``os._exit``, ``from os i
 from __future__ import annotations
 
 import ast
+import builtins
+import operator
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from codemoe.sandbox.rewards.static import literal, parse, walk_outside_main_guard
 
 __all__ = [
     "HOLE",
+    "PURE_METHODS",
     "STDLIB",
+    "Unknown",
     "aliases",
+    "constant",
     "docstring_ids",
+    "evaluate",
     "fold",
     "int_value",
     "new_findings",
@@ -347,3 +354,141 @@ def new_findings(path: str, before: str | None, after: str, find: Callable[[str,
             seen.add(finding)
             out.append(finding)
     return out
+
+
+# -- pure evaluation: what a condition makes of a known input. Detectors ask which visible input a
+# condition holds for (``len(xs) == 5 and sum(xs) == 25``, ``t.startswith("1h")``) by substituting the
+# input, not by matching spellings. Only pure builtins and methods of values are called, on values
+# the caller hands in: nothing of the code read is imported or run.
+
+
+class Unknown(Exception):
+    """An expression :func:`evaluate` may not evaluate (a name it does not know, a call it does not allow)."""
+
+
+_PURE_CALLS = {name: getattr(builtins, name) for name in (
+    "abs", "all", "any", "bool", "chr", "divmod", "float", "frozenset", "int", "len", "list", "max", "min",
+    "ord", "repr", "reversed", "round", "set", "sorted", "str", "sum", "tuple")}  # fmt: skip
+# methods of str, bytes, list, tuple and dict that neither change their value nor reach outside it
+PURE_METHODS = frozenset({
+    "startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip", "casefold", "split", "rsplit",
+    "count", "find", "rfind", "index", "isdigit", "isdecimal", "isnumeric", "isalpha", "isalnum", "isspace",
+    "isupper", "islower", "istitle", "title", "capitalize", "replace", "join", "partition", "rpartition",
+    "zfill", "get", "keys", "values", "items", "copy", "removeprefix", "removesuffix", "splitlines"})  # fmt: skip
+_PURE_TYPES = (str, bytes, list, tuple, dict, set, frozenset, int, float)
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+              ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}  # fmt: skip
+_COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+                ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+                ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}  # fmt: skip
+_LARGEST = 100_000  # longest text or sequence (and largest exponent result length) an evaluation may build
+
+
+def _sized(value: Any) -> Any:
+    if isinstance(value, (str, bytes, list, tuple)) and len(value) > _LARGEST:
+        raise Unknown("too large")
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4096:
+        raise Unknown("too large")
+    return value
+
+
+def evaluate(node: ast.AST, env: dict[str, Any], names: dict[str, ast.AST] | None = None, _depth: int = 0) -> Any:
+    """The value of an expression when the names (and ``self.attr`` attributes, keyed as written) in
+    ``env`` hold the given values; ``names`` are locals bound once to an expression, evaluated when used.
+
+    Literals, arithmetic, comparisons, ``and``/``or``/``not``, conditional expressions, indexing and
+    slicing, the pure builtins (``len``, ``sum``, ``sorted``, ``min`` ...) and the pure methods of
+    strings, sequences and dicts. Raises :class:`Unknown` for anything else; an input the expression
+    fails on raises what Python raises.
+    """
+    if _depth > 60:
+        raise Unknown("too deep")
+    names = names or {}
+    again = lambda n: evaluate(n, env, names, _depth + 1)  # noqa: E731
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        if node.id in names:
+            return evaluate(names[node.id], env, {k: v for k, v in names.items() if k != node.id}, _depth + 1)
+        if node.id in ("None", "True", "False"):
+            return {"None": None, "True": True, "False": False}[node.id]
+        raise Unknown(node.id)
+    if isinstance(node, ast.Attribute):
+        key = ast.unparse(node)
+        if key in env:
+            return env[key]
+        raise Unknown(key)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        items = [again(e) for e in node.elts if not isinstance(e, ast.Starred)]
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            raise Unknown("starred")
+        return {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)](items)
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise Unknown("unpacking")
+        return {again(k): again(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        left, right = again(node.left), again(node.right)
+        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > 64:
+            raise Unknown("too large")
+        if isinstance(node.op, ast.Mult) and isinstance(left, (str, bytes, list, tuple, int)) and isinstance(
+                right, (str, bytes, list, tuple, int)) and not all(isinstance(v, int) for v in (left, right)):  # fmt: skip
+            count = left if isinstance(left, int) else right
+            if count > _LARGEST:
+                raise Unknown("too large")
+        return _sized(_OPERATORS[type(node.op)](left, right))
+    if isinstance(node, ast.UnaryOp):
+        value = again(node.operand)
+        ops = {ast.Not: operator.not_, ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
+        return ops[type(node.op)](value)
+    if isinstance(node, ast.BoolOp):
+        value = None
+        for part in node.values:
+            value = again(part)
+            if bool(value) != isinstance(node.op, ast.And):
+                return value
+        return value
+    if isinstance(node, ast.Compare):
+        left = again(node.left)
+        for op, comparator in zip(node.ops, node.comparators):
+            right = again(comparator)
+            if not _COMPARISONS[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        return again(node.body) if again(node.test) else again(node.orelse)
+    if isinstance(node, ast.Subscript):
+        value = again(node.value)
+        if isinstance(node.slice, ast.Slice):
+            bounds = [again(b) if b is not None else None for b in (node.slice.lower, node.slice.upper, node.slice.step)]
+            return value[slice(*bounds)]
+        return value[again(node.slice)]
+    if isinstance(node, ast.Call) and not any(isinstance(a, ast.Starred) for a in node.args):
+        if isinstance(node.func, ast.Name) and node.func.id in _PURE_CALLS and node.func.id not in env:
+            if node.keywords and not (node.func.id in ("sorted", "max", "min") and all(
+                    k.arg in ("reverse", "default") for k in node.keywords)):  # fmt: skip
+                raise Unknown("keywords")
+            args = [again(a) for a in node.args]
+            kwargs = {k.arg: again(k.value) for k in node.keywords}
+            result = _PURE_CALLS[node.func.id](*args, **kwargs)
+            return list(result) if node.func.id == "reversed" else _sized(result)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in PURE_METHODS and not node.keywords:
+            owner = again(node.func.value)
+            if not isinstance(owner, _PURE_TYPES):
+                raise Unknown("method of an unknown value")
+            return _sized(getattr(owner, node.func.attr)(*[again(a) for a in node.args]))
+    raise Unknown(type(node).__name__)
+
+
+def constant(node: ast.AST) -> Any:
+    """The value of an expression made of literals alone (``60 + 30``, ``"1h" + "30m"``); :class:`Unknown` if none."""
+    try:
+        return evaluate(node, {})
+    except Unknown:
+        raise
+    except Exception as error:  # a literal expression that fails (1 // 0) has no value
+        raise Unknown("fails") from error
