@@ -13,6 +13,13 @@ import textwrap
 import pytest
 from codemoe.sandbox import ExecutionRequest, ExecutionResult, Limits, function_task_request
 
+
+def _graded_calc(executor, tests: dict[str, str], code: str) -> ExecutionResult:
+    """A graded pytest run of the trusted ``tests`` against ``calc.py`` holding ``code``."""
+    return executor.run(ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
+                                         limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests)))
+
+
 CHECKS = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"
 WRONG = "\ndef square(x):\n    return x + 1\n"
 
@@ -682,9 +689,7 @@ def test_every_graded_test_starts_in_the_work_dir(executor):
         def add(a, b):
             return a + b if a == 1 else 0
         """)
-    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
-                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
-    result = executor.run(request)
+    result = _graded_calc(executor, tests, code)
     assert result.status == "failed", (result.reason, result.tests)
     assert result.tests == {"tests/test_s.py::test_add": "failed", "tests/test_s.py::test_in_a_folder_of_its_own": "passed"}
 
@@ -732,9 +737,7 @@ ADDED_TO_A_CLASS = {
 @pytest.mark.parametrize("case", list(ADDED_TO_A_CLASS.values()), ids=list(ADDED_TO_A_CLASS))
 def test_an_attribute_added_to_a_class_in_place_of_its_bases_is_a_forged_environment(executor, case):
     tests, code = case
-    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
-                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
-    result = executor.run(request)
+    result = _graded_calc(executor, tests, code)
     assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
 
 
@@ -775,9 +778,7 @@ def test_classes_may_keep_what_their_own_code_and_libraries_cache_in_them(execut
         def add(a, b):
             return a + b
         """)
-    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
-                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
-    result = executor.run(request)
+    result = _graded_calc(executor, tests, code)
     assert result.status == "passed" and not result.integrity, (result.reason, result.tests)
 
 
@@ -825,9 +826,7 @@ def test_code_under_test_may_change_its_own_functions_and_tests_their_classes_st
                          assert add(2, 2) == 4 and Tracker.calls == TestAdd.runs == 1
                  """)}
     code = "def _slow(a, b):\n    return sum([a, b])\n\n\ndef add(a, b):\n    return a - b\n\n\nadd.__code__ = _slow.__code__\n"
-    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
-                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
-    result = executor.run(request)
+    result = _graded_calc(executor, tests, code)
     assert result.status == "passed" and not result.integrity, (result.reason, result.tests)
 
 
@@ -917,9 +916,7 @@ CLASS_ATTACKS = {
 @pytest.mark.parametrize("case", list(CLASS_ATTACKS.values()), ids=list(CLASS_ATTACKS))
 def test_a_module_given_a_class_for_one_lookup_is_a_forged_environment(executor, case):
     tests, code = case
-    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
-                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
-    result = executor.run(request)
+    result = _graded_calc(executor, tests, code)
     assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
     assert "'s class (set to _lying.<locals>.Lying" in result.reason, result.reason
 
@@ -949,9 +946,7 @@ def test_code_under_test_may_give_its_own_modules_a_class(executor):
             return a + b
         """)
     tests = {"tests/test_s.py": "import calc\n\n\ndef test_add():\n    assert calc.add(2, 2) == 4\n"}
-    request = ExecutionRequest(files={**tests, "calc.py": code}, runner="pytest", command=["tests"],
-                               limits=Limits(timeout_s=20.0), graded=True, trusted=list(tests))
-    result = executor.run(request)
+    result = _graded_calc(executor, tests, code)
     assert result.status == "passed" and not result.integrity, (result.reason, result.tests)
 
 
