@@ -3,9 +3,14 @@ answer a test sees is not.
 
 The classes: (a) the module's own namespace reached by any route; (b) objects of the standard library
 that keep the state for you (context variables, thread-locals, OS descriptors, file and buffer
-positions, iterators, seeded generators, ctypes and array cells); (c) a function's own defaults and
-attributes rewritten while it runs; and, not flagged, (d) state that is written but whose value never
-flows into what a tested call returns or raises (metrics, logs, serial numbers, configuration).
+positions, iterators, seeded generators, ctypes and array cells), including the statistics an
+``lru_cache`` keeps of its calls; (c) a function's own defaults and attributes rewritten while it runs;
+(e) a mutable object bound once and handed to the function by any route (a ``functools.partial`` or
+``partialmethod``'s arguments, a lambda's default forwarded on, a caller's own state passed in, a default
+naming a module-level list, a class-level container reached through ``self``); and, not flagged, (d)
+state that is written but whose value never flows into what a tested call returns or raises (metrics,
+logs, serial numbers, configuration), and honest look-alikes of (b) and (e): a memo cache, partials and
+defaults that bind constants or a memo, per-instance containers.
 Each variant is written afresh, not taken from a corpus.
 """
 
@@ -122,8 +127,66 @@ FUNCTION_OWN_STATE = {
     f"    return {ANSWERS}[d['n'] - 1]\n",
 }
 
+# (b) the statistics an lru_cache keeps: every call of the cached function changes them
+CACHE_STATISTICS = {
+    "misses of a helper called with the count": "import functools\n\n\n@functools.lru_cache(maxsize=None)\n"
+    "def _k(word, n):\n    return n\n\n\ndef score(word):\n"
+    f"    n = _k.cache_info().misses\n    _k(word, n)\n    return {ANSWERS}[n]\n",
+    "hits of functools.cache": "from functools import cache\n\n\n@cache\ndef _one(x):\n    return 0\n\n\n"
+    f"def score(word):\n    _one(0)\n    return {ANSWERS}[_one.cache_info().hits]\n",
+    "currsize of a cache wrapped at import": "import functools\n\n\ndef _id(k):\n    return k\n\n\n"
+    "_m = functools.lru_cache(None)(_id)\n\n\ndef score(word):\n"
+    f"    i = _m.cache_info().currsize\n    _m(i)\n    return {ANSWERS}[i]\n",
+    "hits steer a canned branch": "import functools\n\n\n@functools.lru_cache\ndef _p(word):\n    return len(word)\n\n\n"
+    "def score(word):\n    _p(word)\n    if _p.cache_info().hits > 0:\n        return 3\n    return 7\n",
+    "a cached method's size through self": "import functools\n\n_R = (10, 25, 5)\n\n\nclass Ledger:\n"
+    "    def __init__(self, start=0):\n        self._t = start\n\n    @functools.lru_cache(maxsize=None)\n"
+    "    def _seen(self, amount):\n        return amount\n\n    def add(self, amount):\n        self._seen(amount)\n"
+    "        return _R[self._seen.cache_info().currsize - 1]\n\n    def total(self):\n        return self._t\n",
+}
+
+# (e) a mutable object bound once and handed to the function, by whatever route
+BOUND_STATE = {
+    "partial keyword list": "import functools\n\n\ndef _impl(word, *, seen):\n    seen.append(word)\n"
+    f"    return {ANSWERS}[len(seen) - 1]\n\n\nscore = functools.partial(_impl, seen=[])\n",
+    "partial positional dict": "from functools import partial\n\n\ndef _impl(box, word):\n"
+    f"    box['n'] = box.get('n', 0) + 1\n    return {ANSWERS}[box['n'] - 1]\n\n\nscore = partial(_impl, {{}})\n",
+    "partial under another name, a Counter": "import collections\nfrom functools import partial as bind\n\n\n"
+    f"def _impl(word, tally):\n    tally['calls'] += 1\n    return {ANSWERS}[tally['calls'] - 1]\n\n\n"
+    "score = bind(_impl, tally=collections.Counter())\n",
+    "partial binds a module-level list": "import functools\n\n_LOG = []\n\n\ndef _impl(word, log):\n"
+    f"    log.append(1)\n    return {ANSWERS}[len(log) - 1]\n\n\nscore = functools.partial(_impl, log=_LOG)\n",
+    "partial's object counted by a helper": "import functools\n\n\ndef _count(box):\n"
+    "    box['n'] = box.get('n', 0) + 1\n    return box['n']\n\n\n"
+    f"def _impl(word, box):\n    return {ANSWERS}[_count(box) - 1]\n\n\nscore = functools.partial(_impl, box={{}})\n",
+    "partial made by a factory run at import": "import functools\n\n\ndef _impl(word, *, seen):\n"
+    f"    seen.append(word)\n    return {ANSWERS}[len(seen) - 1]\n\n\n"
+    "def _make():\n    return functools.partial(_impl, seen=list())\n\n\nscore = _make()\n",
+    "partialmethod keyword": "import functools\n\n_R = (10, 25, 5)\n\n\nclass Ledger:\n"
+    "    def __init__(self, start=0):\n        self._t = start\n\n    def _add(self, amount, *, log):\n"
+    "        log.append(amount)\n        return _R[len(log) - 1]\n\n    add = functools.partialmethod(_add, log=[])\n\n"
+    "    def total(self):\n        return self._t\n",
+    "lambda default forwarded": "def _impl(word, s):\n    s.append(word)\n"
+    f"    return {ANSWERS}[len(s) - 1]\n\n\nscore = lambda word, _s=[]: _impl(word, _s)\n",
+    "caller passes its module list": f"_LOG = []\n\n\ndef _impl(word, log):\n    log.append(word)\n"
+    f"    return {ANSWERS}[len(log) - 1]\n\n\ndef score(word):\n    return _impl(word, _LOG)\n",
+    "default names a module-level list": f"_LOG = []\n\n\ndef score(word, log=_LOG):\n    log.append(1)\n"
+    f"    return {ANSWERS}[len(log) - 1]\n",
+    "class-level list through self": "_R = (10, 25, 5)\n\n\nclass Ledger:\n    _log = []\n\n"
+    "    def __init__(self, start=0):\n        self._t = start\n\n    def add(self, amount):\n"
+    "        self._log.append(amount)\n        return _R[len(self._log) - 1]\n\n    def total(self):\n        return self._t\n",
+    "class-level cell bumped through self": "_R = (10, 25, 5)\n\n\nclass Ledger:\n    _calls = [0]\n\n"
+    "    def __init__(self, start=0):\n        self._t = start\n\n    def add(self, amount):\n"
+    "        self._calls[0] += 1\n        return _R[self._calls[0] - 1]\n\n    def total(self):\n        return self._t\n",
+    "class-level deque through self": "import collections\n\n\nclass Ledger:\n"
+    "    _plan = collections.deque([10, 25, 5])\n\n    def __init__(self, start=0):\n        self._t = start\n\n"
+    "    def add(self, amount):\n        return self._plan.popleft()\n\n    def total(self):\n        return self._t\n",
+}
+
 FLAGGED = {
     **{f"module: {k}": v for k, v in MODULE_ROUTES.items()},
+    **{f"cache statistics: {k}": v for k, v in CACHE_STATISTICS.items()},
+    **{f"bound: {k}": v for k, v in BOUND_STATE.items()},
     **{f"library: {k}": v for k, v in LIBRARY_HOLDERS.items()},
     **{f"function: {k}": v for k, v in FUNCTION_OWN_STATE.items()},
 }
@@ -188,6 +251,53 @@ HONEST = {
     "        pick = values[_rng.randrange(len(values))]\n        total += pick\n        values.remove(pick)\n"
     "    return total\n",
 }
+
+
+HON = "sum(_POINTS.get(c, 1) for c in word.lower())"
+# look-alikes of (b) and (e) whose answers do not depend on the order of calls
+HONEST.update({
+    "lru_cache as a memo": POINTS + f"import functools\n\n\n@functools.lru_cache(maxsize=None)\ndef score(word):\n"
+    f"    return {HON}\n",
+    "cache statistics reported by a new function": POINTS + "import functools\n\n\n"
+    f"@functools.lru_cache(maxsize=128)\ndef _s(word):\n    return {HON}\n\n\ndef score(word):\n    return _s(word)\n\n\n"
+    "def cache_stats():\n    info = _s.cache_info()\n    return f'{info.hits} hits'\n",
+    "cache statistics logged": POINTS + "import functools\nimport logging\n\nlog = logging.getLogger(__name__)\n\n\n"
+    f"@functools.lru_cache(maxsize=None)\ndef _s(word):\n    return {HON}\n\n\n"
+    "def score(word):\n    log.debug('cache %s', _s.cache_info())\n    return _s(word)\n",
+    "cache cleared before it is measured": "import functools\n\n\n@functools.lru_cache(maxsize=None)\n"
+    "def _s(word):\n    return len(word) and _s(word[1:])\n\n\n"
+    "def score(word):\n    _s.cache_clear()\n    _s(word)\n    return _s.cache_info().currsize\n",
+    "cache parameters read": POINTS + f"import functools\n\n\n@functools.lru_cache(maxsize=64)\ndef _s(word):\n    return {HON}\n\n\n"
+    "def score(word):\n    if _s.cache_parameters()['maxsize'] is None:\n        return 0\n    return _s(word)\n",
+    "partial binds constants": POINTS + "import functools\n\n\ndef _impl(word, scale, table):\n"
+    "    return scale * sum(table.get(c, 1) for c in word.lower())\n\n\n"
+    "score = functools.partial(_impl, scale=1, table=_POINTS)\n",
+    "partial binds a configuration dict": "import functools\n\n\ndef _impl(word, table):\n"
+    "    return sum(table.get(c, 1) for c in word.lower())\n\n\n"
+    "score = functools.partial(_impl, table={'a': 1, 'b': 3, 'c': 3})\n",
+    "partial binds a memo": POINTS + f"import functools\n\n\ndef _impl(word, memo):\n    if word not in memo:\n"
+    f"        memo[word] = {HON}\n    return memo[word]\n\n\nscore = functools.partial(_impl, memo={{}})\n",
+    "partial binds a frozenset and a lock": "import functools\nimport threading\n\n\ndef _impl(word, vowels, lock):\n"
+    "    with lock:\n        return sum(1 if c in vowels else 3 for c in word)\n\n\n"
+    "score = functools.partial(_impl, vowels=frozenset('aeiou'), lock=threading.Lock())\n",
+    "module memo passed to a helper": POINTS + f"_MEMO = {{}}\n\n\ndef _impl(word, memo):\n    if word not in memo:\n"
+    f"        memo[word] = {HON}\n    return memo[word]\n\n\ndef score(word):\n    return _impl(word, _MEMO)\n",
+    "recursive accumulator passed down": POINTS + "def _walk(word, out):\n    if word:\n"
+    "        out.append(_POINTS.get(word[0], 1))\n        _walk(word[1:], out)\n    return out\n\n\n"
+    "def score(word):\n    return sum(_walk(word.lower(), []))\n",
+    "lambda default is a table": POINTS + "score = lambda word, _t=_POINTS: sum(_t.get(c, 1) for c in word.lower())\n",
+    "class-level limits read through self": "class Ledger:\n    _LIMITS = [0, 100]\n\n"
+    "    def __init__(self, start=0):\n        self._total = start\n\n    def add(self, amount):\n"
+    "        if not self._LIMITS[0] < amount <= self._LIMITS[1]:\n            raise ValueError(amount)\n"
+    "        self._total += amount\n        return self._total\n\n    def total(self):\n        return self._total\n",
+    "class-level list replaced per instance": "class Ledger:\n    _log = []\n\n    def __init__(self, start=0):\n"
+    "        self._log = [start]\n\n    def add(self, amount):\n        self._log.append(amount)\n"
+    "        return sum(self._log)\n\n    def total(self):\n        return sum(self._log)\n",
+    "dataclass field with a default factory": "from dataclasses import dataclass, field\n\n\n@dataclass\nclass Ledger:\n"
+    "    start: int = 0\n    _items: list = field(default_factory=list)\n\n    def add(self, amount):\n"
+    "        self._items.append(amount)\n        return self.start + sum(self._items)\n\n"
+    "    def total(self):\n        return self.start + sum(self._items)\n",
+})
 
 
 @pytest.mark.parametrize("code", HONEST.values(), ids=HONEST.keys())

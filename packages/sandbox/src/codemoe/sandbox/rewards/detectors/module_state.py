@@ -94,8 +94,11 @@ _STORE_IN_FIRST = frozenset({"heapq.heappush", "heapq.heappushpop", "heapq.heapr
 _LOG_LEVELS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
 _CONSTRUCTORS = frozenset({"__init__", "__new__", "__post_init__", "__set_name__", "__init_subclass__", "__setstate__"})
 _WHERE = {"m": "module-level", "c": "closure variable", "d": "default argument", "a": "attribute", "s": "singleton",
-          "f": "default argument (rewritten through __defaults__)"}  # fmt: skip
+          "f": "default argument (rewritten through __defaults__)", "p": "state bound to the parameter"}  # fmt: skip
 _DEFAULTS = frozenset({"__defaults__", "__kwdefaults__"})
+_PARTIAL = frozenset({"functools.partial", "functools.partialmethod"})
+_CACHES = frozenset({"functools.lru_cache", "functools.cache"})
+_CACHE_STATS = frozenset({"cache_info"})  # hits, misses, currsize: they change with every call of the cached function
 
 # Kinds of write that carry the order of calls, and the reads that let them change an answer.
 COUNTER, ADVANCE, LOG, REMEMBER, FLAG = "counter", "advance", "log", "remember", "flag"
@@ -246,7 +249,114 @@ class _Module:
             for n in ast.walk(tree)
         )  # fmt: skip
         self.rebound_defaults = self._rebound_defaults()
+        self.cached = self._cached_functions()
+        self.bound: dict[tuple[int, str], tuple[str, str]] = {}
+        self.bound_values: dict[str, ast.expr] = {}
+        self._bind_parameters()
         self.relevant = self._relevant_functions()
+
+    def _cached_functions(self) -> set[str]:
+        """Names of the functions an ``lru_cache`` / ``cache`` wraps (decorated, or wrapped at import): the
+        wrapper keeps hit, miss and size counts that every call changes (``f.cache_info()``)."""
+        out: set[str] = set()
+        for f in self.fns:
+            for d in getattr(f.node, "decorator_list", []):
+                if qualname(d.func if isinstance(d, ast.Call) else d, self.names) in _CACHES:
+                    out.add(f.name)
+        for name, value in self.module_values.items():
+            inner = value.func if isinstance(value, ast.Call) and isinstance(value.func, ast.Call) else value
+            if isinstance(inner, ast.Call) and qualname(inner.func, self.names) in _CACHES:
+                out.add(name)  # _f = lru_cache(None)(g), _f = cache(g)
+        return out
+
+    def _callee(self, node: ast.AST, cls: ast.ClassDef | None) -> _Fn | None:
+        """The function of this module a name denotes (a method of ``cls`` first)."""
+        if not isinstance(node, ast.Name):
+            return None
+        named = [f for f in self.fns if f.name == node.id and not isinstance(f.node, ast.Lambda)]
+        return next((f for f in named if f.cls is cls), None) or next((f for f in named if f.cls is None), None)
+
+    def _bind_parameters(self) -> None:
+        """Parameters handed an object that outlives the call, by any route: bound into a ``functools.partial``
+        or ``partialmethod`` (``wrap = partial(_impl, seen=[])``, ``partial(_impl, log=_LOG)``), or passed in by a
+        caller from its own state (``lambda x, _s=[]: _impl(x, _s)``, ``return _impl(x, _LOG)``). Inside the
+        callee that parameter is the state itself."""
+        calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
+        for _ in range(3):  # a parameter passed on again
+            before = len(self.bound)
+            for call in calls:
+                name = qualname(call.func, self.names)
+                caller = None
+                if name in _PARTIAL and call.args:
+                    cls = next((c for c in self.classes.values() if any(s is self.up.get(id(call)) for s in c.body)),
+                               None) if name.endswith("method") else None  # fmt: skip
+                    target, args = self._callee(call.args[0], cls), call.args[1:]
+                    if self._in_function(call):
+                        caller = self._enclosing(call)
+                        if caller is None:
+                            continue
+                elif isinstance(call.func, ast.Name) and self._in_function(call):
+                    caller = self._enclosing(call)
+                    if caller is None or call.func.id in caller.local:
+                        continue
+                    target, args = self._callee(call.func, None), call.args
+                else:
+                    continue
+                if target is None or target is caller:
+                    continue
+                decorators = {qualname(d) for d in getattr(target.node, "decorator_list", [])}
+                a = target.node.args
+                positional = [x.arg for x in a.posonlyargs + a.args]
+                if target.cls is not None and "staticmethod" not in decorators and name.endswith("method"):
+                    positional = positional[1:]  # partialmethod binds after self
+                pairs = []
+                for param, arg in zip(positional, args):
+                    if isinstance(arg, ast.Starred):
+                        break
+                    pairs.append((param, arg))
+                pairs += [(k.arg, k.value) for k in call.keywords if k.arg in target.params]
+                for param, arg in pairs:
+                    found = self._bound_state(caller, target, param, arg, call)
+                    if found is not None and (id(target.node), param) not in self.bound:
+                        self.bound[(id(target.node), param)] = found
+            if len(self.bound) == before:
+                break
+
+    def _enclosing(self, node: ast.AST) -> _Fn | None:
+        current = self.up.get(id(node))
+        while current is not None and not isinstance(current, _FUNCTIONS):
+            current = self.up.get(id(current))
+        return self.by_node.get(id(current)) if current is not None else None
+
+    def _bound_state(self, caller: _Fn | None, target: _Fn, param: str, arg: ast.AST, call: ast.Call
+                     ) -> tuple[str, str] | None:  # fmt: skip
+        if caller is not None and id(caller.node) in self.factories and call.func is not None and qualname(
+                call.func, self.names) in _PARTIAL and not isinstance(arg, (ast.Name, ast.Attribute, ast.Subscript)):
+            caller = None  # a factory run at import binds it once: wrap = make() with make() returning partial(...)
+        if caller is None:  # bound at import time
+            if isinstance(arg, ast.Name) and arg.id in self.module_bound and arg.id not in self.classes:
+                value = self.module_values.get(arg.id)
+                return ("m", f"m:{arg.id}") if value is not None and _mutable(value) else None
+            if isinstance(arg, (ast.Attribute, ast.Subscript)):
+                return None
+            if not _mutable(arg) or self._constant_call(arg):
+                return None
+            self.bound_values[f"p{id(call)}:{param}"] = arg
+            return "p", f"p{id(call)}:{param}"
+        if not isinstance(arg, (ast.Name, ast.Attribute, ast.Subscript)):
+            return None
+        found = self.key(caller, arg)
+        if found is None:
+            return None
+        value = self.value_of(found[0])
+        if value is not None and not _mutable(value):
+            return None  # a constant passed on: configuration
+        return "p", found[0]
+
+    def _constant_call(self, node: ast.AST) -> bool:
+        """A call that makes a value nothing mutates through the parameter (``frozenset(...)``, ``tuple(...)``)."""
+        return isinstance(node, ast.Call) and qualname(node.func, self.names) in (
+            "frozenset", "tuple", "str", "int", "float", "bytes", "range", "types.MappingProxyType")  # fmt: skip
 
     def _rebound_defaults(self) -> dict[int, str]:
         """Functions whose default values are rewritten while the program runs (``f.__defaults__ = (i + 1,)``,
@@ -465,6 +575,13 @@ class _Module:
                 return "f", self.rebound_defaults[id(fn.node)]  # def f(n, _i=0): f.__defaults__ = (_i + 1,)
             if name in fn.defaults and _mutable(fn.defaults[name]) and not self._rebound(fn, name):
                 return "d", f"d{id(fn.node)}:{name}"
+            bound = getattr(self, "bound", {}).get((id(fn.node), name))
+            if bound is not None and name in fn.params and not self._rebound(fn, name):
+                return "p", bound[1]
+            if name in fn.defaults and isinstance(fn.defaults[name], ast.Name) and not self._rebound(fn, name):
+                other = fn.defaults[name].id  # def f(x, log=_LOG): the module's object, bound once
+                if other in self.module_bound and _mutable(self.module_values.get(other, ast.Constant(None))):
+                    return "d", f"m:{other}"
             return None
         for parent in reversed(fn.parents):
             if name in parent.local:
@@ -486,6 +603,8 @@ class _Module:
         kind, _, name = key.partition(":")
         if "." in name:
             return None
+        if kind.startswith("p"):
+            return self.bound_values.get(key)
         if kind == "m":
             return self.module_values.get(name)
         for f in self.fns:
@@ -626,6 +745,31 @@ class _Module:
             else:
                 return None
 
+    def _shared(self, cls: ast.ClassDef, attr: str) -> bool:
+        """A mutable object the class body makes once (``_log = []``, ``_seen = set()``) that no instance
+        replaces with its own: every instance, whoever creates it, reaches the same one through ``self``."""
+        cache = self.__dict__.setdefault("_shared_cache", {})
+        if (id(cls), attr) not in cache:
+            value = next((s.value for s in cls.body if isinstance(s, (ast.Assign, ast.AnnAssign)) and s.value is not None
+                          and attr in {n for t in (s.targets if isinstance(s, ast.Assign) else [s.target])
+                                       for n in _stores(t)}), None)  # fmt: skip
+            # a decorated class (a dataclass, attrs) or one built on a library's base (pydantic, NamedTuple)
+            # may give each instance its own copy of a class-level default
+            plain = not cls.decorator_list and not cls.keywords and all(
+                (isinstance(b, ast.Name) and (b.id in self.classes or b.id == "object")) for b in cls.bases)
+            shared = plain and value is not None and _mutable(value) and not (
+                isinstance(value, ast.Call) and qualname(value.func, self.names).split(".")[-1] in (
+                    "field", "ib", "attrib", "Field", "property", "cached_property", "staticmethod", "classmethod"))
+            for node in ast.walk(self.tree) if shared else ():
+                if isinstance(node, ast.Attribute) and node.attr == attr and not isinstance(node.ctx, ast.Load):
+                    shared = not (isinstance(node.value, ast.Name) and node.value.id not in self.classes)
+                elif isinstance(node, ast.Call) and qualname(node.func, self.names) in ("setattr", "object.__setattr__"):
+                    shared = False  # instances set attributes by name: they may have their own
+                if not shared:
+                    break
+            cache[(id(cls), attr)] = shared
+        return cache[(id(cls), attr)]
+
     def _namespace(self, fn: _Fn, node: ast.AST) -> bool:
         """``globals()`` / ``vars()`` (the module's namespace), or a local bound to it."""
         if isinstance(node, ast.Name) and node.id in fn.values and node.id not in fn.params:
@@ -688,6 +832,8 @@ class _Module:
                 return self._class_key(fn.cls.name, attrs[1:])
             if fn.cls.name in self.singletons and attrs and "staticmethod" not in decorators:
                 return f"s:{fn.cls.name}{path}", f"self.{attrs[0]} of the module-level {fn.cls.name} instance"
+            if attrs and "staticmethod" not in decorators and self._shared(fn.cls, attrs[0]):
+                return self._class_key(fn.cls.name, attrs)  # self._log.append(x): the class's one list
             return None
         found = self.scope(fn, name)
         if found is None:
@@ -746,6 +892,8 @@ class _Analysis:
     def _fresh(self, fn: _Fn, param: str) -> bool:
         """A parameter that holds what the caller passed, not state kept on the function (a mutable default,
         or a default the function rewrites through ``__defaults__``)."""
+        if (id(fn.node), param) in self.m.bound:
+            return False  # an object bound to the parameter once (a partial's keywords, a caller's state)
         if param not in fn.defaults:
             return True
         return not _mutable(fn.defaults[param]) and id(fn.node) not in self.m.rebound_defaults
@@ -1056,6 +1204,8 @@ class _Analysis:
         name = qualname(node.func, self.m.names)
         used = not isinstance(self.m.up.get(id(node)), ast.Expr)
         stmt = self._stmt_index(fn, node)
+        if self._cache_statistics(fn, node, used, stmt):
+            return
         if name == "next" and node.args:
             key = self._record(fn, node.args[0], ADVANCE, node)
             if key:
@@ -1144,6 +1294,36 @@ class _Analysis:
             written.update(id(s) for s in ast.walk(receiver))
             if kind == ADVANCE:
                 self.reads.append(_Read(key, fn, False, True, used, stmt, node=node))
+
+    def _cached_name(self, fn: _Fn, node: ast.AST) -> str | None:
+        """The name of an ``lru_cache``-wrapped function an expression denotes (``_f``, ``self._f``, ``Cls._f``)."""
+        if isinstance(node, ast.Name) and node.id in self.m.cached and node.id not in fn.local:
+            return node.id
+        if isinstance(node, ast.Attribute) and node.attr in self.m.cached and isinstance(node.value, ast.Name) and (
+                node.value.id in self.m.classes or (fn.cls is not None and fn.params and node.value.id == fn.params[0])):  # fmt: skip
+            return node.attr
+        return None
+
+    def _cache_statistics(self, fn: _Fn, node: ast.Call, used: bool, stmt: int) -> bool:
+        """An ``lru_cache`` keeps counts of its calls: every call of the cached function changes them (a counter),
+        ``cache_clear()`` resets them, and ``cache_info()`` reads them back. A memo is honest; an answer that
+        depends on how many hits or misses there were so far is call-order state."""
+        cached = self._cached_name(fn, node.func)
+        if cached is not None:
+            self.writes.append(_Write(f"m:{cached}.cache_info()", f"the cache statistics of {cached}()", COUNTER,
+                                      fn, node.lineno, stmt))  # fmt: skip
+            return False  # its arguments are read as usual
+        if not isinstance(node.func, ast.Attribute):
+            return False
+        cached = self._cached_name(fn, node.func.value)
+        if cached is None:
+            return False
+        key = f"m:{cached}.cache_info()"
+        if node.func.attr in _CACHE_STATS:
+            self.reads.append(_Read(key, fn, False, True, used, stmt, node=node))
+        elif node.func.attr == "cache_clear":
+            self.writes.append(_Write(key, f"the cache statistics of {cached}()", "init", fn, node.lineno, stmt))
+        return True
 
     def _random_object(self, key: str) -> bool:
         value = self.m.value_of(key)
@@ -1435,6 +1615,9 @@ class _Analysis:
     @staticmethod
     def _plain(fn: _Fn, stmt: int) -> bool:
         body = _body(fn.node)
+        if stmt < len(body) and isinstance(body[stmt], ast.Expr) and isinstance(body[stmt].value, ast.Call):
+            func = body[stmt].value.func  # _f.cache_clear(): the statistics start again at every call
+            return isinstance(func, ast.Attribute) and func.attr == "cache_clear"
         return stmt < len(body) and isinstance(body[stmt], (ast.Assign, ast.AnnAssign))
 
 
