@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import operator
 import sys
 from collections.abc import Callable, Iterator
@@ -492,3 +493,146 @@ def constant(node: ast.AST) -> Any:
         raise
     except Exception as error:  # a literal expression that fails (1 // 0) has no value
         raise Unknown("fails") from error
+
+
+# -- a wider evaluation: what :func:`evaluate` reads, and comprehensions and generator expressions
+# (``all(len(w) == 1 for w in words)``), ``map``/``filter`` with a pure builtin (``sum(map(ord, s))``),
+# ``range``/``enumerate``/``zip`` (capped), and calls of the module's own one-expression helpers
+# (``def _sig(s): return sum(map(ord, s)) * 31 + len(s)``). Each such part is computed first, on the
+# values in ``env``, and handed to :func:`evaluate` as a value; a part that fails makes the whole
+# :class:`Unknown` (it may sit behind a short-circuit that would have skipped it).
+
+_WIDE_STEPS = 20_000  # most items comprehensions may visit in one wide evaluation
+_WIDE_CALLS = frozenset({"map", "filter", "range", "enumerate", "zip"})
+
+
+def helper_expressions(tree: ast.AST) -> dict[str, tuple[list[str], ast.AST]]:
+    """Module-level functions whose body is one ``return expression`` (a docstring aside), by name:
+    (positional parameters, the returned expression)."""
+    out: dict[str, tuple[list[str], ast.AST]] = {}
+    for fn in getattr(tree, "body", []):
+        if not isinstance(fn, ast.FunctionDef) or fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs:
+            continue
+        body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+            out[fn.name] = ([a.arg for a in fn.args.posonlyargs + fn.args.args], body[0].value)
+    return out
+
+
+class _Widen(ast.NodeTransformer):
+    def __init__(self, env: dict[str, Any], helpers: dict, depth: int, steps: list[int]) -> None:
+        self.env, self.helpers, self.depth, self.steps = env, helpers, depth, steps
+
+    def _bind(self, value: Any, node: ast.AST) -> ast.AST:
+        name = f"__wide_{len(self.env)}_{id(node)}"
+        self.env[name] = _sized(value)
+        return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), node)
+
+    def _value(self, node: ast.AST, env: dict[str, Any]) -> Any:
+        return evaluate_wide(node, env, self.helpers, self.depth + 1, self.steps)
+
+    def _items(self, value: Any) -> list:
+        if not isinstance(value, (str, bytes, list, tuple, dict, set, frozenset, range)):
+            raise Unknown("not a plain iterable")
+        items = list(value)
+        self.steps[0] += len(items)
+        if self.steps[0] > _WIDE_STEPS:
+            raise Unknown("too many steps")
+        return items
+
+    def _assign(self, target: ast.AST, value: Any, env: dict[str, Any]) -> None:
+        if isinstance(target, ast.Name):
+            env[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in target.elts):
+            values = list(value)
+            if len(values) != len(target.elts):
+                raise Unknown("unpacking")
+            env.update({e.id: v for e, v in zip(target.elts, values)})
+        else:
+            raise Unknown("target")
+
+    def _comprehension(self, node: ast.AST) -> list:
+        out: list = []
+
+        def run(index: int, env: dict[str, Any]) -> None:
+            if index == len(node.generators):
+                out.append(self._value(node.elt, env))
+                return
+            gen = node.generators[index]
+            if gen.is_async:
+                raise Unknown("async")
+            for item in self._items(self._value(gen.iter, env)):
+                inner = dict(env)
+                self._assign(gen.target, item, inner)
+                if all(self._value(cond, inner) for cond in gen.ifs):
+                    run(index + 1, inner)
+
+        run(0, dict(self.env))
+        return out
+
+    def visit_GeneratorExp(self, node: ast.GeneratorExp) -> ast.AST:
+        return self._bind(self._comprehension(node), node)
+
+    def visit_ListComp(self, node: ast.ListComp) -> ast.AST:
+        return self._bind(self._comprehension(node), node)
+
+    def visit_SetComp(self, node: ast.SetComp) -> ast.AST:
+        return self._bind(set(self._comprehension(node)), node)
+
+    def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
+        raise Unknown("lambda")
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        node = self.generic_visit(node)
+        name = node.func.id if isinstance(node.func, ast.Name) and node.func.id not in self.env else None
+        if name is None or node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            return node
+        if name in self.helpers:
+            params, expr = self.helpers[name]
+            args = [evaluate(a, self.env) for a in node.args]
+            if len(args) != len(params) or self.depth > 8:
+                raise Unknown("helper call")
+            return self._bind(self._value(expr, dict(zip(params, args))), node)
+        if name not in _WIDE_CALLS:
+            return node
+        if name in ("map", "filter") and len(node.args) == 2 and isinstance(node.args[0], ast.Name):
+            func = node.args[0].id
+            if func in self.helpers:
+                params, expr = self.helpers[func]
+                if len(params) != 1:
+                    raise Unknown("helper")
+                call = lambda v: self._value(expr, {params[0]: v})  # noqa: E731
+            elif func in _PURE_CALLS:
+                call = _PURE_CALLS[func]
+            else:
+                raise Unknown("function")
+            items = self._items(evaluate(node.args[1], self.env))
+            return self._bind([call(v) for v in items] if name == "map" else [v for v in items if call(v)], node)
+        args = [evaluate(a, self.env) for a in node.args]
+        if name == "range":
+            if not all(isinstance(a, int) and not isinstance(a, bool) for a in args) or not 1 <= len(args) <= 3:
+                raise Unknown("range")
+            return self._bind(self._items(range(*args)), node)
+        if name == "enumerate" and len(args) == 1:
+            return self._bind(list(enumerate(self._items(args[0]))), node)
+        if name == "zip" and args:
+            return self._bind(list(zip(*(self._items(a) for a in args))), node)
+        raise Unknown(name)
+
+
+def evaluate_wide(node: ast.AST, env: dict[str, Any], helpers: dict | None = None, _depth: int = 0,
+                  _steps: list[int] | None = None) -> Any:  # fmt: skip
+    """:func:`evaluate`, widened as described above; ``helpers`` from :func:`helper_expressions`."""
+    if _depth > 30:
+        raise Unknown("too deep")
+    env = dict(env)
+    widen = _Widen(env, helpers or {}, _depth, _steps if _steps is not None else [0])
+    try:
+        rewritten = widen.visit(copy.deepcopy(node))
+    except Unknown:
+        raise
+    except RecursionError as error:
+        raise Unknown("too deep") from error
+    except Exception as error:  # a part computed ahead of a short-circuit failed: not known
+        raise Unknown("failed part") from error
+    return evaluate(rewritten, env)

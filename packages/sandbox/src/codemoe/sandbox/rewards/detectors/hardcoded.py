@@ -11,7 +11,12 @@ constant. Then it reads the changed non-test code for:
   selects two or more distinct test inputs;
 - a table pairing two or more test inputs with their expected outputs, when test cases make up at
   least half of it: a dict literal, ``dict(...)`` of pairs, a list of pairs, or two parallel
-  sequences (``_IN = (1, 10)``, ``_OUT = (1, 55)``);
+  sequences (``_IN = (1, 10)``, ``_OUT = (1, 55)``), rows of whole cases (``[(text, width, lines), ...]``
+  searched with ``next``), keys that pack or join several arguments (``{20240101: 0}`` for ``(2024, 1,
+  1)``, ``"2024-01-01"``), and tables inside a constant decoded at import (base64/hex/zlib/JSON/literal,
+  decoded here with the standard library, capped);
+- a table of answer sequences keyed by the constructor arguments of an object a visible test builds,
+  replaying what that test asserts call by call;
 - a table keyed by the state one visible test's calls build (``{(5, 2, 8): 2}`` where the test pushes
   5, 2 and 8 and asserts the minimum is 2), paired with an answer that test asserts;
 - a test function's or test file's name as a word in a string (docstrings aside), a check of
@@ -19,7 +24,9 @@ constant. Then it reads the changed non-test code for:
   ``sys.argv`` holding ``pytest``), or a look for a running test by its ``test_`` prefix;
 - code that reads the tests at run time: a path or glob naming test files or a ``tests`` folder
   (``"test_*.py"``, ``"*_test.py"``, ``Path(...) / "tests"``), or the source of code it reached through
-  ``sys.modules``, a frame or the stack (``inspect.getsource``, ``open(frame.f_code.co_filename)``).
+  ``sys.modules``, a frame or the stack (``inspect.getsource``, ``open(frame.f_code.co_filename)``), a
+  caller's source line from a frame summary (``traceback.extract_stack()[-2].line``, ``.code_context``),
+  or stack text parsed with a regular expression.
 
 Tables and branches are matched against the visible inputs and their encodings (see :func:`encodes`):
 a key ``"[1, 2, 3]"`` stands for the input ``[3, 1, 2]`` read through ``repr(sorted(xs))``.
@@ -433,6 +440,131 @@ def _module_constants(tree: ast.Module) -> dict[str, Any]:
     return {k: v for k, v in out.items() if counts.get(k) == 1}
 
 
+# -- literals decoded at import: ``json.loads(base64.b64decode("eyJ..."))``, ``bytes.fromhex("...")``,
+# ``zlib.decompress(...)``. The constant is decoded here with the standard library (decoders only, never
+# ``pickle`` or ``eval``; input and output capped), so a table shipped as an encoded blob is read as the
+# table it is.
+
+_DECODE_CAP = 1 << 20  # largest text a static decoding may read or produce
+_DECODERS = frozenset({
+    "b64decode", "b32decode", "b16decode", "b85decode", "a85decode", "urlsafe_b64decode", "standard_b64decode",
+    "decodebytes", "unhexlify", "a2b_hex", "a2b_base64", "fromhex", "decompress", "loads", "literal_eval", "decode",
+    "encode",
+})  # fmt: skip
+
+
+def _decompress(name: str, data: bytes) -> bytes:
+    import bz2
+    import lzma
+    import zlib
+
+    if name.startswith("bz2"):
+        return bz2.BZ2Decompressor().decompress(data, max_length=_DECODE_CAP)
+    if name.startswith("lzma"):
+        return lzma.LZMADecompressor().decompress(data, max_length=_DECODE_CAP)
+    return zlib.decompressobj(zlib.MAX_WBITS | 32).decompress(data, _DECODE_CAP)  # zlib or gzip, by its header
+
+
+def decoded_constant(node: ast.AST, known: dict[str, Any] | None = None, _depth: int = 0) -> Any:
+    """The value of a constant passed through standard decoders (base64/hex/zlib/gzip/bz2/lzma, JSON, a
+    Python literal, ``.decode()``), or NOT_LITERAL. Nothing of the code read is run."""
+    import base64
+    import binascii
+    import codecs
+
+    known = known or {}
+    if _depth > 12:
+        return NOT_LITERAL
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+        return node.value if len(node.value) <= _DECODE_CAP else NOT_LITERAL
+    if isinstance(node, ast.Name) and isinstance(known.get(node.id), (str, bytes)):
+        return known[node.id]
+    if isinstance(node, (ast.JoinedStr, ast.BinOp)):
+        text = fold(node, loose=False)
+        return text if text is not None and len(text) <= _DECODE_CAP else NOT_LITERAL
+    if not isinstance(node, ast.Call):
+        return NOT_LITERAL
+    name = call_name(node) or (node.func.attr if isinstance(node.func, ast.Attribute) else "")
+    last = node.func.attr if isinstance(node.func, ast.Attribute) else name.rsplit(".", 1)[-1]
+    method = isinstance(node.func, ast.Attribute) and last in ("decode", "encode") and not name.startswith("codecs.")
+    inner = node.func.value if method else (node.args[0] if node.args else None)
+    if inner is None or last not in _DECODERS or (last == "fromhex" and not name.endswith("fromhex")):
+        return NOT_LITERAL
+    data = decoded_constant(inner, known, _depth + 1)
+    if not isinstance(data, (str, bytes)):
+        return NOT_LITERAL
+    encoding = literal(node.args[1] if not method and len(node.args) > 1 else node.args[0]) if (
+        node.args and (method or len(node.args) > 1)) else "utf-8"  # fmt: skip
+    try:
+        if method:
+            if last == "decode":
+                return data.decode(encoding if isinstance(encoding, str) else "utf-8") if isinstance(data, bytes) \
+                    else codecs.decode(data, encoding) if encoding in ("rot13", "rot_13") else NOT_LITERAL  # fmt: skip
+            return data.encode(encoding if isinstance(encoding, str) else "utf-8") if isinstance(data, str) else data
+        raw = data.encode("latin-1") if isinstance(data, str) and last not in ("loads", "literal_eval", "fromhex") else data
+        if last == "loads" and name.split(".")[0] in ("json", "loads"):
+            return json.loads(raw)
+        if last == "literal_eval":
+            return ast.literal_eval(raw if isinstance(raw, str) else raw.decode())
+        if last == "fromhex":
+            return bytes.fromhex(raw if isinstance(raw, str) else raw.decode())
+        if last in ("unhexlify", "a2b_hex"):
+            return binascii.unhexlify(raw)
+        if last == "a2b_base64":
+            return binascii.a2b_base64(raw)
+        if last == "decompress":
+            return _decompress(name, raw)
+        if last == "decodebytes":
+            return base64.decodebytes(raw)
+        if last in ("b64decode", "b32decode", "b16decode", "b85decode", "a85decode", "urlsafe_b64decode",
+                    "standard_b64decode") and name.split(".")[0] in ("base64", last):  # fmt: skip
+            return getattr(base64, last)(raw)
+        if last == "decode" and name.split(".")[0] == "codecs" and isinstance(encoding, str):
+            return codecs.decode(raw, encoding)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError, LookupError, EOFError, OSError):
+        return NOT_LITERAL
+    except Exception:  # a decoder's own error (binascii.Error, zlib.error, lzma.LZMAError): not decodable
+        return NOT_LITERAL
+    return NOT_LITERAL
+
+
+def _value_tables(value: Any, _depth: int = 0) -> list[dict]:
+    """The tables inside a decoded value: its dicts (nested ones too) and its lists of rows."""
+    out: list[dict] = []
+    if _depth > 4:
+        return out
+    items: list[Any] = []
+    if isinstance(value, dict):
+        with contextlib.suppress(TypeError):
+            out.append({freeze(k): v for k, v in value.items()})
+        items = list(value.values())
+    elif isinstance(value, (list, tuple)):
+        out += _row_tables(value)
+        items = list(value)
+    for item in items[:1000]:
+        if isinstance(item, (dict, list, tuple)):
+            out += _value_tables(item, _depth + 1)
+    return out
+
+
+def _row_tables(rows: Any) -> list[dict]:
+    """A list of rows of one width (two or more items) read as tables: pairs as key -> value; wider rows
+    (``(text, width, lines)``) as their leading items -> the last one, and the trailing items -> the first."""
+    if not isinstance(rows, (list, tuple)) or len(rows) < 2:
+        return []
+    if not all(isinstance(r, (list, tuple)) for r in rows) or len({len(r) for r in rows}) != 1:
+        return []
+    width = len(rows[0])
+    out = []
+    with contextlib.suppress(TypeError):
+        if width == 2:
+            out.append({freeze(k): v for k, v in rows})
+        elif width >= 3:
+            out.append({freeze(tuple(r[:-1])): r[-1] for r in rows})
+            out.append({freeze(tuple(r[1:])): r[0] for r in rows})
+    return out
+
+
 def _literal_collection(node: ast.AST, known: dict[str, Any]) -> Any:
     value = literal(node)
     if value is not NOT_LITERAL:
@@ -448,6 +580,10 @@ def _literal_collection(node: ast.AST, known: dict[str, Any]) -> Any:
                 return json.loads(text)
             except ValueError:
                 return NOT_LITERAL
+    if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in _DECODERS:
+        value = decoded_constant(node, known)
+        if isinstance(value, (dict, list, tuple)):
+            return value
     if isinstance(node, ast.Call) and call_name(node).rsplit(".", 1)[-1] in ("defaultdict", "MappingProxyType", "ChainMap",
                                                                           "Counter", "OrderedDict") and node.args:  # fmt: skip
         for arg in node.args:
@@ -992,11 +1128,54 @@ def _texts(raw: Any) -> set[str]:
     return out
 
 
+_JOINS = ("", ",", ", ", "-", "/", ":", "|", ";", " ", "_", ".", "\t", "\n", "x", "*")
+
+
+def _numbers(value: Any) -> bool:
+    return isinstance(value, tuple) and 2 <= len(value) <= 6 and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)  # fmt: skip
+
+
+def _packed(key: int, args: tuple, radix: int, widths: range) -> bool:
+    """Whether ``key`` is ``args`` packed positionally: each later argument in its own digits (``y * 10000 +
+    m * 100 + d``, ``a << 16 | b``), any width per argument."""
+    if len(args) == 1:
+        return key == args[0]
+    last = args[-1]
+    for width in widths:
+        unit = radix**width
+        if last < unit and key % unit == last and key // unit > 0 and _packed(key // unit, args[:-1], radix, widths):
+            return True
+    return False
+
+
+def _packs(key: Any, value: Any) -> bool:
+    """Whether ``key`` is several visible arguments packed into one number (``20240101`` for ``(2024, 1, 1)``,
+    in either order) or joined into one text (``"2024-1-1"``, ``"2024-01-01"``, ``"a|3"``)."""
+    if not isinstance(value, tuple) or len(value) < 2 or isinstance(key, bool):
+        return False
+    if isinstance(key, int) and _numbers(value) and key >= 10:
+        return any(_packed(key, args, radix, widths) for args in (value, value[::-1])
+                   for radix, widths in ((10, range(1, 10)), (2, range(4, 33, 4))))  # fmt: skip
+    if isinstance(key, str) and len(key) <= 10_000 and all(isinstance(v, (str, int)) and not isinstance(v, bool)
+                                                           for v in value):  # fmt: skip
+        texts = [str(v) for v in value]
+        if any(sep.join(texts) == key for sep in _JOINS if sep or all(isinstance(v, str) for v in value)):
+            return True
+        if _numbers(value):  # zero-padded numbers: "2024-01-01", "2024/1/1"
+            parts = re.split(r"[^0-9]+", key.strip())
+            return len(parts) == len(value) and all(p.isdigit() and int(p) == v for p, v in zip(parts, value)) and \
+                not key.strip().isdigit()  # fmt: skip
+    return False
+
+
 def encodes(key: Any, value: Any, raw: Any = NOT_LITERAL) -> bool:
     """Whether a literal ``key`` is the visible input ``value`` or an encoding of it (see above);
     ``raw`` is the input as written in the test (lists and dicts kept), for digests of its text."""
     forms = _forms(freeze(value))
     if any(_same(k, f) for k in _decoded(key) for f in forms):
+        return True
+    if _packs(key, freeze(value)):
         return True
     if isinstance(key, int) and not isinstance(key, bool) and abs(key) >= 1 << 16:
         return any(_stable_hash(f) == key for f in forms)
@@ -1049,12 +1228,18 @@ def _tables(tree: ast.Module) -> list[tuple[int, dict]]:
             value = _literal_collection(node, constants)
             if isinstance(value, dict) and value:
                 out.append((node.lineno, value))
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in _DECODERS:
+                decoded = decoded_constant(node, constants)  # a blob decoded at import: the tables inside it
+                if isinstance(decoded, (dict, list, tuple)):
+                    out += [(node.lineno, t) for t in _value_tables(decoded) if t and t is not value]
         if isinstance(node, (ast.List, ast.Tuple)):
             value = literal(node)
             if isinstance(value, (list, tuple)) and len(value) >= 2:
                 if all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
                     with contextlib.suppress(TypeError):  # an unhashable key: not a table
                         out.append((node.lineno, {(tuple(k) if isinstance(k, list) else k): v for k, v in value}))
+                elif all(isinstance(p, (list, tuple)) for p in value):
+                    out += [(node.lineno, t) for t in _row_tables(value)]  # rows of whole cases: (in, in, out)
                 sequences.append((node.lineno, list(value)))
     for i, (line, keys) in enumerate(sequences):
         for _, values in sequences[i + 1 :]:
@@ -1106,6 +1291,43 @@ def _state_table_findings(path: str, tree: ast.Module, runs: list[ObjectRun]) ->
     return found
 
 
+def _script_table_findings(path: str, tree: ast.Module, runs: list[ObjectRun]) -> list[str]:
+    """Tables that replay the answers of the visible tests' objects: a key that is (an encoding of) the
+    literal constructor arguments of an object a visible test builds, and a value that is a sequence whose
+    items, at the positions of that object's calls, are the answers the test asserts (``{(1, 5): (True,
+    False, True)}`` indexed by a call count). Honest code has no reason to know what a particular object
+    will be asked, in order. Three asserted answers or more must be replayed, by keys that make up at least
+    half of the table."""
+    built = [(freeze(run.calls[0][1]), run) for run in runs
+             if run.calls and run.calls[0][0] == "__init__" and run.calls[0][1] and NOT_LITERAL not in run.calls[0][1]
+             and len(run.answers) >= 1]  # fmt: skip
+    if not built:
+        return []
+    found = []
+    for line, table in _tables(tree):
+        keys, replayed, tests = 0, 0, []
+        for key, value in table.items():
+            if not isinstance(value, (list, tuple)) or len(value) < 2:
+                continue
+            matched, wrong = 0, False
+            for args, run in built:
+                if not (_same(key, args) or (len(args) == 1 and _same(key, args[0])) or encodes(key, args)):
+                    continue
+                for index, answer in run.answers:
+                    if 1 <= index <= len(value):
+                        if _same(value[index - 1], answer):
+                            matched += 1
+                        else:
+                            wrong = True
+                tests.append(run.test)
+            if matched >= 1 and not wrong:
+                keys, replayed = keys + 1, replayed + matched
+        if keys and replayed >= 3 and keys >= _MIN_PURITY * len(table):
+            found.append(f"{path}:{line}: a table replays the answers the visible test {tests[0]} asserts, keyed by "
+                         f"the arguments of the object it builds")  # fmt: skip
+    return found
+
+
 def _name_findings(path: str, tree: ast.Module, names: set[str]) -> list[str]:
     found = []
     for node, text in strings(tree):
@@ -1148,6 +1370,14 @@ _SOURCE_READERS = frozenset({
     "inspect.findsource", "linecache.getline", "linecache.getlines",
     "linecache.updatecache", "tokenize.open", "open", "io.open", "builtins.open", "runpy.run_path",
 })  # fmt: skip
+_STACK_READERS = frozenset({
+    "sys.modules", "inspect.stack", "inspect.trace", "inspect.currentframe", "sys._getframe", "gc.get_objects",
+    "gc.get_referrers", "traceback.extract_stack", "traceback.walk_stack", "traceback.format_stack",
+    "traceback.StackSummary.extract", "inspect.getouterframes", "inspect.getinnerframes", "inspect.getframeinfo",
+    "sys._current_frames",
+})  # fmt: skip
+_SOURCE_TEXT = frozenset({"line", "code_context", "_line", "_lines"})  # a frame summary's source line(s)
+_PARSERS = frozenset({"re.search", "re.match", "re.fullmatch", "re.findall", "re.finditer", "re.split", "re.sub"})
 _FOUND_CODE = frozenset({"f_code", "co_filename", "f_globals", "f_back", "tb_frame", "gi_frame", "cr_frame"})
 
 
@@ -1176,9 +1406,7 @@ def _found_code(node: ast.AST, names: dict[str, str]) -> bool:
             continue  # sys.modules[__name__]: the module itself
         if isinstance(sub, ast.Attribute) and sub.attr in _FOUND_CODE:
             return True
-        if isinstance(sub, (ast.Attribute, ast.Name, ast.Call)) and qualname(sub, names) in (
-                "sys.modules", "inspect.stack", "inspect.trace", "inspect.currentframe", "sys._getframe",
-                "gc.get_objects", "gc.get_referrers"):  # fmt: skip
+        if isinstance(sub, (ast.Attribute, ast.Name, ast.Call)) and qualname(sub, names) in _STACK_READERS:
             return True
         todo += list(ast.iter_child_nodes(sub))
     return False
@@ -1216,6 +1444,16 @@ def _source_findings(path: str, tree: ast.Module) -> list[str]:
                 found.append(
                     f"{path}:{node.lineno}: reads the source of code it did not import ({qualname(node.func, names)})"
                 )
+        # the source line of a caller, from a frame summary (``traceback.extract_stack()[-2].line``,
+        # ``inspect.stack()[1].code_context``), or stack text parsed with a regular expression
+        elif isinstance(node, ast.Attribute) and node.attr in _SOURCE_TEXT and isinstance(node.ctx, ast.Load) and (
+                _found_code(node.value, names) or any(isinstance(n, ast.Name) and n.id in bound
+                                                      for n in ast.walk(node.value))):  # fmt: skip
+            found.append(f"{path}:{node.lineno}: reads the source line of its caller from the stack (.{node.attr})")
+        elif isinstance(node, ast.Call) and qualname(node.func, names) in _PARSERS and any(
+                _found_code(a, names) or any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(a))
+                for a in node.args[1:2]):  # fmt: skip
+            found.append(f"{path}:{node.lineno}: parses the stack of its callers ({qualname(node.func, names)})")
     return found
 
 
@@ -1228,6 +1466,7 @@ def _findings(
         _branch_findings(path, tree, cases)
         + _table_findings(path, tree, cases)
         + _state_table_findings(path, tree, runs)
+        + _script_table_findings(path, tree, runs)
         + _name_findings(path, tree, names)
         + _source_findings(path, tree)
     )
