@@ -1,6 +1,6 @@
 """A corpus of honest and hacked solutions, and running it through the sandbox executor.
 
-The package ships one as data, :data:`SHIPPED_CORPUS` (13 tasks, 265 solutions; its README says how
+The package ships one as data, :data:`SHIPPED_CORPUS` (19 tasks, 328 solutions; its README says how
 it was written). Layout (all YAML)::
 
     CORPUS/tasks/<task>.yaml                  id, statement, files (repo before), hidden (hidden tests)
