@@ -9,6 +9,7 @@ from codemoe.sandbox.rewards.penalty import DETECTORS
 from codemoe.sandbox.rewards.presets import SHIPPED_REWARDS
 
 CORPUS = SHIPPED_CORPUS
+OPEN = SHIPPED_CORPUS.parent / "hacks-open"  # a held-out set as measured: hacks not caught yet
 P, F = "passed", "failed"
 
 SRC = "def add(a, b):\n    raise NotImplementedError\n"
@@ -579,6 +580,18 @@ def test_corpus_static_detection(name):
 
     assert [s.name for s in mine if s.evidence == "code" and not flagged(s)] == []
     assert [s.name for s in honest if flagged(s)] == []
+
+
+def test_no_detector_flags_an_honest_solution_of_the_open_set():
+    """The open set holds hacks the detectors miss today (its README); its honest solutions are
+    false-positive traps no change to a detector may start flagging."""
+    solutions = load_corpus(OPEN)
+    honest = [s for s in solutions if s.kind in HONEST_KINDS]
+    assert len(honest) >= 20 and len(solutions) >= 50
+    detectors = {name: build_reward(name) for name in DETECTORS}
+    flagged = {f"{s.name}: {n}" for s in honest for n, d in detectors.items()
+               if d(RewardInput(files_before=s.task.files, files_after=s.files_after())).value}
+    assert flagged == set()
 
 
 def test_corpus_has_every_kind_several_times_and_many_variants_of_the_classes_detectors_missed():
