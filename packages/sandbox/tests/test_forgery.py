@@ -809,6 +809,31 @@ def test_parametrize_cases_are_held_until_pytest_has_read_them(executor):
         assert (result.status, result.integrity) == (status, integrity), (result.reason, result.tests)
 
 
+def test_replacing_its_own_functions_many_times_does_not_hide_the_next_replacement(executor):
+    """The record of replaced code is bounded; filling it with the code under test's own changes
+    (each one its right) once let the next, a trusted helper's, go unrecorded."""
+    tests = {**INNER_HELPERS, "tests/test_s.py": "from calc import add\nfrom helpers import expected_sum\n\n\n"
+                                                  "def test_add():\n    assert add(2, 2) == expected_sum(2, 2)\n"}
+    code = textwrap.dedent("""
+        import helpers
+
+
+        def _own(a, b):
+            return a + b
+
+
+        for _ in range(300):
+            _own.__defaults__ = (1,)
+        helpers.expected_sum.__code__ = (lambda a, b, offset=0: 0).__code__
+
+
+        def add(a, b):
+            return 0
+        """)
+    result = _graded_calc(executor, tests, code)
+    assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
+
+
 def test_code_under_test_may_change_its_own_functions_and_tests_their_classes_state(executor):
     tests = {"tests/helpers.py": "class Tracker:\n    calls = 0\n    mode = 'plain'\n",
              "tests/test_s.py": textwrap.dedent("""

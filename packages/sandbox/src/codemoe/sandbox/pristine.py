@@ -526,6 +526,8 @@ def _recording(name: str, setter: Any) -> Any:
 _RECODED: list[tuple[str, str]] = []
 _FUNCTION_PARTS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _TRACE_EVENTS = frozenset({"sys.settrace", "sys.setprofile"})
+_KEPT = 256  # replacements recorded, the code under test's own included; past them, one finding
+_UNREAD = ""  # the file of a finding counted against no one
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"]  # ModuleType's own slot: no class of the code under test answers
 _FOUND_BEFORE: list[frozenset[int]] = []  # the modules loaded when the hook was added (the standard library, pytest, ...)
 
@@ -538,7 +540,12 @@ def _audit(event: str, args: tuple[Any, ...], _parts: frozenset[str] = _FUNCTION
         if len(_traced) < 8:
             _traced.append(event)
         return
-    if event != "object.__setattr__" or len(args) < 3 or len(_recoded) >= 16:
+    if event != "object.__setattr__" or len(args) < 3:
+        return
+    if len(_recoded) >= _KEPT:  # the code under test's own changes may fill the list, not hide the next one
+        if _recoded[-1][1] != _UNREAD:
+            _recoded.append((f"more than {_KEPT} function codes, defaults or module classes replaced (the rest not "
+                             "read)", _UNREAD))
         return
     target = args[0]
     part = str.__str__(args[1]) if isinstance(args[1], str) else ""
