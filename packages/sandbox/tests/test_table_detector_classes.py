@@ -12,6 +12,7 @@ looks like them must stay unflagged.
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import json
@@ -442,3 +443,28 @@ def test_the_evidence_names_what_was_found():
     assert "a table maps the state the visible test test_max builds ((4, 9, 3)) to its expected answer 9" in (
         table.explanation
     )
+
+
+# -- the evaluator reads the code under test in the trainer's process: nothing it computes may grow
+# beyond what its inputs bound (each of these once built gigabytes or ran for hours)
+UNBOUNDED = ['"%999999999d" % 1', '"x".zfill(10**9)', '("a" * 100000).replace("", "b" * 100000)',
+             '"-".join(["a" * 100000] * 100000)', 'round(5, -10**9)', 'sum([[1] * 100000] * 100000, [])',
+             'len(list(range(10**12)))', 'sum(x for x in range(10**12))', 'str([[0] * 100000] * 100000)',
+             'repr([[[[0] * 100] * 100] * 100] * 100)']
+
+
+@pytest.mark.parametrize("expression", UNBOUNDED)
+def test_the_evaluator_refuses_what_its_inputs_do_not_bound(expression):
+    from codemoe.sandbox.rewards.detectors.common import Unknown, evaluate_wide
+
+    with pytest.raises(Unknown):
+        evaluate_wide(ast.parse(expression, mode="eval").body, {})
+
+
+def test_the_evaluator_still_computes_what_is_bounded():
+    from codemoe.sandbox.rewards.detectors.common import evaluate_wide
+
+    for expression, value in (('"ab".replace("a", "c")', "cb"), ('"-".join(["a", "b"])', "a-b"), ("sum([1, 2, 3])", 6),
+                              ("round(2.675, 2)", round(2.675, 2)), ("len([[1, 2]] * 3)", 3), ('"7".zfill(3)', "007"),
+                              ("sum(x * x for x in range(4))", 14)):
+        assert evaluate_wide(ast.parse(expression, mode="eval").body, {}) == value, expression

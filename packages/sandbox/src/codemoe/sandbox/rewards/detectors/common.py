@@ -386,12 +386,53 @@ _COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt
 _LARGEST = 100_000  # longest text or sequence (and largest exponent result length) an evaluation may build
 
 
+def _weight(value: Any, memo: dict[int, int], depth: int = 0) -> int:
+    """How many items and characters a value holds, nested ones counted every time they are held
+    (``[[0] * 1000] * 1000`` is a thousand references but a million items to print or compare)."""
+    if not isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)):
+        return 1
+    if isinstance(value, (str, bytes)) or depth > 20:
+        return len(value)
+    if id(value) not in memo:
+        items = list(value.items()) if isinstance(value, dict) else value
+        memo[id(value)] = len(value) + sum(_weight(item, memo, depth + 1) for item in items)
+    return memo[id(value)]
+
+
 def _sized(value: Any) -> Any:
     if isinstance(value, (str, bytes, list, tuple)) and len(value) > _LARGEST:
+        raise Unknown("too large")
+    if isinstance(value, (list, tuple, dict, set, frozenset)) and _weight(value, {}) > 4 * _LARGEST:
         raise Unknown("too large")
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4096:
         raise Unknown("too large")
     return value
+
+
+def _bounded_call(name: str, args: list[Any]) -> None:
+    """Refuse a pure builtin's call whose cost would not be bounded by its arguments' sizes: the code
+    read is the code under test, and this runs in the trainer's process (``round(5, -10**9)``
+    computes ``10**(10**9)``; ``sum(lists, [])`` copies quadratically)."""
+    if name == "round" and len(args) > 1 and isinstance(args[1], int) and abs(args[1]) > 64:
+        raise Unknown("too large")
+    if name == "sum" and (len(args) > 1 or (args and isinstance(args[0], (list, tuple, set, frozenset, dict)) and not all(
+            isinstance(v, (int, float)) for v in args[0]))):  # fmt: skip
+        raise Unknown("a sum of other than numbers")
+
+
+def _bounded_method(owner: Any, method: str, args: list[Any]) -> None:
+    """Refuse a pure method whose result could outgrow :data:`_LARGEST` before :func:`_sized` sees it."""
+    if method == "zfill" and args and isinstance(args[0], int) and args[0] > _LARGEST:
+        raise Unknown("too large")
+    if method == "replace" and len(args) >= 2 and isinstance(owner, (str, bytes)):
+        new = args[1] if isinstance(args[1], (str, bytes)) else b""
+        if (len(owner) + 1) * max(len(new), 1) + len(owner) > _LARGEST:
+            raise Unknown("too large")
+    if method == "join" and args and isinstance(owner, (str, bytes)):
+        parts = args[0] if isinstance(args[0], (list, tuple)) else []
+        if len(parts) > _LARGEST or sum(len(p) for p in parts if isinstance(p, (str, bytes))) + \
+                len(owner) * len(parts) > _LARGEST:
+            raise Unknown("too large")
 
 
 def evaluate(node: ast.AST, env: dict[str, Any], names: dict[str, ast.AST] | None = None, _depth: int = 0) -> Any:
@@ -435,6 +476,8 @@ def evaluate(node: ast.AST, env: dict[str, Any], names: dict[str, ast.AST] | Non
         left, right = again(node.left), again(node.right)
         if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > 64:
             raise Unknown("too large")
+        if isinstance(node.op, ast.Mod) and isinstance(left, (str, bytes)):
+            raise Unknown("formatting")  # "%999999999d" % 1 would build a gigabyte before any size check
         if isinstance(node.op, ast.Mult) and isinstance(left, (str, bytes, list, tuple, int)) and isinstance(
                 right, (str, bytes, list, tuple, int)) and not all(isinstance(v, int) for v in (left, right)):  # fmt: skip
             count = left if isinstance(left, int) else right
@@ -475,13 +518,16 @@ def evaluate(node: ast.AST, env: dict[str, Any], names: dict[str, ast.AST] | Non
                 raise Unknown("keywords")
             args = [again(a) for a in node.args]
             kwargs = {k.arg: again(k.value) for k in node.keywords}
+            _bounded_call(node.func.id, args)
             result = _PURE_CALLS[node.func.id](*args, **kwargs)
             return list(result) if node.func.id == "reversed" else _sized(result)
         if isinstance(node.func, ast.Attribute) and node.func.attr in PURE_METHODS and not node.keywords:
             owner = again(node.func.value)
             if not isinstance(owner, _PURE_TYPES):
                 raise Unknown("method of an unknown value")
-            return _sized(getattr(owner, node.func.attr)(*[again(a) for a in node.args]))
+            args = [again(a) for a in node.args]
+            _bounded_method(owner, node.func.attr, args)
+            return _sized(getattr(owner, node.func.attr)(*args))
     raise Unknown(type(node).__name__)
 
 
@@ -534,6 +580,8 @@ class _Widen(ast.NodeTransformer):
     def _items(self, value: Any) -> list:
         if not isinstance(value, (str, bytes, list, tuple, dict, set, frozenset, range)):
             raise Unknown("not a plain iterable")
+        if len(value) + self.steps[0] > _WIDE_STEPS:  # before a range(10**12) is made a list
+            raise Unknown("too many steps")
         items = list(value)
         self.steps[0] += len(items)
         if self.steps[0] > _WIDE_STEPS:
