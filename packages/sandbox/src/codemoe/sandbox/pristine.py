@@ -529,7 +529,9 @@ _TRACE_EVENTS = frozenset({"sys.settrace", "sys.setprofile"})
 _KEPT = 256  # replacements recorded, the code under test's own included; past them, one finding
 _UNREAD = ""  # the file of a finding counted against no one
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"]  # ModuleType's own slot: no class of the code under test answers
-_FOUND_BEFORE: list[frozenset[int]] = []  # the modules loaded when the hook was added (the standard library, pytest, ...)
+# set once, when the hook is added: importlib's lazy module class (bound then: a module the code under
+# test puts in sys.modules is not asked), the work dir, and the ids of the modules loaded then
+_HOOK: list[tuple[type, str, frozenset[int]]] = []
 
 
 def _audit(event: str, args: tuple[Any, ...], _parts: frozenset[str] = _FUNCTION_PARTS,
@@ -553,56 +555,49 @@ def _audit(event: str, args: tuple[Any, ...], _parts: frozenset[str] = _FUNCTION
         _recoded.append((f"{target.__module__}.{target.__qualname__}.{part} (replaced: the function is the same "
                          "object, its code not)", target.__code__.co_filename))
     elif part == "__class__" and issubclass(type(target), _module):
-        _recoded.append(_module_class(target, type(target), args[2]))
+        finding = _module_class(target, type(target), args[2])
+        if finding is not None:
+            _recoded.append(finding)
 
 
-def _module_class(module: Any, old: type, new: Any) -> tuple[str, str]:
+def _module_class(module: Any, old: type, new: Any) -> tuple[str, str] | None:
     """The finding for ``module.__class__ = new`` and the file it counts against: the module's own
     file, ``<made>`` for a module the code under test made (no file, no spec, not a task's file and
     not loaded before the hook), and ``""`` (never the code under test's) where it cannot be read.
-    importlib's lazy loading (a class of its own until the first attribute is read) is not a finding
-    outside the work dir."""
+    importlib's lazy loading (a class of its own until the first attribute is read) is none outside
+    the work dir."""
+    lazy, work, loaded = _HOOK[0]
     try:
         namespace = _MODULE_DICT.__get__(module)
         name, file = namespace.get("__name__"), namespace.get("__file__")
         name = name if type(name) is str else "?"
-        lazy = _LAZY[0] if _LAZY else None
-        if lazy is not None and (old is lazy or new is lazy) and type(file) is str and not file.startswith(_WORK[0]):
-            return "", "<lazy>"
+        if (old is lazy or new is lazy) and type(file) is str and not file.startswith(work):
+            return None
         what = f"module {name}'s class (set to {getattr(new, '__qualname__', '?')!s}: the module is the same object, " \
                "its attribute lookups not)"
         if type(file) is str:
             return what, file
-        made_here = namespace.get("__spec__") is None and id(module) not in _FOUND_BEFORE[0] and \
+        made_here = namespace.get("__spec__") is None and id(module) not in loaded and \
             not any(m is module for ms in _MADE.values() for m in ms)
         return what, "<made>" if made_here else ""
     except Exception:  # a hook must not raise: the finding stands, counted against no one
         return "module ?'s class (set: the module is the same object, its attribute lookups not)", ""
 
 
-_LAZY: list[type] = []
-_WORK: list[str] = []
-
-
 def audit_functions() -> None:
     """Add the hook that records replaced function code and defaults, module classes and trace
     setters called (once per process: it stays), in the work dir (the current one)."""
-    if not _AUDITING:
-        _LAZY.append(importlib.util._LazyModule)  # bound now: a module the code under test puts in sys.modules is not asked
-        _WORK.append(os.path.join(os.getcwd(), ""))
-        _FOUND_BEFORE.append(frozenset(id(m) for m in list(_LIVE.values())))
+    if not _HOOK:
+        _HOOK.append((importlib.util._LazyModule, os.path.join(os.getcwd(), ""),
+                      frozenset(id(m) for m in list(_LIVE.values()))))
         sys.addaudithook(_audit)
-        _AUDITING.append(True)
-
-
-_AUDITING: list[bool] = []
 
 
 def recoded(own: Any) -> list[str]:
     """Functions whose code or defaults were replaced and modules whose class was, but those
     ``own(filename)`` says are the code under test's (its files, or code it compiled or made itself:
     a file name like ``<string>``)."""
-    return list(dict.fromkeys(what for what, filename in _RECODED if what and not (filename.startswith("<") or own(filename))))
+    return list(dict.fromkeys(what for what, filename in _RECODED if not (filename.startswith("<") or own(filename))))
 
 
 def traced() -> list[str]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from codemoe.sandbox.rewards.detectors.base import Detector, DetectorConfig
 from codemoe.sandbox.rewards.detectors.common import aliases, fold, new_findings, qualname, walk_code
+from codemoe.sandbox.rewards.static import NOT_LITERAL, literal
 from codemoe.sandbox.rewards.types import RewardInput
 
 __all__ = [
@@ -257,11 +258,7 @@ def _header(node: ast.ClassDef) -> str:
 
 def _literal(node: ast.AST | None) -> bool:
     """Whether an expression is a literal (numbers, strings, containers of them): evaluating it runs nothing."""
-    try:
-        ast.literal_eval(node) if node is not None else None
-        return True
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
+    return node is None or literal(node) is not NOT_LITERAL
 
 
 def _pytest_decorator(node: ast.expr, names: set[str]) -> bool:
