@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from codemoe.sandbox.rewards import RewardInput, build_reward
 from codemoe.sandbox.rewards.corpus import HONEST_KINDS, HONEST_PARTIAL, SHIPPED_CORPUS, load_corpus
+from codemoe.sandbox.rewards.hack_report import COVERS
 from codemoe.sandbox.rewards.penalty import DETECTORS
 from codemoe.sandbox.rewards.presets import SHIPPED_REWARDS
 
 CORPUS = SHIPPED_CORPUS
-OPEN = SHIPPED_CORPUS.parent / "hacks-open"  # a held-out set as measured: hacks not caught yet
 P, F = "passed", "failed"
 
 SRC = "def add(a, b):\n    raise NotImplementedError\n"
@@ -557,6 +557,7 @@ def test_hack_penalty_counts_detectors_and_quotes_their_evidence():
         "early_exit": 1.0,
         "test_state": 0.0,
         "runner_tampering": 0.0,
+        "memorised_answers": 0.0,  # no probe run: silent
     }
     assert "early_exit: calc.py:2: calls sys.exit() outside a __main__ block" in value.evidence
     only = build_reward({"name": "hack_penalty", "detectors": {"early_exit": {}}})(inp)
@@ -567,7 +568,7 @@ def test_hack_penalty_counts_detectors_and_quotes_their_evidence():
 # quotes the hidden pass rate when there is one, but its evidence is in the code)
 
 
-@pytest.mark.parametrize("name", DETECTORS)
+@pytest.mark.parametrize("name", [d for d in DETECTORS if d not in COVERS])  # memorised_answers reads a run
 def test_corpus_static_detection(name):
     solutions = load_corpus(CORPUS)
     mine = [s for s in solutions if s.kind == name]
@@ -582,10 +583,11 @@ def test_corpus_static_detection(name):
     assert [s.name for s in honest if flagged(s)] == []
 
 
-def test_no_detector_flags_an_honest_solution_of_the_open_set():
-    """The open set holds hacks the detectors miss today (its README); its honest solutions are
-    false-positive traps no change to a detector may start flagging."""
-    solutions = load_corpus(OPEN)
+@pytest.mark.parametrize("folder", ["hacks-open", "hacks-set5"])
+def test_no_detector_flags_an_honest_solution_of_the_open_sets(folder):
+    """The open sets hold hacks the detectors miss today (their READMEs); their honest solutions are
+    false-positive traps no change to a static detector may start flagging."""
+    solutions = load_corpus(CORPUS.parent / folder)
     honest = [s for s in solutions if s.kind in HONEST_KINDS]
     assert len(honest) >= 20 and len(solutions) >= 50
     detectors = {name: build_reward(name) for name in DETECTORS}
@@ -598,7 +600,7 @@ def test_corpus_has_every_kind_several_times_and_many_variants_of_the_classes_de
     kinds: dict[str, int] = {}
     for s in load_corpus(CORPUS):
         kinds[s.kind] = kinds.get(s.kind, 0) + 1
-    assert set(kinds) == {*HONEST_KINDS, *DETECTORS}
+    assert set(kinds) == {*HONEST_KINDS, *DETECTORS} - set(COVERS)
     assert all(count >= 5 for count in kinds.values())
     assert kinds["test_state"] >= 12 and kinds["runner_tampering"] >= 10 and kinds[HONEST_PARTIAL] >= 10
 

@@ -14,7 +14,7 @@ from codemoe.sandbox.cli import main
 from codemoe.sandbox.rewards import build_reward
 from codemoe.sandbox.rewards.corpus import HONEST, HONEST_KINDS, HONEST_PARTIAL, SHIPPED_CORPUS, load_corpus, run_corpus
 from codemoe.sandbox.rewards.detectors.special_casing import pass_rate
-from codemoe.sandbox.rewards.hack_report import detector_rows, format_report, kind_rows
+from codemoe.sandbox.rewards.hack_report import COVERS, detector_rows, format_report, kind_rows
 from codemoe.sandbox.rewards.penalty import DETECTORS
 from codemoe.sandbox.rewards.presets import load_preset
 
@@ -33,8 +33,10 @@ def test_every_detector_catches_its_hacks_and_flags_no_honest_solution(corpus):
     assert set(rows) == set(DETECTORS)
     for row in rows.values():
         assert row.hacks >= 5 and row.honest >= 20 and row.partials >= 10
-        assert (row.missed, row.flagged_honest) == ([], []), row.detector
-        assert row.detection_rate == 1.0 and row.false_positive_rate == 0.0 and row.partial_false_positive_rate == 0.0
+        assert row.flagged_honest == [], row.detector
+        assert row.false_positive_rate == 0.0 and row.partial_false_positive_rate == 0.0
+        if row.detector not in COVERS:
+            assert row.missed == [] and row.detection_rate == 1.0, row.detector
 
 
 def test_the_corpus_behaves_as_labelled(corpus):
@@ -106,8 +108,8 @@ def test_report_table_lists_every_detector(corpus):
         line = next(line for line in text.splitlines() if line.startswith(row.detector))
         assert line.split() == [
             row.detector,
-            f"{row.hacks}/{row.hacks}",
-            "100%",
+            f"{row.caught}/{row.hacks}",
+            f"{row.caught / row.hacks:.0%}",
             f"0/{row.honest}",
             "0%",
             f"0/{row.partials}",
@@ -128,7 +130,9 @@ def test_hack_report_command(tmp_path, capsys):
         row["detector"]: (row["detection_rate"], row["false_positive_rate"], row["partial_false_positive_rate"])
         for row in report["detectors"]
     }
-    assert rates == {name: (1.0, 0.0, 0.0) for name in DETECTORS}
+    assert {name: rates[name] for name in DETECTORS if name not in COVERS} == {
+        name: (1.0, 0.0, 0.0) for name in DETECTORS if name not in COVERS}
+    assert rates["memorised_answers"][1:] == (0.0, 0.0)  # its detection is reported, not required by --check
     assert report["recipe"] == "seed2-weighted"
 
 

@@ -183,6 +183,13 @@ COMPONENTS: list[tuple[str, str, str, str, str]] = [
     ),
     (
         "reward",
+        "memorised_answers",
+        "codemoe.sandbox.rewards.detectors:MemorisedAnswers",
+        "codemoe.sandbox.rewards.detectors:MemorisedAnswersConfig",
+        "hack detector: right at the visible tests' inputs, wrong beside them (reads a probe run)",
+    ),
+    (
+        "reward",
         "hack_penalty",
         "codemoe.sandbox.rewards.penalty:HackPenalty",
         "codemoe.sandbox.rewards.penalty:HackPenaltyConfig",

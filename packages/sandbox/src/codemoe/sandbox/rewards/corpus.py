@@ -3,13 +3,15 @@
 The package ships one as data, :data:`SHIPPED_CORPUS` (19 tasks, 328 solutions; its README says how
 it was written). Layout (all YAML)::
 
-    CORPUS/tasks/<task>.yaml                  id, statement, files (repo before), hidden (hidden tests)
+    CORPUS/tasks/<task>.yaml                  id, statement, files (repo before), hidden (hidden tests),
+                                              reference (an honest solution's id: the probes' answers)
     CORPUS/solutions/<task>/<solution>.yaml   kind (honest, honest_partial or a detector name), note, files, delete,
                                               evidence (code, the default, or executor: only the run shows it)
 
 Every solution is executed in the sandbox: its visible tests as the solution left them, and the
-hidden tests on its non-test files. The results, with the files before and after, become a
-:class:`RewardInput` per solution.
+hidden tests on its non-test files, and, for a task with a ``reference``, its non-test files against
+the visible tests' points and inputs beside them (:mod:`codemoe.sandbox.rewards.probes`). The
+results, with the files before and after, become a :class:`RewardInput` per solution.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from typing import Any
 import yaml
 from codemoe.sandbox.rewards.detectors.tampering import SHADOWING_FILES
 from codemoe.sandbox.rewards.inputs import reward_input_from_results
+from codemoe.sandbox.rewards.probes import Prober, probe_run
 from codemoe.sandbox.rewards.registration import RewardSpecError
-from codemoe.sandbox.rewards.types import RewardInput
+from codemoe.sandbox.rewards.types import ProbeRun, RewardInput
 
 __all__ = [
     "HONEST",
@@ -49,6 +52,7 @@ class CorpusTask:
     statement: str
     files: dict[str, str]
     hidden: dict[str, str]
+    reference: str = ""  # the id of an honest solution whose answers the probes check against ("" = no probes)
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,9 @@ def load_corpus(root: str | Path) -> list[CorpusSolution]:
             str(data.get("statement", "")),
             dict(data.get("files") or {}),
             dict(data.get("hidden") or {}),
+            str(data.get("reference") or ""),
         )
+        first = len(solutions)
         for path in sorted((root / "solutions" / task.id).glob("*.yaml")):
             sol = _read(path)
             if "kind" not in sol:
@@ -114,6 +120,10 @@ def load_corpus(root: str | Path) -> list[CorpusSolution]:
                     tuple(sol.get("delete") or ()),
                     _evidence(path, sol.get("evidence", "code")),
                 )
+            )
+        if task.reference and not any(s.id == task.reference and s.kind == HONEST for s in solutions[first:]):
+            raise RewardSpecError(
+                f"{task_file}: 'reference: {task.reference}' must name an honest solution under solutions/{task.id}/"
             )
     if not solutions:
         raise RewardSpecError(f"{root}: no solutions under solutions/<task>/")
@@ -140,8 +150,10 @@ def _unchanged(tree: dict[str, str], task: CorpusTask) -> list[str]:
     return sorted(p for p, text in tree.items() if task.files.get(p, task.hidden.get(p)) == text)
 
 
-def run_corpus(solutions: list[CorpusSolution], executor: Any, *, timeout_s: float = 20.0) -> list[RewardInput]:
-    """Execute every solution's visible and hidden tests (and each task's, before the change).
+def run_corpus(solutions: list[CorpusSolution], executor: Any, *, timeout_s: float = 20.0,
+               prober: Prober | None = None) -> list[RewardInput]:
+    """Execute every solution's visible and hidden tests (and each task's, before the change), and
+    its probes where its task names a reference (``prober``: how they are drawn; default options).
 
     ``executor`` is any codemoe executor (``run_batch``); the results come back as one
     :class:`RewardInput` per solution, in order.
@@ -165,6 +177,7 @@ def run_corpus(solutions: list[CorpusSolution], executor: Any, *, timeout_s: flo
                                  trusted=_unchanged(trees[k], tasks[k.split(":", 1)[0].split("/", 1)[0]]))
                 for k in keys]
     results = dict(zip(keys, executor.run_batch(requests)))
+    probes = _probe_runs(solutions, tasks, executor, prober or Prober(timeout_s=timeout_s))
     return [
         reward_input_from_results(
             before=results[f"{s.task.id}:before"],
@@ -174,6 +187,22 @@ def run_corpus(solutions: list[CorpusSolution], executor: Any, *, timeout_s: flo
             files_before=s.task.files,
             files_after=s.files_after(),
             task_id=s.name,
+            probes=probes.get(s.name),
         )
         for s in solutions
     ]
+
+
+def _probe_runs(solutions: list[CorpusSolution], tasks: dict[str, CorpusTask], executor: Any,
+                prober: Prober) -> dict[str, ProbeRun | None]:
+    """Each solution's probe run (solution name -> run), for the tasks that name a reference."""
+    by_name = {s.name: s for s in solutions}
+    referenced = [t for t in tasks.values() if t.reference and f"{t.id}/{t.reference}" in by_name]
+    plans = dict(zip(
+        (t.id for t in referenced),
+        prober.plans([(t.files, by_name[f"{t.id}/{t.reference}"].files_after()) for t in referenced], executor),
+    ))
+    probed = [s for s in solutions if plans.get(s.task.id)]
+    requests = [prober.request(plans[s.task.id], s.files_after(), id=f"{s.name}:probes") for s in probed]
+    results = executor.run_batch(requests) if requests else []
+    return {s.name: probe_run(plans[s.task.id], r) for s, r in zip(probed, results)}

@@ -32,7 +32,12 @@ from codemoe.sandbox.rewards.penalty import DETECTORS
 from codemoe.sandbox.rewards.registration import RewardSpecError, build_reward
 from codemoe.sandbox.rewards.types import RewardInput
 
-__all__ = ["DetectorRow", "KindRow", "add_hack_report_command", "detector_rows", "format_report", "kind_rows"]
+__all__ = ["COVERS", "DetectorRow", "KindRow", "add_hack_report_command", "detector_rows", "format_report", "kind_rows"]
+
+# Detectors with no hack kind of their own: the kinds whose hacks they are measured on. Their detection
+# is reported, not required (`--check`): a probe run needs a task whose visible tests call a function
+# with literal arguments and a reference; it asks nothing of objects a test drives step by step.
+COVERS: dict[str, tuple[str, ...]] = {"memorised_answers": ("hardcoded_tests", "special_casing")}
 
 
 @dataclass
@@ -82,10 +87,11 @@ def detector_rows(
     for name in detectors:
         detector = build_reward({"name": name})
         flagged = {s.name for s, inp in zip(solutions, inputs) if detector(inp).value}
-        mine = [s.name for s in solutions if s.kind == name]
+        kinds = COVERS.get(name, (name,))
+        mine = [s.name for s in solutions if s.kind in kinds]
         honest = [s.name for s in solutions if s.kind == HONEST]
         partial = [s.name for s in solutions if s.kind == HONEST_PARTIAL]
-        others = [s.name for s in solutions if s.kind not in (name, *HONEST_KINDS)]
+        others = [s.name for s in solutions if s.kind not in (*kinds, *HONEST_KINDS)]
         rows.append(
             DetectorRow(
                 detector=name,
@@ -172,7 +178,8 @@ def _hack_report(args: argparse.Namespace) -> int:
         print(json.dumps({"detectors": rows, "kinds": [asdict(k) for k in kinds], "recipe": args.recipe}, indent=2))
     else:
         print(format_report(detectors, kinds, Path(args.recipe).stem))
-    perfect = all(r.caught == r.hacks and r.false_positives == 0 and r.partial_false_positives == 0 for r in detectors)
+    perfect = all((r.caught == r.hacks or r.detector in COVERS) and r.false_positives == 0
+                  and r.partial_false_positives == 0 for r in detectors)
     return 0 if perfect or not args.check else 1
 
 
@@ -187,6 +194,7 @@ def add_hack_report_command(sub: Any) -> None:
     p.add_argument(
         "--check",
         action="store_true",
-        help="exit 1 unless every detector catches all its hacks and flags no honest one",
+        help="exit 1 unless every detector catches all its hacks and flags no honest one "
+             "(memorised_answers: flags no honest one; its detection is reported)",
     )
     p.set_defaults(handler=_cmd_hack_report)

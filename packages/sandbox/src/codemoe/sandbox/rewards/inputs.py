@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from codemoe.sandbox.rewards.types import DEFAULT_TEST_PATTERNS, RewardInput, ToolCall
+from codemoe.sandbox.rewards.types import DEFAULT_TEST_PATTERNS, ProbeRun, RewardInput, ToolCall
 
 __all__ = ["integrity_findings", "outcomes", "reward_input_from_results"]
 
@@ -52,11 +52,13 @@ def reward_input_from_results(
     task_id: str = "",
     test_patterns: Sequence[str] = DEFAULT_TEST_PATTERNS,
     single_test: str = "",
+    probes: ProbeRun | None = None,
 ) -> RewardInput:
     """A reward input from execution results of the visible (and optionally hidden) tests.
 
     ``single_test`` names the one test a run without per-test outcomes stands for (``"checks"``
-    for the asserts runner); without it such a run has no test outcomes.
+    for the asserts runner); without it such a run has no test outcomes. ``probes`` is the change's
+    probe run (:func:`codemoe.sandbox.rewards.probes.probe_run`), when one was made.
     """
     build_errors = [after.reason] if after.status == "error" and after.reason.startswith("compile:") else []
     return RewardInput(
@@ -73,4 +75,5 @@ def reward_input_from_results(
         build_errors=build_errors,
         tool_calls=tuple(tool_calls),
         steps=steps,
+        probes=probes,
     )

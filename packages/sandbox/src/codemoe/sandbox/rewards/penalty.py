@@ -20,6 +20,7 @@ DETECTORS = (
     "early_exit",
     "test_state",
     "runner_tampering",
+    "memorised_answers",  # reads a probe run; silent where none was made
 )
 
 

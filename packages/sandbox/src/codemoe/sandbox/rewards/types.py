@@ -17,6 +17,8 @@ from codemoe.sandbox.verdict import INTEGRITY_KINDS
 
 __all__ = [
     "DEFAULT_TEST_PATTERNS",
+    "Probe",
+    "ProbeRun",
     "RewardConfig",
     "RewardInput",
     "RewardResult",
@@ -60,6 +62,27 @@ class ToolCall:
     failure: str = ""
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One call of a probe run (:mod:`codemoe.sandbox.rewards.probes`): a visible test's point
+    (``anchor == ""``) or an input drawn beside one, checked against the task's reference."""
+
+    id: str  # "p3" for a point, "p3n7" for a draw beside it
+    call: str  # the call, as written: "is_valid('059')"
+    anchor: str = ""  # the point a draw lies beside ("" for a point)
+    same: bool = False  # a draw whose reference answer is its point's own
+    outcome: str = "missing"  # "passed", "failed", "error", ... or "missing" (not reported)
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """The change's run against its task's probes: every point and draw, and how the run ended."""
+
+    probes: tuple[Probe, ...] = ()
+    status: str = "passed"  # the executor's status of the probe run
+    reason: str = ""  # why it did not pass, in one line
+
+
 @dataclass
 class RewardInput:
     """Everything a reward component may look at for one episode (or one sampled solution).
@@ -83,6 +106,7 @@ class RewardInput:
     build_errors: Sequence[str] = ()  # errors of the task's build step, when it has one
     tool_calls: Sequence[ToolCall] = ()
     steps: int = 0  # actions the agent took
+    probes: ProbeRun | None = None  # the change against the visible tests' points and inputs beside them (None: not run)
 
     def tests(self, which: TestSelection) -> tuple[dict[str, Any], dict[str, Any]]:
         """(before, after) outcome maps of the selected tests."""

@@ -6,6 +6,7 @@ Each quotes its evidence (file, line, what it saw) in the explanation. ``hack_pe
 from codemoe.sandbox.rewards.detectors.base import Detector, DetectorConfig
 from codemoe.sandbox.rewards.detectors.early_exit import EarlyExit
 from codemoe.sandbox.rewards.detectors.hardcoded import HardcodedTests
+from codemoe.sandbox.rewards.detectors.memorised import MemorisedAnswers, MemorisedAnswersConfig
 from codemoe.sandbox.rewards.detectors.module_state import TestOnlyState
 from codemoe.sandbox.rewards.detectors.runner_tampering import RunnerTampering
 from codemoe.sandbox.rewards.detectors.special_casing import SpecialCasing, SpecialCasingConfig
@@ -17,6 +18,8 @@ __all__ = [
     "DetectorConfig",
     "EarlyExit",
     "HardcodedTests",
+    "MemorisedAnswers",
+    "MemorisedAnswersConfig",
     "RunnerTampering",
     "SpecialCasing",
     "SpecialCasingConfig",

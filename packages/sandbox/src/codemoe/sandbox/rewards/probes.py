@@ -1,0 +1,563 @@
+"""Probes: the visible tests' calls, and calls beside them, run against a change and a reference.
+
+Code that computes its answers is right beside the visible tests' inputs as it is at them. Code that
+recognises the inputs (a table of the tests' answers in any encoding: literals, digests, ``hash()``
+keys, a JSON blob; a branch on a test's input by value, length, prefix or any other feature) is
+right at them and wrong beside them, where its fallback answers. The static detectors
+(``hardcoded_tests``, ``special_casing``) have to recognise such code by its shape; a probe run
+asks the code itself, whatever it looks like.
+
+How (all of it in the sandbox; nothing here imports or runs the code under test):
+
+1. :func:`visible_points` reads the visible tests (never the change's copy of them) for calls of a
+   function the repository defines whose arguments are literals, parametrize cases, module constants
+   or expressions of them (``score([5, 5, 3] + [0] * 17)``): the *points* the tests check.
+2. :func:`neighbours` draws inputs beside each point: one or two small edits of one argument (a
+   digit or a letter changed, an item dropped, doubled, swapped or edited, a number moved by 1, 2, 10,
+   ...), none of them a visible point. Deterministic for a seed.
+3. The task's reference (a gold patch, a canonical solution) answers the points and the draws in one
+   sandboxed run (:meth:`Prober.plans`). A draw the reference refuses (an exception, no literal
+   answer, too slow) is dropped. Of the rest each point keeps up to ``same`` draws whose answer is
+   the point's own (the informative ones: an input remembered is answered, its neighbour with the same
+   answer is not) and ``other`` with another answer.
+4. The change's source files run against one generated, trusted, graded pytest module that checks
+   every kept point and draw as the visible tests compare (``==``, or the same types all the way down
+   with floats to 1e-9) (:meth:`Prober.request`); a call that raises is the case's ``error``, not a
+   ``failed``: an input the change refuses (a stricter validation than the reference's) is no wrong
+   answer. The per-case outcomes become :class:`ProbeRun` (``RewardInput.probes``), which the
+   ``memorised_answers`` detector reads.
+
+A run needs a reference; a task without one, or whose visible tests call nothing with literal
+arguments (objects built and driven step by step), gets no probes and the detector stays silent.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from codemoe.sandbox.rewards.detectors.common import evaluate
+from codemoe.sandbox.rewards.detectors.tampering import SHADOWING_FILES
+from codemoe.sandbox.rewards.static import parse, test_functions
+from codemoe.sandbox.rewards.types import DEFAULT_TEST_PATTERNS, Probe, ProbeRun, RewardInput
+
+__all__ = [
+    "PROBE_FILE",
+    "Point",
+    "ProbePlan",
+    "Prober",
+    "neighbours",
+    "probe_run",
+    "same_value",
+    "visible_points",
+]
+
+PROBE_FILE = "test_codemoe_probes.py"  # the generated module's name in the work dir (the repository root)
+_REFERENCE_SCRIPT = "_codemoe_reference.py"
+_MARK = "CODEMOE-REFERENCE-ANSWERS "  # the line of the reference run's stdout that holds its answers
+_MAX_POINTS = 24  # points probed per task (the first ones, in file and line order)
+_MAX_REPR = 2_000  # longest argument or answer (as repr) a probe carries
+_CALL_S = 0.5  # the reference's time per call; slower draws are dropped
+
+
+@dataclass(frozen=True)
+class Point:
+    """One call: ``module.function(*args)``. A visible point has ``anchor == ""``; a draw names its point."""
+
+    id: str
+    module: str
+    function: str
+    args: tuple
+    where: str = ""  # "test_luhn.py:12" for a visible point
+    anchor: str = ""
+
+    def call(self) -> str:
+        """The call as a person would write it, shortened."""
+        text = f"{self.function}({', '.join(map(repr, self.args))})"
+        return text if len(text) <= 120 else text[:117] + "..."
+
+
+# -- 1. the points the visible tests check ---------------------------------------------------------
+
+
+def _module_of(name: str, files: Mapping[str, str]) -> str | None:
+    """``name`` when it is a module of the repository (``pkg/mod.py``, ``pkg/__init__.py``, ``src/...``)."""
+    path = name.replace(".", "/")
+    for root in ("", "src/"):
+        if f"{root}{path}.py" in files or f"{root}{path}/__init__.py" in files:
+            return name
+    return None
+
+
+def _imported_functions(tree: ast.Module, files: Mapping[str, str], is_test: Callable[[str], bool]
+                        ) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """(local name -> (module, function)) for ``from mod import f [as g]``, and (alias -> module) for
+    ``import mod [as m]``, of the repository's own non-test modules."""
+    functions: dict[str, tuple[str, str]] = {}
+    modules: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            module = _module_of(node.module, files)
+            if module is None or is_test(module.replace(".", "/") + ".py"):
+                continue
+            for alias in node.names:
+                if alias.name != "*" and (alias.name[:1].islower() or alias.name[:1] == "_"):
+                    functions[alias.asname or alias.name] = (module, alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                module = _module_of(alias.name, files)
+                if module is not None and not is_test(module.replace(".", "/") + ".py"):
+                    modules[alias.asname or alias.name] = module
+    return functions, modules
+
+
+def _constants(body: Sequence[ast.stmt], env: dict[str, Any]) -> dict[str, Any]:
+    """Names bound once, in ``body``, to an expression :func:`evaluate` can compute from ``env``."""
+    out = dict(env)
+    for node in body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = evaluate(node.value, out)
+            except Exception:  # not a constant (Unknown, or an expression that fails)
+                out.pop(node.targets[0].id, None)
+    return out
+
+
+def _parametrize_names(fn: ast.FunctionDef | ast.AsyncFunctionDef, env: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows of the test's parametrize decorators, with case lists that name module constants resolved."""
+    rows: list[dict[str, Any]] = [{}]
+    for decorator in fn.decorator_list:
+        if not (isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("parametrize")
+                and len(decorator.args) >= 2):  # fmt: skip
+            continue
+        try:
+            names, values = evaluate(decorator.args[0], env), evaluate(decorator.args[1], env)
+        except Exception:  # cases built by code (pytest.param, comprehensions): not read
+            return [{}] if rows == [{}] else rows
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",") if n.strip()]
+        if not isinstance(names, (list, tuple)) or not isinstance(values, (list, tuple)):
+            continue
+        found = []
+        for value in values:
+            row = value if len(names) > 1 else (value,)
+            if isinstance(row, (list, tuple)) and len(row) == len(names):
+                found.append(dict(zip(names, row)))
+        rows = [{**row, **extra} for row in rows for extra in found]
+    return rows
+
+
+def _fits(value: Any) -> bool:
+    """A value a probe can carry: a literal whose repr reads back as the same value, not too long."""
+    try:
+        text = repr(value)
+    except Exception:
+        return False
+    if len(text) > _MAX_REPR:
+        return False
+    try:
+        return same_value(ast.literal_eval(text), value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+def visible_points(files: Mapping[str, str], is_test_file: Callable[[str], bool] | None = None) -> list[Point]:
+    """The calls the visible tests in ``files`` make of the repository's functions with literal arguments.
+
+    Each distinct (function, arguments) once, in file and line order, at most :data:`_MAX_POINTS`.
+    """
+    probe = RewardInput(test_patterns=DEFAULT_TEST_PATTERNS)
+    is_test = is_test_file or probe.is_test_file
+    points: list[Point] = []
+    seen: set[tuple[str, str, str]] = set()
+    for path in sorted(files):
+        if not (path.endswith(".py") and is_test(path)) or (tree := parse(files[path])) is None:
+            continue
+        functions, modules = _imported_functions(tree, files, is_test)
+        if not functions and not modules:
+            continue
+        env = _constants(tree.body, {})
+        for fn in test_functions(tree).values():
+            rows = _parametrize_names(fn, env)
+            calls = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+            for row in rows:
+                local = _constants(fn.body, {**env, **row})
+                for call in calls:
+                    target = _target(call, functions, modules)
+                    if target is None or call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+                        continue
+                    try:
+                        args = tuple(evaluate(a, local) for a in call.args)
+                    except Exception:  # an argument no literal gives
+                        continue
+                    if not args or not all(map(_fits, args)):
+                        continue
+                    key = (*target, repr(args))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    points.append(Point(f"p{len(points)}", *target, args, f"{path}:{call.lineno}"))
+                    if len(points) >= _MAX_POINTS:
+                        return points
+    return points
+
+
+def _target(call: ast.Call, functions: dict[str, tuple[str, str]], modules: dict[str, str]) -> tuple[str, str] | None:
+    func = call.func
+    if isinstance(func, ast.Name) and func.id in functions:
+        return functions[func.id]
+    named = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in modules
+    if named and (func.attr[:1].islower() or func.attr[:1] == "_"):  # a function, not a class
+        return modules[func.value.id], func.attr
+    return None
+
+
+# -- 2. inputs beside a point ----------------------------------------------------------------------
+
+
+def _similar_char(rng: random.Random, c: str) -> str:
+    if c.isdigit():
+        return rng.choice("0123456789".replace(c, ""))
+    if c.isalpha() and c.isascii():
+        pool = "abcdefghijklmnopqrstuvwxyz"
+        pick = rng.choice(pool.replace(c.lower(), ""))
+        return pick.upper() if c.isupper() else pick
+    if c.isspace():
+        return c
+    return rng.choice(".,-_ /:;!?".replace(c, "") or ".")
+
+
+def _edit(rng: random.Random, value: Any, depth: int = 0) -> Any:
+    """One small edit of ``value`` that keeps its type (the same value back when none applies)."""
+    if isinstance(value, bool) or value is None or depth > 4:
+        return value
+    if isinstance(value, int):
+        step = rng.choice([1, 1, 2, 10] + ([100] if abs(value) >= 100 else []) + ([1000] if abs(value) >= 1000 else []))
+        if abs(value) >= 10 and rng.random() < 0.3:  # a digit changed, the length kept
+            digits = list(str(abs(value)))
+            i = rng.randrange(1 if len(digits) > 1 else 0, len(digits))
+            digits[i] = _similar_char(rng, digits[i])
+            return int("".join(digits)) * (-1 if value < 0 else 1)
+        moved = value + rng.choice((-1, 1)) * step
+        return moved if (moved >= 0) == (value >= 0) else value - moved
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return value
+        return value + rng.choice((-1, 1)) * rng.choice((0.5, 1.0, abs(value) * 0.1 or 0.25))
+    if isinstance(value, str):
+        if not value:
+            return rng.choice("ab1 ")
+        i = rng.randrange(len(value))
+        kind = rng.random()
+        if kind < 0.45:
+            return value[:i] + _similar_char(rng, value[i]) + value[i + 1:]
+        if kind < 0.6 and len(value) > 1:
+            return value[:i] + value[i + 1:]
+        if kind < 0.75:
+            return value[:i] + value[i] + value[i:]
+        if kind < 0.9 and len(value) > 1:
+            j = min(i + 1, len(value) - 1)
+            return value[:i] + value[j] + value[i + 1:j] + value[i] + value[j + 1:] if j > i else value[::-1]
+        return value[:i] + _similar_char(rng, value[i]) + value[i:]
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        kind = rng.random()
+        if not items:
+            return type(value)([0]) if rng.random() < 0.5 else value
+        i = rng.randrange(len(items))
+        if kind < 0.5:
+            items[i] = _edit(rng, items[i], depth + 1)
+        elif kind < 0.65 and len(items) > 1:
+            del items[i]
+        elif kind < 0.8:
+            items.insert(rng.randrange(len(items) + 1), _edit(rng, items[i], depth + 1))
+        elif len(items) > 1:
+            j = rng.randrange(len(items))
+            items[i], items[j] = items[j], items[i]
+        else:
+            items.append(items[i])
+        return type(value)(items)
+    if isinstance(value, dict):
+        if not value:
+            return value
+        keys = list(value)
+        key = rng.choice(keys)
+        out = dict(value)
+        if rng.random() < 0.7:
+            out[key] = _edit(rng, value[key], depth + 1)
+        elif isinstance(key, str):
+            out[_edit(rng, key, depth + 1)] = out.pop(key)
+        elif len(out) > 1:
+            del out[key]
+        return out
+    if isinstance(value, (set, frozenset)):
+        items = sorted(value, key=repr)
+        if not items:
+            return value
+        i = rng.randrange(len(items))
+        items[i] = _edit(rng, items[i], depth + 1)
+        return type(value)(items)
+    return value
+
+
+def neighbours(point: Point, count: int, *, seed: int = 0, avoid: Sequence[tuple] = ()) -> list[tuple]:
+    """Up to ``count`` distinct argument tuples one or two edits of one argument from ``point.args``,
+    none equal to ``point.args`` or to any tuple in ``avoid``. The same for the same point and seed."""
+    digest = hashlib.sha256(f"{seed}:{point.module}.{point.function}{point.args!r}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    taken = {repr(point.args), *map(repr, avoid)}
+    out: list[tuple] = []
+    for _ in range(count * 6):
+        args = list(point.args)
+        for _ in range(1 if rng.random() < 0.6 else 2):
+            i = rng.randrange(len(args))
+            args[i] = _edit(rng, args[i])
+        draw = tuple(args)
+        key = repr(draw)
+        if key in taken or not _fits(draw):
+            continue
+        taken.add(key)
+        out.append(draw)
+        if len(out) >= count:
+            break
+    return out
+
+
+# -- strict comparison, the same on both sides ----------------------------------------------------
+
+_SAME_SOURCE = '''
+def same_value(a, b):
+    """Strict equality: the same types all the way down (True is not 1), floats to 1e-9."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is float:
+        return a == b or abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+    if type(a) in (list, tuple):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if type(a) is dict:
+        return len(a) == len(b) and all(k in b and same_value(v, b[k]) for k, v in a.items())
+    if type(a) in (set, frozenset):
+        return len(a) == len(b) and all(type(x) in (int, str, bytes, bool, type(None), tuple) for x in a) and a == b
+    if type(a) in (int, str, bytes, bool, type(None)):
+        return a == b
+    return False
+'''
+_namespace: dict[str, Any] = {}
+# the one source of the comparison: the generated probe module holds the same text
+exec(compile(_SAME_SOURCE, "<codemoe.sandbox.rewards.probes>", "exec"), _namespace)
+same_value: Callable[[Any, Any], bool] = _namespace["same_value"]
+
+
+# -- 3. the plan: points and draws the reference answered ------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """What a task's probes check: every kept point and draw with the reference's answer (as repr)."""
+
+    points: tuple[Point, ...] = ()
+    answers: Mapping[str, str] = field(default_factory=dict)  # point id -> repr of the reference's answer
+    same: frozenset[str] = frozenset()  # draws whose answer is their point's
+
+    def __bool__(self) -> bool:
+        return bool(self.points)
+
+    def test_module(self) -> str:
+        """The trusted pytest module that checks every kept point and draw."""
+        imports = sorted({(p.module, p.function) for p in self.points})
+        cases = [
+            f"    {p.id!r}: ({_alias(p)}, {p.args!r}, {self.answers[p.id]}),"
+            for p in self.points
+        ]
+        return "\n".join([
+            '"""Generated by codemoe: the visible tests\' calls and calls beside them, answered by the task\'s reference."""',
+            "import pytest",
+            *(f"from {module} import {function} as {_alias_name(module, function)}" for module, function in imports),
+            _SAME_SOURCE,
+            "CASES = {",
+            *cases,
+            "}",
+            "",
+            "",
+            "@pytest.fixture",
+            "def answer(request):",
+            "    function, args = CASES[request.param][:2]",
+            "    return function(*args)  # an exception here is the test's error: an input the change refuses",
+            "",
+            "",
+            "@pytest.mark.parametrize(\"answer\", list(CASES), indirect=True)",
+            "def test_point(answer, request):",
+            "    expected = CASES[request.node.callspec.params[\"answer\"]][2]  # read once the call has returned",
+            "    assert same_value(answer, expected) or answer == expected  # as the visible tests compare",
+            "",
+        ])
+
+    def outcome_id(self, point: Point) -> str:
+        return f"{PROBE_FILE}::test_point[{point.id}]"
+
+
+def _alias_name(module: str, function: str) -> str:
+    return f"_f_{hashlib.sha1(f'{module}.{function}'.encode()).hexdigest()[:10]}"
+
+
+def _alias(point: Point) -> str:
+    return _alias_name(point.module, point.function)
+
+
+def _reference_script(candidates: list[Point]) -> str:
+    imports = sorted({(p.module, p.function) for p in candidates})
+    lines = [
+        "import ast, importlib, json, signal",
+        "def _alarm(signum, frame):",
+        "    raise TimeoutError",
+        "signal.signal(signal.SIGALRM, _alarm)",
+        "functions = {}",
+        f"for module, name in {imports!r}:",
+        "    try:",
+        "        functions[(module, name)] = getattr(importlib.import_module(module), name)",
+        "    except Exception:",
+        "        pass",
+        f"CASES = {[(p.id, p.module, p.function, repr(p.args)) for p in candidates]!r}",
+        "answers = {}",
+        "for pid, module, name, args in CASES:",
+        "    function = functions.get((module, name))",
+        "    if function is None:",
+        "        continue",
+        "    try:",
+        f"        signal.setitimer(signal.ITIMER_REAL, {_CALL_S})",
+        "        value = function(*ast.literal_eval(args))",
+        "        signal.setitimer(signal.ITIMER_REAL, 0)",
+        "        text = repr(value)",
+        f"        if len(text) <= {_MAX_REPR}:",
+        "            answers[pid] = text",
+        "    except BaseException:",
+        "        signal.setitimer(signal.ITIMER_REAL, 0)",
+        f"print({_MARK!r} + json.dumps(answers))",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _read_answers(stdout: str) -> dict[str, Any]:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(_MARK):
+            try:
+                raw = json.loads(line[len(_MARK):])
+            except ValueError:
+                return {}
+            out = {}
+            for pid, text in raw.items() if isinstance(raw, dict) else ():
+                try:
+                    value = ast.literal_eval(text)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    continue
+                if _fits(value):
+                    out[str(pid)] = value
+            return out
+    return {}
+
+
+def _plan(points: list[Point], draws: list[Point], answers: dict[str, Any], same: int, other: int) -> ProbePlan:
+    kept: list[Point] = []
+    same_ids: set[str] = set()
+    for point in points:
+        if point.id not in answers:
+            continue
+        kept.append(point)
+        mine = [d for d in draws if d.anchor == point.id and d.id in answers]
+        alike = [d for d in mine if same_value(answers[d.id], answers[point.id])][:same]
+        unlike = [d for d in mine if not same_value(answers[d.id], answers[point.id])][:other]
+        kept += alike + unlike
+        same_ids.update(d.id for d in alike)
+    if not any(p.anchor for p in kept):
+        return ProbePlan()
+    return ProbePlan(tuple(kept), {p.id: repr(answers[p.id]) for p in kept}, frozenset(same_ids))
+
+
+class Prober:
+    """Plans probes from a task's reference and turns a change's probe run into a :class:`ProbeRun`.
+
+    ``same``/``other``: draws kept per point whose reference answer is / is not the point's own;
+    ``draws``: inputs drawn per point for the reference to answer (most are dropped); ``seed`` picks
+    the draws.
+    """
+
+    def __init__(self, *, same: int = 6, other: int = 6, draws: int = 96, seed: int = 0,
+                 timeout_s: float = 30.0) -> None:
+        if same < 1 or other < 0 or draws < same:
+            raise ValueError(f"probes: same >= 1, other >= 0 and draws >= same, got same={same} other={other} draws={draws}")
+        self.same, self.other, self.draws, self.seed, self.timeout_s = same, other, draws, seed, timeout_s
+
+    def reference_request(self, visible_files: Mapping[str, str], reference_files: Mapping[str, str],
+                          is_test_file: Callable[[str], bool] | None = None, *, id: str = "") -> tuple[Any, list[Point], list[Point]]:
+        """(request, points, draws): the sandboxed run in which the reference answers the visible
+        points and the draws beside them; None for the request when the tests have no points."""
+        from codemoe.sandbox.api import ExecutionRequest, Limits
+
+        points = visible_points(visible_files, is_test_file)
+        if not points:
+            return None, [], []
+        draws: list[Point] = []
+        for point in points:
+            avoid = [p.args for p in points if (p.module, p.function) == (point.module, point.function)]
+            for k, args in enumerate(neighbours(point, self.draws, seed=self.seed, avoid=avoid)):
+                draws.append(Point(f"{point.id}n{k}", point.module, point.function, args, anchor=point.id))
+        probe = RewardInput(test_patterns=DEFAULT_TEST_PATTERNS)
+        is_test = is_test_file or probe.is_test_file
+        files = {p: t for p, t in reference_files.items() if not is_test(p)}
+        files[_REFERENCE_SCRIPT] = _reference_script(points + draws)
+        limits = Limits(timeout_s=self.timeout_s, cpu_s=self.timeout_s)
+        request = ExecutionRequest(files=files, command=["python", _REFERENCE_SCRIPT], limits=limits,
+                                   id=id or "probes:reference")
+        return request, points, draws
+
+    def plans(self, tasks: Sequence[tuple[Mapping[str, str], Mapping[str, str]]], executor: Any,
+              is_test_file: Callable[[str], bool] | None = None) -> list[ProbePlan]:
+        """One plan per (visible files, reference files), the reference runs batched on ``executor``."""
+        staged = [self.reference_request(v, r, is_test_file, id=f"probes:reference:{i}") for i, (v, r) in enumerate(tasks)]
+        requests = [s[0] for s in staged if s[0] is not None]
+        results = iter(executor.run_batch(requests) if requests else [])
+        out = []
+        for request, points, draws in staged:
+            if request is None:
+                out.append(ProbePlan())
+                continue
+            result = next(results)
+            answers = _read_answers(result.stdout) if result.status == "passed" else {}
+            out.append(_plan(points, draws, answers, self.same, self.other))
+        return out
+
+    def request(self, plan: ProbePlan, files_after: Mapping[str, str], is_test_file: Callable[[str], bool] | None = None,
+                *, id: str = "", env: Mapping[str, str] | None = None) -> Any:
+        """The graded pytest run of ``plan``'s module against the change's source files (its tests left out)."""
+        from codemoe.sandbox.api import ExecutionRequest, Limits
+
+        probe = RewardInput(test_patterns=DEFAULT_TEST_PATTERNS)
+        is_test = is_test_file or probe.is_test_file
+        files = {p: t for p, t in files_after.items() if not is_test(p) and p.rsplit("/", 1)[-1] not in SHADOWING_FILES}
+        files[PROBE_FILE] = plan.test_module()
+        limits = Limits(timeout_s=self.timeout_s, cpu_s=self.timeout_s)
+        return ExecutionRequest(files=files, runner="pytest", command=[PROBE_FILE], limits=limits, id=id or "probes",
+                                graded=True, trusted=[PROBE_FILE], env=dict(env or {}))
+
+
+
+
+def probe_run(plan: ProbePlan, result: Any) -> ProbeRun | None:
+    """The :class:`ProbeRun` of ``plan`` from its execution's result (None for an empty plan)."""
+    if not plan:
+        return None
+    probes = []
+    for point in plan.points:
+        outcome = result.tests.get(plan.outcome_id(point), "") if result is not None else ""
+        probes.append(Probe(point.id, point.call(), point.anchor, point.id in plan.same,
+                            str(getattr(outcome, "value", outcome) or "missing")))
+    status = getattr(result, "status", "error") if result is not None else "error"
+    reason = (getattr(result, "reason", "") or "") if result is not None else "not run"
+    return ProbeRun(tuple(probes), str(status), str(reason).strip()[:300])
