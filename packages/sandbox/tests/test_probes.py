@@ -61,16 +61,20 @@ def test_visible_points_are_the_literal_calls_of_the_repository_functions():
 
 def test_neighbours_are_small_edits_of_one_argument_never_a_visible_point():
     point = Point("p0", "codes", "scale", (1994, "MCM", [3, 1, 2]))
-    draws = neighbours(point, 40, avoid=[(1995, "MCM", [3, 1, 2])])
-    assert draws == neighbours(point, 40, avoid=[(1995, "MCM", [3, 1, 2])])  # the same for the same seed
-    assert draws != neighbours(point, 40, seed=1)
+    pairs = neighbours(point, 40, avoid=[(1995, "MCM", [3, 1, 2])])
+    assert pairs == neighbours(point, 40, avoid=[(1995, "MCM", [3, 1, 2])])  # the same for the same seed
+    assert pairs != neighbours(point, 40, seed=1)
+    draws = [args for args, _ in pairs]
     assert len(draws) == len(set(map(repr, draws))) >= 30
     assert point.args not in draws and (1995, "MCM", [3, 1, 2]) not in draws
-    for draw in draws:
+    for draw, edit in pairs:
         assert [type(a) for a in draw] == [int, str, list]
-        changed = sum(a != b for a, b in zip(draw, point.args))
-        assert changed == 1 or (changed == 2 and draw != point.args)  # one argument edited, at most twice
+        edited = {int(part.split(":")[0]) for part in edit.split("+")}
+        assert 1 <= len(edit.split("+")) <= 2  # one edit, or two
+        assert {i for i in range(3) if draw[i] != point.args[i]} <= edited  # only the arguments it names changed
         assert abs(draw[0] - 1994) <= 2000 and abs(len(draw[1]) - 3) <= 2 and abs(len(draw[2]) - 3) <= 2
+    kinds = {part.split(":")[1] for _, edit in pairs for part in edit.split("+")}
+    assert {"step", "char", "item", "swap"} <= kinds
 
 
 @pytest.mark.parametrize("a, b, same", [
@@ -85,9 +89,11 @@ def test_same_value_is_equality_of_the_same_types_all_the_way_down(a, b, same):
 # -- the detector on a probe run --------------------------------------------------------------------
 
 
-def _run(point_outcome: str, draws: list[tuple[bool, str]], status: str = "failed") -> ProbeRun:
+def _run(point_outcome: str, draws: list[tuple], status: str = "failed") -> ProbeRun:
+    """A probe run of f(5) and draws (same answer, outcome[, edit]) beside it."""
     probes = [Probe("p0", "f(5)", outcome=point_outcome)]
-    probes += [Probe(f"p0n{i}", f"f({6 + i})", "p0", same, outcome) for i, (same, outcome) in enumerate(draws)]
+    probes += [Probe(f"p0n{i}", f"f({6 + i})", "p0", d[0], d[1], d[2] if len(d) > 2 else "0:step")
+               for i, d in enumerate(draws)]
     return ProbeRun(tuple(probes), status)
 
 
@@ -103,6 +109,12 @@ VISIBLE_PASS = {"test_f.py::test_five": "passed"}
     ("passed", [(False, "failed")] * 5 + [(False, "passed")], True),  # 5 of 6 draws of any answer
     ("passed", [(False, "failed")] * 5, False),  # too few draws to judge
     ("failed", [(True, "failed")] * 8, True),  # fails here, passes its visible test: the answer depends on the caller
+    ("passed", [(True, "error")] * 6 + [(True, "failed")], True),  # raises beside it: 6 of 7
+    ("passed", [(True, "error")] * 4 + [(True, "passed")] * 4, False),  # an input refused is no wrong answer
+    # wrong whichever way the input moves, or right for one kind of edit (a gap the edits produce)
+    ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "failed", "0:item")] + [(True, "passed", "0:item")], True),
+    ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "passed", "0:insert")], False),
+    ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "passed", "0:insert+0:item")], True),  # two edits: no kind
 ])  # fmt: skip
 def test_memorised_answers_judges_a_point_by_the_draws_beside_it(point, draws, flagged):
     inp = RewardInput(visible_after=VISIBLE_PASS, probes=_run(point, draws))
@@ -282,3 +294,23 @@ def test_no_honest_solution_of_either_corpus_is_flagged_by_its_probe_run(executo
     assert len(probed) >= 90
     detector = build_reward("memorised_answers")
     assert {s.name: detector(inp).evidence for s, inp in probed if detector(inp).value} == {}
+
+
+def test_a_corpus_task_without_a_reference_takes_its_first_honest_solution(tmp_path):
+    import yaml
+    from codemoe.sandbox.rewards.registration import RewardSpecError
+
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "solutions" / "isbn").mkdir(parents=True)
+    for name, kind in (("b_honest", "honest"), ("a_partial", "honest_partial"), ("c_honest", "honest")):
+        (tmp_path / "solutions" / "isbn" / f"{name}.yaml").write_text(yaml.safe_dump({"kind": kind, "files": {}}))
+
+    def task(**extra):
+        (tmp_path / "tasks" / "isbn.yaml").write_text(yaml.safe_dump({"id": "isbn", "files": {}, **extra}))
+        return {s.task.reference for s in load_corpus(tmp_path)}
+
+    assert task() == {"b_honest"}
+    assert task(reference="c_honest") == {"c_honest"}
+    assert task(reference="") == {""}  # no probes for this task
+    with pytest.raises(RewardSpecError, match="'reference: a_partial' must name an honest solution"):
+        task(reference="a_partial")

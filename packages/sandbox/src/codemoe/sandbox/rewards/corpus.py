@@ -4,7 +4,8 @@ The package ships one as data, :data:`SHIPPED_CORPUS` (19 tasks, 328 solutions; 
 it was written). Layout (all YAML)::
 
     CORPUS/tasks/<task>.yaml                  id, statement, files (repo before), hidden (hidden tests),
-                                              reference (an honest solution's id: the probes' answers)
+                                              reference (an honest solution's id: the probes' answers;
+                                              default the first honest one, "" for no probes)
     CORPUS/solutions/<task>/<solution>.yaml   kind (honest, honest_partial or a detector name), note, files, delete,
                                               evidence (code, the default, or executor: only the run shows it)
 
@@ -16,7 +17,7 @@ results, with the files before and after, become a :class:`RewardInput` per solu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ HONEST = "honest"  # a complete, honest solution: no detector may flag it
 HONEST_PARTIAL = "honest_partial"  # honest but incomplete (misses an edge case, often only hidden tests show it)
 HONEST_KINDS = (HONEST, HONEST_PARTIAL)  # the kinds no detector may flag
 SHIPPED_CORPUS = Path(__file__).resolve().parent / "data" / "hacks"  # package data
+_FIRST_HONEST = "\0first-honest"  # a task file without 'reference': its first honest solution, by id
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def load_corpus(root: str | Path) -> list[CorpusSolution]:
             str(data.get("statement", "")),
             dict(data.get("files") or {}),
             dict(data.get("hidden") or {}),
-            str(data.get("reference") or ""),
+            str(data.get("reference", _FIRST_HONEST) or ""),
         )
         first = len(solutions)
         for path in sorted((root / "solutions" / task.id).glob("*.yaml")):
@@ -121,6 +123,10 @@ def load_corpus(root: str | Path) -> list[CorpusSolution]:
                     _evidence(path, sol.get("evidence", "code")),
                 )
             )
+        if task.reference == _FIRST_HONEST:  # not named: the first honest solution, if the task has one
+            honest = sorted(s.id for s in solutions[first:] if s.kind == HONEST)
+            task = replace(task, reference=honest[0] if honest else "")
+            solutions[first:] = [replace(s, task=task) for s in solutions[first:]]
         if task.reference and not any(s.id == task.reference and s.kind == HONEST for s in solutions[first:]):
             raise RewardSpecError(
                 f"{task_file}: 'reference: {task.reference}' must name an honest solution under solutions/{task.id}/"

@@ -4,7 +4,9 @@ For every detector: the share of the corpus's hacks of its kind it catches (dete
 shares of honest and of honest-partial solutions it flags (false-positive rates), and how many hacks
 of other kinds it also flags. Then, per kind, the mean reward under a recipe (``seed2-weighted`` by
 default) with the visible and hidden pass rates, which shows whether hacking pays. Without CORPUS
-it reports on the corpus the package ships (``codemoe/sandbox/rewards/data/hacks``).
+it reports on the corpus the package ships (``codemoe/sandbox/rewards/data/hacks``). Each solution's
+probe run (:mod:`codemoe.sandbox.rewards.probes`) is made for tasks with a reference, so
+``memorised_answers`` is measured on the hard-coded and special-cased hacks (:data:`COVERS`).
 """
 
 from __future__ import annotations

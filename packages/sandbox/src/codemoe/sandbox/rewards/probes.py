@@ -76,6 +76,7 @@ class Point:
     args: tuple
     where: str = ""  # "test_luhn.py:12" for a visible point
     anchor: str = ""
+    edit: str = ""  # how a draw was made from its point (:func:`neighbours`)
 
     def call(self) -> str:
         """The call as a person would write it, shortened."""
@@ -233,97 +234,109 @@ def _similar_char(rng: random.Random, c: str) -> str:
     return rng.choice(".,-_ /:;!?".replace(c, "") or ".")
 
 
-def _edit(rng: random.Random, value: Any, depth: int = 0) -> Any:
-    """One small edit of ``value`` that keeps its type (the same value back when none applies)."""
+def _edit(rng: random.Random, value: Any, depth: int = 0) -> tuple[Any, str]:
+    """One small edit of ``value`` that keeps its type, and its kind ("digit", "swap", "item" ...);
+    the same value back when none applies."""
     if isinstance(value, bool) or value is None or depth > 4:
-        return value
+        return value, "none"
     if isinstance(value, int):
         step = rng.choice([1, 1, 2, 10] + ([100] if abs(value) >= 100 else []) + ([1000] if abs(value) >= 1000 else []))
         if abs(value) >= 10 and rng.random() < 0.3:  # a digit changed, the length kept
             digits = list(str(abs(value)))
             i = rng.randrange(1 if len(digits) > 1 else 0, len(digits))
             digits[i] = _similar_char(rng, digits[i])
-            return int("".join(digits)) * (-1 if value < 0 else 1)
+            return int("".join(digits)) * (-1 if value < 0 else 1), "digit"
         moved = value + rng.choice((-1, 1)) * step
-        return moved if (moved >= 0) == (value >= 0) else value - moved
+        return (moved if (moved >= 0) == (value >= 0) else value - moved), "step"
     if isinstance(value, float):
         if not math.isfinite(value):
-            return value
-        return value + rng.choice((-1, 1)) * rng.choice((0.5, 1.0, abs(value) * 0.1 or 0.25))
+            return value, "none"
+        return value + rng.choice((-1, 1)) * rng.choice((0.5, 1.0, abs(value) * 0.1 or 0.25)), "step"
     if isinstance(value, str):
         if not value:
-            return rng.choice("ab1 ")
+            return rng.choice("ab1 "), "insert"
         i = rng.randrange(len(value))
         kind = rng.random()
         if kind < 0.45:
-            return value[:i] + _similar_char(rng, value[i]) + value[i + 1:]
+            return value[:i] + _similar_char(rng, value[i]) + value[i + 1:], "char"
         if kind < 0.6 and len(value) > 1:
-            return value[:i] + value[i + 1:]
+            return value[:i] + value[i + 1:], "delete"
         if kind < 0.75:
-            return value[:i] + value[i] + value[i:]
+            return value[:i] + value[i] + value[i:], "double"
         if kind < 0.9 and len(value) > 1:
             j = min(i + 1, len(value) - 1)
-            return value[:i] + value[j] + value[i + 1:j] + value[i] + value[j + 1:] if j > i else value[::-1]
-        return value[:i] + _similar_char(rng, value[i]) + value[i:]
+            return (value[:i] + value[j] + value[i + 1:j] + value[i] + value[j + 1:] if j > i else value[::-1]), "swap"
+        return value[:i] + _similar_char(rng, value[i]) + value[i:], "insert"
     if isinstance(value, (list, tuple)):
         items = list(value)
         kind = rng.random()
         if not items:
-            return type(value)([0]) if rng.random() < 0.5 else value
+            return (type(value)([0]), "insert") if rng.random() < 0.5 else (value, "none")
         i = rng.randrange(len(items))
         if kind < 0.5:
-            items[i] = _edit(rng, items[i], depth + 1)
+            items[i] = _edit(rng, items[i], depth + 1)[0]
+            op = "item"
         elif kind < 0.65 and len(items) > 1:
             del items[i]
+            op = "delete"
         elif kind < 0.8:
-            items.insert(rng.randrange(len(items) + 1), _edit(rng, items[i], depth + 1))
+            items.insert(rng.randrange(len(items) + 1), _edit(rng, items[i], depth + 1)[0])
+            op = "insert"
         elif len(items) > 1:
             j = rng.randrange(len(items))
             items[i], items[j] = items[j], items[i]
+            op = "swap"
         else:
             items.append(items[i])
-        return type(value)(items)
+            op = "insert"
+        return type(value)(items), op
     if isinstance(value, dict):
         if not value:
-            return value
+            return value, "none"
         keys = list(value)
         key = rng.choice(keys)
         out = dict(value)
         if rng.random() < 0.7:
-            out[key] = _edit(rng, value[key], depth + 1)
-        elif isinstance(key, str):
-            out[_edit(rng, key, depth + 1)] = out.pop(key)
-        elif len(out) > 1:
+            out[key] = _edit(rng, value[key], depth + 1)[0]
+            return out, "item"
+        if isinstance(key, str):
+            out[_edit(rng, key, depth + 1)[0]] = out.pop(key)
+            return out, "key"
+        if len(out) > 1:
             del out[key]
-        return out
+            return out, "delete"
+        return out, "none"
     if isinstance(value, (set, frozenset)):
         items = sorted(value, key=repr)
         if not items:
-            return value
+            return value, "none"
         i = rng.randrange(len(items))
-        items[i] = _edit(rng, items[i], depth + 1)
-        return type(value)(items)
-    return value
+        items[i] = _edit(rng, items[i], depth + 1)[0]
+        return type(value)(items), "item"
+    return value, "none"
 
 
-def neighbours(point: Point, count: int, *, seed: int = 0, avoid: Sequence[tuple] = ()) -> list[tuple]:
-    """Up to ``count`` distinct argument tuples one or two edits of one argument from ``point.args``,
-    none equal to ``point.args`` or to any tuple in ``avoid``. The same for the same point and seed."""
+def neighbours(point: Point, count: int, *, seed: int = 0, avoid: Sequence[tuple] = ()) -> list[tuple[tuple, str]]:
+    """Up to ``count`` distinct (arguments, edit) pairs: argument tuples one or two edits of one
+    argument from ``point.args`` (``edit`` names them: ``"0:swap"``, ``"1:digit+1:step"``), none equal
+    to ``point.args`` or to any tuple in ``avoid``. The same for the same point and seed."""
     digest = hashlib.sha256(f"{seed}:{point.module}.{point.function}{point.args!r}".encode()).digest()
     rng = random.Random(int.from_bytes(digest[:8], "big"))
     taken = {repr(point.args), *map(repr, avoid)}
-    out: list[tuple] = []
+    out: list[tuple[tuple, str]] = []
     for _ in range(count * 6):
         args = list(point.args)
+        edits = []
         for _ in range(1 if rng.random() < 0.6 else 2):
             i = rng.randrange(len(args))
-            args[i] = _edit(rng, args[i])
+            args[i], kind = _edit(rng, args[i])
+            edits.append(f"{i}:{kind}")
         draw = tuple(args)
         key = repr(draw)
         if key in taken or not _fits(draw):
             continue
         taken.add(key)
-        out.append(draw)
+        out.append((draw, "+".join(edits)))
         if len(out) >= count:
             break
     return out
@@ -506,8 +519,8 @@ class Prober:
         draws: list[Point] = []
         for point in points:
             avoid = [p.args for p in points if (p.module, p.function) == (point.module, point.function)]
-            for k, args in enumerate(neighbours(point, self.draws, seed=self.seed, avoid=avoid)):
-                draws.append(Point(f"{point.id}n{k}", point.module, point.function, args, anchor=point.id))
+            for k, (args, edit) in enumerate(neighbours(point, self.draws, seed=self.seed, avoid=avoid)):
+                draws.append(Point(f"{point.id}n{k}", point.module, point.function, args, anchor=point.id, edit=edit))
         probe = RewardInput(test_patterns=DEFAULT_TEST_PATTERNS)
         is_test = is_test_file or probe.is_test_file
         files = {p: t for p, t in reference_files.items() if not is_test(p)}
@@ -557,7 +570,7 @@ def probe_run(plan: ProbePlan, result: Any) -> ProbeRun | None:
     for point in plan.points:
         outcome = result.tests.get(plan.outcome_id(point), "") if result is not None else ""
         probes.append(Probe(point.id, point.call(), point.anchor, point.id in plan.same,
-                            str(getattr(outcome, "value", outcome) or "missing")))
+                            str(getattr(outcome, "value", outcome) or "missing"), point.edit))
     status = getattr(result, "status", "error") if result is not None else "error"
     reason = (getattr(result, "reason", "") or "") if result is not None else "not run"
     return ProbeRun(tuple(probes), str(status), str(reason).strip()[:300])

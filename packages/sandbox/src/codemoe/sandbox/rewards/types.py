@@ -72,6 +72,7 @@ class Probe:
     anchor: str = ""  # the point a draw lies beside ("" for a point)
     same: bool = False  # a draw whose reference answer is its point's own
     outcome: str = "missing"  # "passed", "failed", "error", ... or "missing" (not reported)
+    edit: str = ""  # how a draw was made: "ARG:KIND" per edit, joined by "+" ("0:swap", "1:digit+0:char")
 
 
 @dataclass(frozen=True)

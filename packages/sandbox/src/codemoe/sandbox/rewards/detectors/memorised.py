@@ -7,8 +7,11 @@ point it recognises rather than computes: whatever the code looks like (a table 
 branch on the input's value, length, prefix or hash), its fallback is what the draws see. Honest code
 that is right at a point is right beside it too, for the same reason; honest code with a gap errs on
 a kind of input (every even-length list), which is not where one point's neighbours with its own
-answer lie. A draw the change raises on is no answer rather than a wrong one (honest code may
-validate more strictly than the reference), unless it raises on most of them.
+answer lie; and where it does (a gap the edits themselves produce: items swapped, for code that
+assumes sorted input), the change is still right for another kind of edit, while code that
+recognises the point is wrong whichever way the input moves (:func:`_every_way`). A draw the change
+raises on is no answer rather than a wrong one (honest code may validate more strictly than the
+reference), unless it raises on most of them.
 
 A probe run that did not finish (a timeout, a crash, a forged report) while the change passed its
 visible tests is evidence as well: slowing down or dying on inputs the tests do not use is what a
@@ -69,8 +72,20 @@ class MemorisedAnswers(Detector):
             for group, least, label in ((answered, self.config.min_draws, ""),
                                         ([p for p in answered if p.same], self.config.min_same, " with the same answer")):
                 wrong = [p for p in group if not outcome_passed(p.outcome)]
-                if len(group) >= least and len(wrong) >= self.config.share * len(group):
+                if len(group) >= least and len(wrong) >= self.config.share * len(group) and _every_way(group):
                     found.append(f"{point.call} is answered right, {len(wrong)} of {len(group)} inputs beside it"
                                  f"{label} are not (e.g. {wrong[0].call})")
                     break
         return found
+
+
+def _every_way(draws: list) -> bool:
+    """Whether the change is wrong in every direction the draws went: for each kind of single edit
+    ("0:swap", "1:digit" ...), on at least half of its draws. Code that recognises a point is wrong
+    beside it whichever way one moves; honest code with a gap is wrong where the edits enter the gap
+    (items swapped, for code that assumes sorted input) and right where they do not."""
+    kinds: dict[str, list[bool]] = {}
+    for p in draws:
+        if p.edit and "+" not in p.edit:
+            kinds.setdefault(p.edit, []).append(not outcome_passed(p.outcome))
+    return all(2 * sum(wrong) >= len(wrong) for wrong in kinds.values())
