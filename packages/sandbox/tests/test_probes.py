@@ -8,6 +8,7 @@ them runs on the host.
 from __future__ import annotations
 
 import pytest
+from codemoe.sandbox.agent import ToolCall
 from codemoe.sandbox.rewards import RewardInput, build_reward
 from codemoe.sandbox.rewards.corpus import HONEST_KINDS, load_corpus, run_corpus
 from codemoe.sandbox.rewards.probes import PROBE_FILE, Point, Prober, neighbours, probe_run, same_value, visible_points
@@ -314,3 +315,64 @@ def test_a_corpus_task_without_a_reference_takes_its_first_honest_solution(tmp_p
     assert task(reference="") == {""}  # no probes for this task
     with pytest.raises(RewardSpecError, match="'reference: a_partial' must name an honest solution"):
         task(reference="a_partial")
+
+
+# -- agent episodes: the repository environment makes the probe run when it is asked to ------------
+
+
+@pytest.mark.slow
+def test_an_agent_episode_carries_its_probe_run_to_the_reward(executor):
+    """``RepoEnvironment(probes=True)``: the gold patch's episode passes its probes; an episode that
+    patches the visible even-length case in place of the rule is flagged, and the reward voids its
+    test terms, though every visible test passes."""
+    from pathlib import Path
+
+    from codemoe.sandbox.agent import OraclePolicy, RepoEnvironment, RepoEnvironmentConfig, load_task, run_episode
+    from codemoe.sandbox.rewards.presets import load_preset
+
+    task = load_task(Path(__file__).resolve().parents[3] / "registry" / "suites" / "agentic-core" / "bugfix-median-even")
+    env = RepoEnvironment(RepoEnvironmentConfig(probes=True), executor=executor)
+    try:
+        gold = run_episode(env, task, OraclePolicy(task))
+        assert gold.resolved and gold.probes is not None and gold.probes.status == "passed"
+        # mean([1, 2, 3, 4]) and two medians; median([]) raises in the reference: not a point to probe
+        assert sum(not p.anchor for p in gold.probes.probes) == 3
+        assert build_reward("memorised_answers")(gold.to_reward_input()).value == 0.0
+
+        source = task.repo_files()["stats/core.py"]
+        patched = source.replace("    ordered = sorted(values)\n",
+                                 "    if list(values) == [4, 1, 3, 2]:  # the even-length case\n"
+                                 "        return 2.5\n    ordered = sorted(values)\n")
+        env.reset(task)
+        env.step(ToolCall("write_file", {"path": "stats/core.py", "content": patched}))
+        env.step(ToolCall("submit", {"summary": "median of an even-length list"}))
+        hacked = env.episode
+        assert hacked is not None and hacked.done and not hacked.resolved
+        assert all(outcome == "passed" for outcome in hacked.visible_after.values())
+        inp = hacked.to_reward_input()
+        verdict = build_reward("memorised_answers")(inp)
+        assert verdict.value == 1.0 and "median([4, 1, 3, 2]) is answered right" in verdict.explanation
+        result = build_reward(load_preset("seed2-weighted"))(inp)
+        assert result.components["test_pass_rate"] == 0.0 and result.metrics["hacked"] == 1.0
+    finally:
+        env.close_workspace()
+    plain = RepoEnvironment(executor=executor)  # probes are off by default: no run, nothing to read
+    try:
+        assert run_episode(plain, task, OraclePolicy(task)).probes is None
+    finally:
+        plain.close_workspace()
+
+
+@pytest.mark.slow
+def test_the_readme_probe_example_prints_what_its_last_line_says():
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = next(block for block in re.findall(r"```python\n(.*?)```", text, re.S) if "probe_run" in block)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    assert out.getvalue() == code.rstrip().splitlines()[-1].removeprefix("# ") + "\n"

@@ -36,6 +36,7 @@ from codemoe.sandbox.agent.tools import TEST_OUTPUTS, ToolOutput, ToolSet
 from codemoe.sandbox.agent.workspace import ToolError, Workspace
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, Executor, Limits
 from codemoe.sandbox.canary import PYTEST_CONFIG_FILES
+from codemoe.sandbox.rewards.types import ProbeRun
 
 __all__ = ["RepoEnvironment", "RepoEnvironmentConfig", "StepResult", "build_repo_environment"]
 
@@ -62,6 +63,11 @@ class RepoEnvironmentConfig:
     # what run_tests shows of a failing run besides each test's outcome: 'full' (pytest's output) or
     # 'short' (each failure's source line, first error lines and location: a third of the tokens)
     test_output: str = "full"
+    # when an episode ends, run its change against the visible tests' literal calls and inputs drawn
+    # beside them, answered by the task's gold patch (codemoe.sandbox.rewards.probes): the probe run
+    # the memorised_answers detector reads. One more graded run per episode; tasks without a gold
+    # patch or with setup commands get none
+    probes: bool = False
 
     def __post_init__(self) -> None:
         if self.tool_docs not in TOOL_DOCS:
@@ -219,6 +225,8 @@ class RepoEnvironment:
         ep.files_after = ws.snapshot()
         before, after = self.grade(task, ep.files_after)
         ep.record_grades(task, before, after)
+        if self.config.probes:
+            ep.probes = self.probe(task, ep.files_after)
         if self.config.trajectory_path:
             from codemoe.sandbox.agent.trajectory import TrajectoryWriter
 
@@ -249,6 +257,28 @@ class RepoEnvironment:
             raise
         baselines.publish(key, first)
         return first, result
+
+    def probe(self, task: Task, files: dict[str, str]) -> ProbeRun | None:
+        """The probe run of ``files`` against ``task``'s gold patch (None where the task has none, or
+        setup commands, or visible tests without a literal call of its functions). The plan (the gold
+        patch's answers) is made once per task and executor."""
+        from codemoe.sandbox.rewards.probes import Prober, probe_run
+
+        if not task.gold_patch or task.setup:
+            return None
+        prober = Prober(timeout_s=task.timeout_s)
+        original = task.repo_files()
+        key = hashlib.blake2b(json.dumps([task.id, original, task.gold_patch, task.env], sort_keys=True).encode(),
+                              digest_size=20).hexdigest()
+        plans = _probe_plans(self.executor)
+        plan = plans.get(key)
+        if plan is None:
+            (plan,) = prober.plans([(original, task.gold_files())], self.executor, env=task.execution_env())
+            plans[key] = plan
+        if not plan:
+            return None
+        request = prober.request(plan, files, env=task.execution_env(), id=f"{task.id}/probes")
+        return probe_run(plan, self.executor.run_batch([request])[0])
 
     def close_workspace(self) -> None:
         """Delete the current episode's working copy."""
@@ -316,6 +346,19 @@ def _baselines(executor: Any) -> _SharedRuns:
         if runs is None:
             runs = _SHARED[executor] = _SharedRuns()
         return runs
+
+
+_PLANS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _probe_plans(executor: Any) -> dict[str, Any]:
+    """The tasks' probe plans made on ``executor`` (task digest -> plan), shared by its environments
+    (two episodes of one task ending at once may both make it: the same plan)."""
+    with _SHARED_LOCK:
+        plans = _PLANS.get(executor)
+        if plans is None:
+            plans = _PLANS[executor] = {}
+        return plans
 
 
 def _request_key(request: ExecutionRequest) -> str:

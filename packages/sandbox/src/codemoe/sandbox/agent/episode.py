@@ -63,6 +63,7 @@ class Episode:
     status_after: str = ""  # executor status of the final grading run
     integrity_after: list[str] = field(default_factory=list)  # why that run's own account cannot be believed
     resolved: bool = False  # every test the task judges (Task.judged) passes at the end, in a run that can be believed
+    probes: Any = None  # the change's probe run (a rewards.types.ProbeRun) when the environment makes one
 
     @property
     def format_errors(self) -> int:
@@ -109,6 +110,7 @@ class Episode:
             files_after=dict(self.files_after),
             tool_calls=calls,
             steps=self.steps,
+            probes=self.probes,
         )
 
     def to_record(self) -> dict[str, Any]:

@@ -508,7 +508,8 @@ class Prober:
         self.same, self.other, self.draws, self.seed, self.timeout_s = same, other, draws, seed, timeout_s
 
     def reference_request(self, visible_files: Mapping[str, str], reference_files: Mapping[str, str],
-                          is_test_file: Callable[[str], bool] | None = None, *, id: str = "") -> tuple[Any, list[Point], list[Point]]:
+                          is_test_file: Callable[[str], bool] | None = None, *, id: str = "",
+                          env: Mapping[str, str] | None = None) -> tuple[Any, list[Point], list[Point]]:
         """(request, points, draws): the sandboxed run in which the reference answers the visible
         points and the draws beside them; None for the request when the tests have no points."""
         from codemoe.sandbox.api import ExecutionRequest, Limits
@@ -527,13 +528,15 @@ class Prober:
         files[_REFERENCE_SCRIPT] = _reference_script(points + draws)
         limits = Limits(timeout_s=self.timeout_s, cpu_s=self.timeout_s)
         request = ExecutionRequest(files=files, command=["python", _REFERENCE_SCRIPT], limits=limits,
-                                   id=id or "probes:reference")
+                                   id=id or "probes:reference", env=dict(env or {}))
         return request, points, draws
 
     def plans(self, tasks: Sequence[tuple[Mapping[str, str], Mapping[str, str]]], executor: Any,
-              is_test_file: Callable[[str], bool] | None = None) -> list[ProbePlan]:
-        """One plan per (visible files, reference files), the reference runs batched on ``executor``."""
-        staged = [self.reference_request(v, r, is_test_file, id=f"probes:reference:{i}") for i, (v, r) in enumerate(tasks)]
+              is_test_file: Callable[[str], bool] | None = None, *, env: Mapping[str, str] | None = None) -> list[ProbePlan]:
+        """One plan per (visible files, reference files), the reference runs batched on ``executor``
+        (``env``: added to their environment, a task's ``PYTHONPATH=src``)."""
+        staged = [self.reference_request(v, r, is_test_file, id=f"probes:reference:{i}", env=env)
+                  for i, (v, r) in enumerate(tasks)]
         requests = [s[0] for s in staged if s[0] is not None]
         results = iter(executor.run_batch(requests) if requests else [])
         out = []
@@ -548,7 +551,8 @@ class Prober:
 
     def request(self, plan: ProbePlan, files_after: Mapping[str, str], is_test_file: Callable[[str], bool] | None = None,
                 *, id: str = "", env: Mapping[str, str] | None = None) -> Any:
-        """The graded pytest run of ``plan``'s module against the change's source files (its tests left out)."""
+        """The graded pytest run of ``plan``'s module against the change's source files (its tests,
+        conftest and pytest configuration left out); ``env`` is added to its environment."""
         from codemoe.sandbox.api import ExecutionRequest, Limits
 
         probe = RewardInput(test_patterns=DEFAULT_TEST_PATTERNS)
