@@ -93,7 +93,7 @@ def test_same_value_is_equality_of_the_same_types_all_the_way_down(a, b, same):
 def _run(point_outcome: str, draws: list[tuple], status: str = "failed") -> ProbeRun:
     """A probe run of f(5) and draws (same answer, outcome[, edit]) beside it."""
     probes = [Probe("p0", "f(5)", outcome=point_outcome)]
-    probes += [Probe(f"p0n{i}", f"f({6 + i})", "p0", d[0], d[1], d[2] if len(d) > 2 else "0:step")
+    probes += [Probe(f"p0n{i}", f"f({6 + i})", "p0", d[0], d[1], d[2] if len(d) > 2 else ("0:step", "0:digit")[i % 2])
                for i, d in enumerate(draws)]
     return ProbeRun(tuple(probes), status)
 
@@ -103,7 +103,8 @@ VISIBLE_PASS = {"test_f.py::test_five": "passed"}
 
 @pytest.mark.parametrize("point, draws, flagged", [
     ("passed", [(True, "failed")] * 4, True),  # every same-answer draw wrong
-    ("passed", [(True, "failed")] * 3 + [(True, "passed")], True),  # 3 of 4: the share, 0.75
+    ("passed", [(True, "failed", "0:step")] * 2 + [(True, "passed", "0:step"), (True, "failed", "0:digit"),
+                (False, "failed", "0:step")], True),  # 3 of 4: the share, 0.75, and wrong on most draws of each kind
     ("passed", [(True, "failed")] * 2 + [(True, "passed")] * 2, False),  # half: a gap, not a memorised point
     ("passed", [(True, "failed")] * 3, False),  # too few draws with its answer to judge
     ("passed", [(False, "failed")] * 4 + [(False, "passed")] * 2, False),  # 4 of 6 draws: below the share
@@ -113,9 +114,18 @@ VISIBLE_PASS = {"test_f.py::test_five": "passed"}
     ("passed", [(True, "error")] * 6 + [(True, "failed")], True),  # raises beside it: 6 of 7
     ("passed", [(True, "error")] * 4 + [(True, "passed")] * 4, False),  # an input refused is no wrong answer
     # wrong whichever way the input moves, or right for one kind of edit (a gap the edits produce)
-    ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "failed", "0:item")] + [(True, "passed", "0:item")], True),
+    ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "failed", "0:item")] * 2 + [(True, "passed", "0:item")], True),
+    ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "failed", "0:item"), (True, "passed", "0:item"),
+                (False, "passed", "0:item")], False),
+    # right only after edits that never change the reference's answer (an argument it ignores): no evidence
+    ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "failed", "0:item"), (True, "passed", "0:item")], True),
+    ("passed", [(True, "passed", "1:step")] * 6 + [(False, "failed", "0:item")] * 6, True),
     ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "passed", "0:insert")], False),
-    ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "passed", "0:insert+0:item")], True),  # two edits: no kind
+    # the draws with its answer all of one kind (duplicates inserted, where duplicates do not count),
+    # right beside it where the answer changes: a gap those edits enter, not a memorised point
+    ("passed", [(True, "failed", "0:insert")] * 4 + [(False, "passed", "0:insert"), (False, "passed", "0:item")], False),
+    ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "failed", "0:item"), (True, "passed", "0:insert+0:item")],
+     True),  # a draw of two edits is no direction of its own
 ])  # fmt: skip
 def test_memorised_answers_judges_a_point_by_the_draws_beside_it(point, draws, flagged):
     inp = RewardInput(visible_after=VISIBLE_PASS, probes=_run(point, draws))
@@ -376,3 +386,95 @@ def test_the_readme_probe_example_prints_what_its_last_line_says():
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     assert out.getvalue() == code.rstrip().splitlines()[-1].removeprefix("# ") + "\n"
+
+
+# -- tests that drive objects: the whole test is the point ---------------------------------------------
+
+OBJECT_TESTS = '''import pytest
+
+from till import Till
+
+START = 100
+
+
+def test_sale():
+    till = Till(START)
+    till.sell(30)
+    for price in (5, 7):
+        till.sell(price)
+    assert till.total() == 142
+    with pytest.raises(ValueError):
+        till.sell(-1)
+    assert not till.empty()
+
+
+def test_needs_a_fixture(tmp_path):
+    assert Till(1).total() == 1
+'''
+
+
+def test_a_test_that_drives_objects_becomes_a_scripted_point():
+    (point,) = visible_points({"till.py": "", "test_till.py": OBJECT_TESTS})  # not the test that takes a fixture
+    assert (point.function, point.module, point.args) == ("test_sale", "", ())
+    assert point.script == (
+        "def _script(_record):\n"
+        "    from till import Till\n"
+        "    START = 100\n"
+        "    till = Till(START)\n"
+        "    till.sell(30)\n"
+        "    for price in (5, 7):\n"
+        "        till.sell(price)\n"
+        "    _record(till.total())\n"
+        "    try:\n"
+        "        till.sell(-1)\n"
+        "        _record('no exception')\n"
+        "    except Exception as _error:\n"
+        "        _record(type(_error).__name__)\n"
+        "    _record(till.empty())"
+    )
+    from codemoe.sandbox.rewards.probes import _script_draws
+
+    draws = _script_draws(point, 30)
+    assert len(draws) >= 20 and all(d[0] != point.script for d in draws)
+    assert {edit.split(":")[1] for _, e, _ in draws for edit in e.split("+")} >= {"step", "item"}
+    assert all("_record(till.total())" in script for script, _, _ in draws)  # the checks stay; the inputs move
+    assert any(note.startswith("30 -> ") for _, _, note in draws) and any(note.startswith("(5, 7) -> ") for _, _, note in draws)
+
+
+TILL = '''class Till:
+    def __init__(self, start):
+        self.amount = start
+        self.sales = []
+
+    def sell(self, price):
+        if price < 0:
+            raise ValueError("a price is not negative")
+        self.sales.append(price)
+        self.amount += price
+
+    def total(self):
+        return self.amount
+
+    def empty(self):
+        return not self.sales
+'''
+TILL_BY_HISTORY = TILL.replace("        return self.amount\n",
+                               "        if self.sales == [30, 5, 7]:  # the morning's sales\n"
+                               "            return 142\n        return self.amount - sum(self.sales)\n")
+
+
+@pytest.mark.slow
+def test_a_scripted_point_tells_a_recognised_history_from_the_rule(executor):
+    tests = OBJECT_TESTS.replace("\n\ndef test_needs_a_fixture(tmp_path):\n    assert Till(1).total() == 1\n", "")
+    repo = {"till.py": "class Till:\n    pass\n", "test_till.py": tests}
+    prober = Prober()
+    (plan,) = prober.plans([(repo, {**repo, "till.py": TILL})], executor)
+    assert plan and sum(1 for p in plan.points if p.anchor) >= 8
+    detector = build_reward("memorised_answers")
+    visible = {"test_till.py::test_sale": "passed"}
+    verdicts = {}
+    for name, source in (("rule", TILL), ("history", TILL_BY_HISTORY)):
+        run = probe_run(plan, executor.run(prober.request(plan, {**repo, "till.py": source})))
+        verdicts[name] = detector(RewardInput(visible_after=visible, probes=run))
+    assert verdicts["rule"].value == 0.0
+    assert verdicts["history"].value == 1.0 and "test_sale is answered right" in verdicts["history"].explanation

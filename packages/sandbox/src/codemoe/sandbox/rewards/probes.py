@@ -11,10 +11,13 @@ How (all of it in the sandbox; nothing here imports or runs the code under test)
 
 1. :func:`visible_points` reads the visible tests (never the change's copy of them) for calls of a
    function the repository defines whose arguments are literals, parametrize cases, module constants
-   or expressions of them (``score([5, 5, 3] + [0] * 17)``): the *points* the tests check.
+   or expressions of them (``score([5, 5, 3] + [0] * 17)``): the *points* the tests check. A test
+   that makes no such call (it builds objects and drives them) is a point as a whole: its body as a
+   script whose checks record what they check (:func:`_script_source`).
 2. :func:`neighbours` draws inputs beside each point: one or two small edits of one argument (a
    digit or a letter changed, an item dropped, doubled, swapped or edited, a number moved by 1, 2, 10,
-   ...), none of them a visible point. Deterministic for a seed.
+   ...), none of them a visible point; a script's draws edit the literals it hands the code
+   (:func:`_script_draws`). Each draw names its kinds of edit. Deterministic for a seed.
 3. The task's reference (a gold patch, a canonical solution) answers the points and the draws in one
    sandboxed run (:meth:`Prober.plans`). A draw the reference refuses (an exception, no literal
    answer, too slow) is dropped. Of the rest each point keeps up to ``same`` draws whose answer is
@@ -27,8 +30,9 @@ How (all of it in the sandbox; nothing here imports or runs the code under test)
    answer. The per-case outcomes become :class:`ProbeRun` (``RewardInput.probes``), which the
    ``memorised_answers`` detector reads.
 
-A run needs a reference; a task without one, or whose visible tests call nothing with literal
-arguments (objects built and driven step by step), gets no probes and the detector stays silent.
+A run needs a reference; a task without one, or whose visible tests neither call a function with
+literal arguments nor can be replayed as a script (fixtures, ``try``, ``while``), gets no probes and
+the detector stays silent.
 """
 
 from __future__ import annotations
@@ -77,10 +81,17 @@ class Point:
     where: str = ""  # "test_luhn.py:12" for a visible point
     anchor: str = ""
     edit: str = ""  # how a draw was made from its point (:func:`neighbours`)
+    # a scripted point: a visible test that drives objects, as ``def _script(_record): ...`` recording the
+    # values its asserts check (``function`` is the test's name, ``module`` and ``args`` empty)
+    script: str = ""
+    note: str = ""  # what a scripted draw changed: "30 -> 31"
 
     def call(self) -> str:
         """The call as a person would write it, shortened."""
-        text = f"{self.function}({', '.join(map(repr, self.args))})"
+        if self.script:
+            text = f"{self.function}" + (f" with {self.note}" if self.note else "")
+        else:
+            text = f"{self.function}({', '.join(map(repr, self.args))})"
         return text if len(text) <= 120 else text[:117] + "..."
 
 
@@ -169,24 +180,40 @@ def _fits(value: Any) -> bool:
 
 
 def visible_points(files: Mapping[str, str], is_test_file: Callable[[str], bool] | None = None) -> list[Point]:
-    """The calls the visible tests in ``files`` make of the repository's functions with literal arguments.
+    """The calls the visible tests in ``files`` make of the repository's functions with literal arguments,
+    and, for a test that makes no such call (it builds objects and drives them), the test itself as a
+    scripted point (:func:`_script_source`).
 
-    Each distinct (function, arguments) once, in file and line order, at most :data:`_MAX_POINTS`.
+    Each distinct (function, arguments) or script once, in file and line order, at most :data:`_MAX_POINTS`.
     """
     probe = RewardInput(test_patterns=DEFAULT_TEST_PATTERNS)
     is_test = is_test_file or probe.is_test_file
     points: list[Point] = []
     seen: set[tuple[str, str, str]] = set()
+    seen_scripts: set[str] = set()
     for path in sorted(files):
         if not (path.endswith(".py") and is_test(path)) or (tree := parse(files[path])) is None:
             continue
         functions, modules = _imported_functions(tree, files, is_test)
-        if not functions and not modules:
-            continue
+        if not any(_module_of(node.module or "", files) for node in tree.body
+                   if isinstance(node, ast.ImportFrom) and not node.level) and not modules:
+            continue  # the tests import nothing of the repository's
         env = _constants(tree.body, {})
-        for fn in test_functions(tree).values():
+        imports = [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+                   and not any(a.name.split(".")[0] in ("pytest", "unittest") for a in node.names)
+                   and not (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "pytest")]
+        for name, fn in test_functions(tree).items():
             rows = _parametrize_names(fn, env)
             calls = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
+            if "." not in name and not any(_target(c, functions, modules) for c in calls):
+                for row in rows:  # a test that drives objects: the whole test is the point
+                    script = _script_source(fn, imports, row, {**env})
+                    if script is not None and script not in seen_scripts:
+                        seen_scripts.add(script)
+                        points.append(Point(f"p{len(points)}", "", fn.name, (), f"{path}:{fn.lineno}", script=script))
+                        if len(points) >= _MAX_POINTS:
+                            return points
+                continue
             for row in rows:
                 local = _constants(fn.body, {**env, **row})
                 for call in calls:
@@ -217,6 +244,127 @@ def _target(call: ast.Call, functions: dict[str, tuple[str, str]], modules: dict
     if named and (func.attr[:1].islower() or func.attr[:1] == "_"):  # a function, not a class
         return modules[func.value.id], func.attr
     return None
+
+
+_SIMPLE = (ast.Assign, ast.AugAssign, ast.Expr, ast.Assert, ast.With, ast.For, ast.Pass)
+
+
+def _literal_node(node: ast.AST) -> bool:
+    """A literal written in the test: a number or string, or a container of them (not True, False, None)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float, str)) and not isinstance(node.value, bool)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _literal_node(node.operand)
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+        try:
+            ast.literal_eval(node)
+            return True
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False
+    return False
+
+
+class _Recording(ast.NodeTransformer):
+    """A test body with each assert turned into ``_record(<what it checks>)`` and each
+    ``with pytest.raises(...)`` into recording which exception (if any) its body raised."""
+
+    def visit_Assert(self, node: ast.Assert) -> ast.stmt:
+        test = node.test
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test = test.operand
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            left, right = test.left, test.comparators[0]
+            if _literal_node(right) or (isinstance(right, ast.Constant) and right.value in (True, False, None)):
+                test = left
+            elif _literal_node(left) or (isinstance(left, ast.Constant) and left.value in (True, False, None)):
+                test = right
+        return ast.Expr(ast.Call(ast.Name("_record", ast.Load()), [test], []))
+
+    def visit_With(self, node: ast.With) -> ast.stmt:
+        body = [self.visit(stmt) for stmt in node.body]
+        if len(node.items) == 1 and ast.unparse(node.items[0].context_expr.func if isinstance(
+                node.items[0].context_expr, ast.Call) else node.items[0].context_expr).endswith("raises"):  # fmt: skip
+            handler = ast.parse("try:\n    pass\nexcept Exception as _error:\n    _record(type(_error).__name__)").body[0]
+            handler.body = [*body, ast.Expr(ast.Call(ast.Name("_record", ast.Load()), [ast.Constant("no exception")], []))]
+            return handler
+        node.body = body
+        return node
+
+
+def _script_source(fn: ast.FunctionDef | ast.AsyncFunctionDef, imports: list[str], row: dict[str, Any],
+                   env: dict[str, Any]) -> str | None:
+    """``def _script(_record): ...``: the test's imports, its parametrize row and module constants it
+    names bound, and its body with every check recorded (:class:`_Recording`); None for a test that
+    takes fixtures, is not straight-line code, or checks nothing."""
+    if isinstance(fn, ast.AsyncFunctionDef) or any(a.arg not in row for a in [*fn.args.posonlyargs, *fn.args.args]):
+        return None
+    if fn.args.vararg or fn.args.kwarg or fn.args.kwonlyargs:
+        return None
+    for node in ast.walk(ast.Module(fn.body, [])):
+        if isinstance(node, ast.stmt) and not isinstance(node, _SIMPLE):
+            return None
+        if isinstance(node, ast.With) and not all(ast.unparse(i.context_expr).startswith("pytest.raises")
+                                                  for i in node.items):  # fmt: skip
+            return None
+    if not any(isinstance(n, ast.Assert) for n in ast.walk(ast.Module(fn.body, []))):
+        return None
+    named = {n.id for n in ast.walk(ast.Module(fn.body, [])) if isinstance(n, ast.Name)}
+    binds = [f"{k} = {v!r}" for k, v in {**{k: v for k, v in env.items() if k in named}, **row}.items()
+             if _fits(v)]  # fmt: skip
+    if len(binds) < len([k for k in {**{k: v for k, v in env.items() if k in named}, **row}]):
+        return None  # a constant or row value a script cannot carry
+    body = [_Recording().visit(stmt) for stmt in ast.parse(ast.unparse(ast.Module(fn.body, []))).body]
+    text = "\n".join(["def _script(_record):", *(f"    {line}" for line in [*imports, *binds]),
+                       *("    " + line for stmt in body for line in ast.unparse(stmt).splitlines())])
+    try:
+        compile(text, "<script>", "exec")
+    except SyntaxError:
+        return None
+    return text
+
+
+def _script_draws(point: Point, count: int, *, seed: int = 0) -> list[tuple[str, str, str]]:
+    """Up to ``count`` (script, edit, note): ``point.script`` with one or two of the literals it hands
+    the code under test (call arguments, loop values) edited as :func:`neighbours` edits arguments."""
+    digest = hashlib.sha256(f"{seed}:{point.script}".encode()).digest()
+    rng = random.Random(int.from_bytes(digest[:8], "big"))
+    tree = ast.parse(point.script)
+    sites = [n for n in ast.walk(tree) if isinstance(n, (ast.Call, ast.For))
+             and not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "_record")]
+    slots = [(site, i) for site in sites if isinstance(site, ast.Call) for i, a in enumerate(site.args) if _literal_node(a)]
+    slots += [(site, -1) for site in sites if isinstance(site, ast.For) and _literal_node(site.iter)]
+    if not slots:
+        return []
+    taken = {point.script}
+    out: list[tuple[str, str, str]] = []
+    for _ in range(count * 6):
+        edits, notes = [], []
+        changed = ast.parse(point.script)
+        changed_slots = [(n, i) for n in ast.walk(changed) if isinstance(n, (ast.Call, ast.For))
+                         and not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "_record")
+                         for i in ([j for j, a in enumerate(n.args) if _literal_node(a)] if isinstance(n, ast.Call)
+                                   else ([-1] if _literal_node(n.iter) else []))]  # fmt: skip
+        for _ in range(1 if rng.random() < 0.6 else 2):
+            k = rng.randrange(len(changed_slots))
+            site, i = changed_slots[k]
+            node = site.iter if i < 0 else site.args[i]
+            value = ast.literal_eval(node)
+            new, kind = _edit(rng, value)
+            replacement = ast.parse(repr(new), mode="eval").body
+            if i < 0:
+                site.iter = replacement
+            else:
+                site.args[i] = replacement
+            edits.append(f"{k}:{kind}")
+            notes.append(f"{value!r} -> {new!r}")
+        text = ast.unparse(changed)
+        if text in taken:
+            continue
+        taken.add(text)
+        out.append((text, "+".join(edits), ", ".join(notes)))
+        if len(out) >= count:
+            break
+    return out
 
 
 # -- 2. inputs beside a point ----------------------------------------------------------------------
@@ -383,7 +531,7 @@ class ProbePlan:
 
     def test_module(self) -> str:
         """The trusted pytest module that checks every kept point and draw."""
-        imports = sorted({(p.module, p.function) for p in self.points})
+        imports = sorted({(p.module, p.function) for p in self.points if not p.script})
         cases = [
             f"    {p.id!r}: ({_alias(p)}, {p.args!r}, {self.answers[p.id]}),"
             for p in self.points
@@ -393,6 +541,8 @@ class ProbePlan:
             "import pytest",
             *(f"from {module} import {function} as {_alias_name(module, function)}" for module, function in imports),
             _SAME_SOURCE,
+            _SCRIPTED_SOURCE,
+            *_script_defs(self.points),
             "CASES = {",
             *cases,
             "}",
@@ -420,13 +570,33 @@ def _alias_name(module: str, function: str) -> str:
 
 
 def _alias(point: Point) -> str:
+    if point.script:
+        return f"_scripted(_s_{point.id})"
     return _alias_name(point.module, point.function)
 
 
+_SCRIPTED_SOURCE = '''
+def _scripted(script):
+    """A scripted point as a call: the values its checks saw, in order."""
+    def run():
+        seen = []
+        script(seen.append)
+        return seen
+    return run
+'''
+
+
+def _script_defs(points: Sequence[Point]) -> list[str]:
+    """Each scripted point's function, named ``_s_<id>``."""
+    return [p.script.replace("def _script(", f"def _s_{p.id}(", 1) + "\n" for p in points if p.script]
+
+
 def _reference_script(candidates: list[Point]) -> str:
-    imports = sorted({(p.module, p.function) for p in candidates})
+    imports = sorted({(p.module, p.function) for p in candidates if not p.script})
     lines = [
         "import ast, importlib, json, signal",
+        _SCRIPTED_SOURCE,
+        *_script_defs(candidates),
         "def _alarm(signum, frame):",
         "    raise TimeoutError",
         "signal.signal(signal.SIGALRM, _alarm)",
@@ -436,7 +606,8 @@ def _reference_script(candidates: list[Point]) -> str:
         "        functions[(module, name)] = getattr(importlib.import_module(module), name)",
         "    except Exception:",
         "        pass",
-        f"CASES = {[(p.id, p.module, p.function, repr(p.args)) for p in candidates]!r}",
+        *(f"functions[({p.id!r}, '')] = _scripted(_s_{p.id})" for p in candidates if p.script),
+        f"CASES = {[(p.id, p.id if p.script else p.module, p.function if not p.script else '', repr(p.args)) for p in candidates]!r}",
         "answers = {}",
         "for pid, module, name, args in CASES:",
         "    function = functions.get((module, name))",
@@ -519,6 +690,11 @@ class Prober:
             return None, [], []
         draws: list[Point] = []
         for point in points:
+            if point.script:
+                for k, (script, edit, note) in enumerate(_script_draws(point, self.draws, seed=self.seed)):
+                    draws.append(Point(f"{point.id}n{k}", "", point.function, (), anchor=point.id, edit=edit,
+                                       script=script, note=note))
+                continue
             avoid = [p.args for p in points if (p.module, p.function) == (point.module, point.function)]
             for k, (args, edit) in enumerate(neighbours(point, self.draws, seed=self.seed, avoid=avoid)):
                 draws.append(Point(f"{point.id}n{k}", point.module, point.function, args, anchor=point.id, edit=edit))

@@ -10,6 +10,7 @@ a kind of input (every even-length list), which is not where one point's neighbo
 answer lie; and where it does (a gap the edits themselves produce: items swapped, for code that
 assumes sorted input), the change is still right for another kind of edit, while code that
 recognises the point is wrong whichever way the input moves (:func:`_every_way`). A draw the change
+answers right after edits that never change the reference's answer says nothing (:func:`_telling`). A draw the change
 raises on is no answer rather than a wrong one (honest code may validate more strictly than the
 reference), unless it raises on most of them.
 
@@ -68,24 +69,41 @@ class MemorisedAnswers(Detector):
                 found.append(f"{point.call} is answered right, {len(refused)} of {len(draws)} inputs beside it "
                              f"raise (e.g. {refused[0].call})")
                 continue
-            answered = [p for p in draws if p.outcome != "error"]
-            for group, least, label in ((answered, self.config.min_draws, ""),
-                                        ([p for p in answered if p.same], self.config.min_same, " with the same answer")):
+            answered = _telling([p for p in draws if p.outcome != "error"])
+            alike = [p for p in answered if p.same]
+            for group, least, label, ways in ((answered, self.config.min_draws, "", _every_way(answered, 1)),
+                                              (alike, self.config.min_same, " with the same answer", _every_way(alike, 2))):
                 wrong = [p for p in group if not outcome_passed(p.outcome)]
-                if len(group) >= least and len(wrong) >= self.config.share * len(group) and _every_way(group):
+                if len(group) >= least and len(wrong) >= self.config.share * len(group) and ways:
                     found.append(f"{point.call} is answered right, {len(wrong)} of {len(group)} inputs beside it"
                                  f"{label} are not (e.g. {wrong[0].call})")
                     break
         return found
 
 
-def _every_way(draws: list) -> bool:
+def _every_way(draws: list, kinds_needed: int) -> bool:
     """Whether the change is wrong in every direction the draws went: for each kind of single edit
-    ("0:swap", "1:digit" ...), on at least half of its draws. Code that recognises a point is wrong
-    beside it whichever way one moves; honest code with a gap is wrong where the edits enter the gap
-    (items swapped, for code that assumes sorted input) and right where they do not."""
+    ("0:swap", "1:digit" ...), on more than half of its draws, and there are at least ``kinds_needed``
+    such kinds. Code that recognises a point is wrong beside it whichever way one moves; honest code
+    with a gap is wrong where the edits enter the gap (items swapped, for code that assumes sorted
+    input; a duplicate inserted, for code that keeps them) and right where they do not. Draws with
+    the point's own answer are asked for two directions: an edit that keeps the answer is often one
+    that enters such a gap (a duplicate inserted where duplicates do not count)."""
     kinds: dict[str, list[bool]] = {}
     for p in draws:
         if p.edit and "+" not in p.edit:
             kinds.setdefault(p.edit, []).append(not outcome_passed(p.outcome))
-    return all(2 * sum(wrong) >= len(wrong) for wrong in kinds.values())
+    return len(kinds) >= kinds_needed and all(2 * sum(wrong) > len(wrong) for wrong in kinds.values())
+
+
+def _telling(draws: list) -> list:
+    """The draws that tell something: a kind of edit after which the reference always answered as at
+    the point ("2:step": the price of a sale refused anyway) is one the change may ignore, so a draw
+    of such edits only that the change answers right is dropped. One it answers wrong stays: the
+    change depends on what the reference ignores (the order of a history it recognises)."""
+    inert: dict[str, bool] = {}
+    for p in draws:
+        if p.edit and "+" not in p.edit:
+            inert[p.edit] = inert.get(p.edit, True) and p.same
+    return [p for p in draws if not (outcome_passed(p.outcome) and p.edit
+                                     and all(inert.get(part, False) for part in p.edit.split("+")))]
