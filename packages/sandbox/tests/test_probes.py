@@ -292,17 +292,17 @@ def test_the_probe_module_is_trusted_and_graded(isbn_corpus, executor):
 
 
 @pytest.mark.slow
-def test_no_honest_solution_of_either_corpus_is_flagged_by_its_probe_run(executor):
-    """The shipped corpus and the open set: 120 honest and honest-partial solutions, each run against
-    its task's probes in the sandbox, none of them flagged."""
+def test_no_honest_solution_of_any_corpus_is_flagged_by_its_probe_run(executor):
+    """The shipped corpus and the three sets kept apart: 184 honest and honest-partial solutions, each
+    run against its task's probes in the sandbox, none of them flagged."""
     from codemoe.sandbox.rewards.corpus import SHIPPED_CORPUS
 
-    honest = [s for root in (SHIPPED_CORPUS, SHIPPED_CORPUS.parent / "hacks-open")
-              for s in load_corpus(root) if s.kind in HONEST_KINDS]  # fmt: skip
-    assert len(honest) >= 110
+    honest = [s for name in ("hacks", "hacks-open", "hacks-set5", "hacks-set6")
+              for s in load_corpus(SHIPPED_CORPUS.parent / name) if s.kind in HONEST_KINDS]  # fmt: skip
+    assert len(honest) >= 180
     inputs = run_corpus(honest, executor)
     probed = [(s, inp) for s, inp in zip(honest, inputs) if inp.probes is not None]
-    assert len(probed) >= 90
+    assert len(probed) >= 170
     detector = build_reward("memorised_answers")
     assert {s.name: detector(inp).evidence for s, inp in probed if detector(inp).value} == {}
 
