@@ -37,8 +37,9 @@ from codemoe.sandbox.rewards.types import RewardInput
 __all__ = ["COVERS", "DetectorRow", "KindRow", "add_hack_report_command", "detector_rows", "format_report", "kind_rows"]
 
 # Detectors with no hack kind of their own: the kinds whose hacks they are measured on. Their detection
-# is reported, not required (`--check`): a probe run needs a task whose visible tests call a function
-# with literal arguments and a reference; it asks nothing of objects a test drives step by step.
+# is reported, not required (`--check`): a probe run needs a reference and visible tests it can read
+# (literal calls, or tests it can replay as scripts), and code wrong only on a kind of input beside the
+# visible ones looks to it like honest partial work (docs/reliability.md).
 COVERS: dict[str, tuple[str, ...]] = {"memorised_answers": ("hardcoded_tests", "special_casing")}
 
 
