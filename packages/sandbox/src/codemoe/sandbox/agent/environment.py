@@ -267,13 +267,12 @@ class RepoEnvironment:
         if not task.gold_patch or task.setup:
             return None
         prober = Prober(timeout_s=task.timeout_s)
-        original = task.repo_files()
-        key = hashlib.blake2b(json.dumps([task.id, original, task.gold_patch, task.env], sort_keys=True).encode(),
-                              digest_size=20).hexdigest()
+        # the task's repository is never modified: its folder stands for its files, read on a miss only
+        key = json.dumps([task.id, str(task.repo), task.gold_patch, task.env, task.timeout_s], sort_keys=True)
         plans = _probe_plans(self.executor)
         plan = plans.get(key)
         if plan is None:
-            (plan,) = prober.plans([(original, task.gold_files())], self.executor, env=task.execution_env())
+            (plan,) = prober.plans([(task.repo_files(), task.gold_files())], self.executor, env=task.execution_env())
             plans[key] = plan
         if not plan:
             return None
@@ -352,7 +351,7 @@ _PLANS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictiona
 
 
 def _probe_plans(executor: Any) -> dict[str, Any]:
-    """The tasks' probe plans made on ``executor`` (task digest -> plan), shared by its environments
+    """The tasks' probe plans made on ``executor`` (task key -> plan), shared by its environments
     (two episodes of one task ending at once may both make it: the same plan)."""
     with _SHARED_LOCK:
         plans = _PLANS.get(executor)

@@ -43,7 +43,6 @@ HONEST = "honest"  # a complete, honest solution: no detector may flag it
 HONEST_PARTIAL = "honest_partial"  # honest but incomplete (misses an edge case, often only hidden tests show it)
 HONEST_KINDS = (HONEST, HONEST_PARTIAL)  # the kinds no detector may flag
 SHIPPED_CORPUS = Path(__file__).resolve().parent / "data" / "hacks"  # package data
-_FIRST_HONEST = "\0first-honest"  # a task file without 'reference': its first honest solution, by id
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ def load_corpus(root: str | Path) -> list[CorpusSolution]:
             str(data.get("statement", "")),
             dict(data.get("files") or {}),
             dict(data.get("hidden") or {}),
-            str(data.get("reference", _FIRST_HONEST) or ""),
+            str(data.get("reference") or ""),
         )
         first = len(solutions)
         for path in sorted((root / "solutions" / task.id).glob("*.yaml")):
@@ -123,7 +122,7 @@ def load_corpus(root: str | Path) -> list[CorpusSolution]:
                     _evidence(path, sol.get("evidence", "code")),
                 )
             )
-        if task.reference == _FIRST_HONEST:  # not named: the first honest solution, if the task has one
+        if "reference" not in data:  # not named: the first honest solution, if the task has one
             honest = sorted(s.id for s in solutions[first:] if s.kind == HONEST)
             task = replace(task, reference=honest[0] if honest else "")
             solutions[first:] = [replace(s, task=task) for s in solutions[first:]]

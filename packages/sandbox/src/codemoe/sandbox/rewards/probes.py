@@ -48,7 +48,7 @@ from typing import Any
 
 from codemoe.sandbox.rewards.detectors.common import evaluate
 from codemoe.sandbox.rewards.detectors.tampering import SHADOWING_FILES
-from codemoe.sandbox.rewards.static import parse, test_functions
+from codemoe.sandbox.rewards.static import NOT_LITERAL, parametrize_rows, parse, test_functions
 from codemoe.sandbox.rewards.types import DEFAULT_TEST_PATTERNS, Probe, ProbeRun, RewardInput
 
 __all__ = [
@@ -141,28 +141,19 @@ def _constants(body: Sequence[ast.stmt], env: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _parametrize_names(fn: ast.FunctionDef | ast.AsyncFunctionDef, env: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows of the test's parametrize decorators, with case lists that name module constants resolved."""
-    rows: list[dict[str, Any]] = [{}]
-    for decorator in fn.decorator_list:
-        if not (isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("parametrize")
-                and len(decorator.args) >= 2):  # fmt: skip
-            continue
+def _evaluator(env: dict[str, Any]) -> Callable[[ast.AST], Any]:
+    """:func:`evaluate` in ``env`` for :func:`parametrize_rows`: NOT_LITERAL where it cannot."""
+    def value(node: ast.AST) -> Any:
         try:
-            names, values = evaluate(decorator.args[0], env), evaluate(decorator.args[1], env)
+            return evaluate(node, env)
         except Exception:  # cases built by code (pytest.param, comprehensions): not read
-            return [{}] if rows == [{}] else rows
-        if isinstance(names, str):
-            names = [n.strip() for n in names.split(",") if n.strip()]
-        if not isinstance(names, (list, tuple)) or not isinstance(values, (list, tuple)):
-            continue
-        found = []
-        for value in values:
-            row = value if len(names) > 1 else (value,)
-            if isinstance(row, (list, tuple)) and len(row) == len(names):
-                found.append(dict(zip(names, row)))
-        rows = [{**row, **extra} for row in rows for extra in found]
-    return rows
+            return NOT_LITERAL
+    return value
+
+
+def _is_test(is_test_file: Callable[[str], bool] | None) -> Callable[[str], bool]:
+    """``is_test_file``, or the default test patterns' match."""
+    return is_test_file or RewardInput(test_patterns=DEFAULT_TEST_PATTERNS).is_test_file
 
 
 def _fits(value: Any) -> bool:
@@ -186,8 +177,7 @@ def visible_points(files: Mapping[str, str], is_test_file: Callable[[str], bool]
 
     Each distinct (function, arguments) or script once, in file and line order, at most :data:`_MAX_POINTS`.
     """
-    probe = RewardInput(test_patterns=DEFAULT_TEST_PATTERNS)
-    is_test = is_test_file or probe.is_test_file
+    is_test = _is_test(is_test_file)
     points: list[Point] = []
     seen: set[tuple[str, str, str]] = set()
     seen_scripts: set[str] = set()
@@ -203,7 +193,7 @@ def visible_points(files: Mapping[str, str], is_test_file: Callable[[str], bool]
                    and not any(a.name.split(".")[0] in ("pytest", "unittest") for a in node.names)
                    and not (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "pytest")]
         for name, fn in test_functions(tree).items():
-            rows = _parametrize_names(fn, env)
+            rows = parametrize_rows(fn, _evaluator(env)) or [{}]  # cases it cannot read: the body alone
             calls = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
             if "." not in name and not any(_target(c, functions, modules) for c in calls):
                 for row in rows:  # a test that drives objects: the whole test is the point
@@ -323,30 +313,34 @@ def _script_source(fn: ast.FunctionDef | ast.AsyncFunctionDef, imports: list[str
     return text
 
 
+def _slots(tree: ast.AST) -> list[tuple[ast.Call | ast.For, int]]:
+    """(node, index) of each literal a script hands the code: a call's argument (index) or a ``for``
+    loop's values (-1); the ``_record`` calls are the checks, not inputs."""
+    out: list[tuple[ast.Call | ast.For, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id == "_record"):
+            out += [(node, i) for i, arg in enumerate(node.args) if _literal_node(arg)]
+        elif isinstance(node, ast.For) and _literal_node(node.iter):
+            out.append((node, -1))
+    return out
+
+
 def _script_draws(point: Point, count: int, *, seed: int = 0) -> list[tuple[str, str, str]]:
     """Up to ``count`` (script, edit, note): ``point.script`` with one or two of the literals it hands
     the code under test (call arguments, loop values) edited as :func:`neighbours` edits arguments."""
     digest = hashlib.sha256(f"{seed}:{point.script}".encode()).digest()
     rng = random.Random(int.from_bytes(digest[:8], "big"))
-    tree = ast.parse(point.script)
-    sites = [n for n in ast.walk(tree) if isinstance(n, (ast.Call, ast.For))
-             and not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "_record")]
-    slots = [(site, i) for site in sites if isinstance(site, ast.Call) for i, a in enumerate(site.args) if _literal_node(a)]
-    slots += [(site, -1) for site in sites if isinstance(site, ast.For) and _literal_node(site.iter)]
-    if not slots:
+    if not _slots(ast.parse(point.script)):
         return []
     taken = {point.script}
     out: list[tuple[str, str, str]] = []
     for _ in range(count * 6):
         edits, notes = [], []
         changed = ast.parse(point.script)
-        changed_slots = [(n, i) for n in ast.walk(changed) if isinstance(n, (ast.Call, ast.For))
-                         and not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "_record")
-                         for i in ([j for j, a in enumerate(n.args) if _literal_node(a)] if isinstance(n, ast.Call)
-                                   else ([-1] if _literal_node(n.iter) else []))]  # fmt: skip
+        slots = _slots(changed)
         for _ in range(1 if rng.random() < 0.6 else 2):
-            k = rng.randrange(len(changed_slots))
-            site, i = changed_slots[k]
+            k = rng.randrange(len(slots))
+            site, i = slots[k]
             node = site.iter if i < 0 else site.args[i]
             value = ast.literal_eval(node)
             new, kind = _edit(rng, value)
@@ -698,8 +692,7 @@ class Prober:
             avoid = [p.args for p in points if (p.module, p.function) == (point.module, point.function)]
             for k, (args, edit) in enumerate(neighbours(point, self.draws, seed=self.seed, avoid=avoid)):
                 draws.append(Point(f"{point.id}n{k}", point.module, point.function, args, anchor=point.id, edit=edit))
-        probe = RewardInput(test_patterns=DEFAULT_TEST_PATTERNS)
-        is_test = is_test_file or probe.is_test_file
+        is_test = _is_test(is_test_file)
         files = {p: t for p, t in reference_files.items() if not is_test(p)}
         files[_REFERENCE_SCRIPT] = _reference_script(points + draws)
         limits = Limits(timeout_s=self.timeout_s, cpu_s=self.timeout_s)
@@ -731,8 +724,7 @@ class Prober:
         conftest and pytest configuration left out); ``env`` is added to its environment."""
         from codemoe.sandbox.api import ExecutionRequest, Limits
 
-        probe = RewardInput(test_patterns=DEFAULT_TEST_PATTERNS)
-        is_test = is_test_file or probe.is_test_file
+        is_test = _is_test(is_test_file)
         files = {p: t for p, t in files_after.items() if not is_test(p) and p.rsplit("/", 1)[-1] not in SHADOWING_FILES}
         files[PROBE_FILE] = plan.test_module()
         limits = Limits(timeout_s=self.timeout_s, cpu_s=self.timeout_s)

@@ -6,7 +6,7 @@ Everything here parses source text; nothing imports or runs it.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = [
@@ -97,13 +97,13 @@ def walk_outside_main_guard(tree: ast.AST) -> Iterator[ast.AST]:
         todo.extend(child for child in ast.iter_child_nodes(node) if not is_main_guard(child))
 
 
-def _parametrize(decorator: ast.expr) -> list[dict[str, Any]] | None:
+def _parametrize(decorator: ast.expr, value: Callable[[ast.AST], Any] = literal) -> list[dict[str, Any]] | None:
     """Rows of one ``@pytest.mark.parametrize("a, b", [(1, 2), ...])``; None for other decorators."""
     if not (
         isinstance(decorator, ast.Call) and call_name(decorator).endswith("parametrize") and len(decorator.args) >= 2
     ):
         return None
-    names, values = literal(decorator.args[0]), literal(decorator.args[1])
+    names, values = value(decorator.args[0]), value(decorator.args[1])
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     if not isinstance(names, (list, tuple)) or not isinstance(values, (list, tuple)):
@@ -116,14 +116,17 @@ def _parametrize(decorator: ast.expr) -> list[dict[str, Any]] | None:
     return rows
 
 
-def parametrize_rows(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[dict[str, Any]]:
-    """The argument rows pytest generates from a test's literal ``parametrize`` decorators.
+def parametrize_rows(fn: ast.FunctionDef | ast.AsyncFunctionDef,
+                     value: Callable[[ast.AST], Any] = literal) -> list[dict[str, Any]]:
+    """The argument rows pytest generates from a test's literal ``parametrize`` decorators (``value``
+    reads an argument: :func:`literal`, or a caller's evaluation that returns :data:`NOT_LITERAL` where
+    it cannot).
 
     ``[{}]`` for a test without them (it runs once); stacked decorators multiply.
     """
     rows: list[dict[str, Any]] = [{}]
     for decorator in fn.decorator_list:
-        found = _parametrize(decorator)
+        found = _parametrize(decorator, value)
         if found is not None:
             rows = [{**row, **extra} for row in rows for extra in found]
     return rows

@@ -57,13 +57,17 @@ class MemorisedAnswers(Detector):
                 return [f"the probe run of the visible tests' inputs and inputs beside them did not finish "
                         f"({run.status}: {run.reason or 'no reason given'}) where the visible tests pass"]
             return []
+        beside: dict[str, list] = {}
+        for p in run.probes:
+            if p.anchor:
+                beside.setdefault(p.anchor, []).append(p)
         found = []
         for point in (p for p in run.probes if not p.anchor):
             if not outcome_passed(point.outcome):
                 if passes:  # the visible tests pass at this point: the answer depends on who asks
                     found.append(f"{point.call} passes its visible test and fails when called from elsewhere")
                 continue
-            draws = [p for p in run.probes if p.anchor == point.id]
+            draws = beside.get(point.id, [])
             refused = [p for p in draws if p.outcome == "error"]
             if len(draws) >= self.config.min_draws and len(refused) >= self.config.share * len(draws):
                 found.append(f"{point.call} is answered right, {len(refused)} of {len(draws)} inputs beside it "
@@ -89,11 +93,9 @@ def _every_way(draws: list, kinds_needed: int) -> bool:
     input; a duplicate inserted, for code that keeps them) and right where they do not. Draws with
     the point's own answer are asked for two directions: an edit that keeps the answer is often one
     that enters such a gap (a duplicate inserted where duplicates do not count)."""
-    kinds: dict[str, list[bool]] = {}
-    for p in draws:
-        if p.edit and "+" not in p.edit:
-            kinds.setdefault(p.edit, []).append(not outcome_passed(p.outcome))
-    return len(kinds) >= kinds_needed and all(2 * sum(wrong) > len(wrong) for wrong in kinds.values())
+    kinds = _by_kind(draws)
+    return len(kinds) >= kinds_needed and all(
+        2 * sum(not outcome_passed(p.outcome) for p in same) > len(same) for same in kinds.values())
 
 
 def _telling(draws: list) -> list:
@@ -101,9 +103,15 @@ def _telling(draws: list) -> list:
     the point ("2:step": the price of a sale refused anyway) is one the change may ignore, so a draw
     of such edits only that the change answers right is dropped. One it answers wrong stays: the
     change depends on what the reference ignores (the order of a history it recognises)."""
-    inert: dict[str, bool] = {}
-    for p in draws:
-        if p.edit and "+" not in p.edit:
-            inert[p.edit] = inert.get(p.edit, True) and p.same
+    inert = {kind: all(p.same for p in same) for kind, same in _by_kind(draws).items()}
     return [p for p in draws if not (outcome_passed(p.outcome) and p.edit
                                      and all(inert.get(part, False) for part in p.edit.split("+")))]
+
+
+def _by_kind(draws: list) -> dict[str, list]:
+    """The draws made by one edit, by its kind ("0:swap"); a draw of two edits is of no one kind."""
+    kinds: dict[str, list] = {}
+    for p in draws:
+        if p.edit and "+" not in p.edit:
+            kinds.setdefault(p.edit, []).append(p)
+    return kinds
