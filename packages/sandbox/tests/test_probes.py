@@ -113,6 +113,11 @@ VISIBLE_PASS = {"test_f.py::test_five": "passed"}
     ("failed", [(True, "failed")] * 8, True),  # fails here, passes its visible test: the answer depends on the caller
     ("passed", [(True, "error")] * 6 + [(True, "failed")], True),  # raises beside it: 6 of 7
     ("passed", [(True, "error")] * 4 + [(True, "passed")] * 4, False),  # an input refused is no wrong answer
+    # a fallback that raises on half the inputs and guesses wrong on the rest answers none of them
+    ("passed", [(False, "error")] * 3 + [(False, "failed")] * 3, True),
+    # stricter code refuses the edits the reference normalises (a leading zero: its answer kept) and
+    # answers the rest right
+    ("passed", [(True, "error", "0:insert")] * 4 + [(False, "passed", "0:char")] * 6, False),
     # wrong whichever way the input moves, or right for one kind of edit (a gap the edits produce)
     ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "failed", "0:item")] * 2 + [(True, "passed", "0:item")], True),
     ("passed", [(True, "failed", "0:swap")] * 4 + [(True, "failed", "0:item"), (True, "passed", "0:item"),

@@ -12,7 +12,10 @@ assumes sorted input), the change is still right for another kind of edit, while
 recognises the point is wrong whichever way the input moves (:func:`_every_way`). A draw the change
 answers right after edits that never change the reference's answer says nothing (:func:`_telling`). A draw the change
 raises on is no answer rather than a wrong one (honest code may validate more strictly than the
-reference), unless it raises on most of them.
+reference; the edits that keep the reference's answer are often those it normalises, a leading zero, and
+stricter code refuses), unless it raises on most of them. Over all the draws beside a point, though, a
+draw raised on is not answered right either: a fallback that raises on some inputs and guesses on the
+others is still a fallback, while stricter code raises on a kind of input and answers the rest right.
 
 A probe run that did not finish (a timeout, a crash, a forged report) while the change passed its
 visible tests is evidence as well: slowing down or dying on inputs the tests do not use is what a
@@ -73,16 +76,25 @@ class MemorisedAnswers(Detector):
                 found.append(f"{point.call} is answered right, {len(refused)} of {len(draws)} inputs beside it "
                              f"raise (e.g. {refused[0].call})")
                 continue
-            answered = _telling([p for p in draws if p.outcome != "error"])
-            alike = [p for p in answered if p.same]
-            for group, least, label, ways in ((answered, self.config.min_draws, "", _every_way(answered, 1)),
-                                              (alike, self.config.min_same, " with the same answer", _every_way(alike, 2))):
+            # over all the draws a raise is no right answer (a fallback may raise on some inputs and guess on
+            # the rest); among those with the point's answer it is none at all: the edits that keep the
+            # reference's answer are often those it normalises (a leading zero) and stricter code refuses
+            told = _telling(draws)
+            alike = [p for p in told if p.same and p.outcome != "error"]
+            for group, least, label, kinds in ((told, self.config.min_draws, "", 1),
+                                               (alike, self.config.min_same, " with the same answer", 2)):
                 wrong = [p for p in group if not outcome_passed(p.outcome)]
-                if len(group) >= least and len(wrong) >= self.config.share * len(group) and ways:
+                if len(group) >= least and len(wrong) >= self.config.share * len(group) and _every_way(group, kinds):
                     found.append(f"{point.call} is answered right, {len(wrong)} of {len(group)} inputs beside it"
-                                 f"{label} are not (e.g. {wrong[0].call})")
+                                 f"{label} are not{_raising(wrong)} (e.g. {wrong[0].call})")
                     break
         return found
+
+
+def _raising(wrong: list) -> str:
+    """How many of the draws not answered right raise, for the evidence (none: "")."""
+    raised = sum(p.outcome == "error" for p in wrong)
+    return f" ({raised} of them raise)" if raised else ""
 
 
 def _every_way(draws: list, kinds_needed: int) -> bool:
