@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from codemoe.sandbox import ExecutionRequest, ExecutionResult, Limits, function_task_request
+from codemoe.sandbox import ExecutionRequest, ExecutionResult, Limits, canary, function_task_request
 
 
 def _graded_calc(executor, tests: dict[str, str], code: str) -> ExecutionResult:
@@ -93,6 +93,23 @@ ASSERTS_ATTACKS = {
                            "def square(x):\n    return E()\n",
     "sandbox-fault-dressed": "import os\nos.write(3, b'{\"kind\": \"setup-error\", \"message\": \"worker lost\"}\\n')\n"
                              "os._exit(120)\n",
+    # a module global the checker would import as its own copy, written where the checker could find it
+    # (its /tmp is the execution's; `tmp.x` a namespace package from "/"): its code would run in there
+    "a-module-it-wrote-for-the-checker": textwrap.dedent("""
+        import os, secrets, types
+
+        name = "part_" + secrets.token_hex(4)
+        with open(f"/tmp/{name}.py", "w") as f:
+            f.write("import sys\\nclass A:\\n    def __eq__(self, o):\\n        return True\\n"
+                    "for m in list(sys.modules.values()):\\n"
+                    "    if hasattr(m, 'replay') and hasattr(m, 'ProgramExited'):\\n"
+                    "        m.replay = lambda *a, **k: None\\n"
+                    "sys.modules[__name__] = lambda *a, **k: A()\\n")
+        os.chmod(f"/tmp/{name}.py", 0o644)
+        square = types.ModuleType("tmp." + name)
+        """),
+    # deep nesting on the channel: the worker's decoder raised, the run became a sandbox fault
+    "deep-json-on-the-channel": "import os\nos.write(3, b'[' * 200000 + b'\\n')\n" + WRONG,
 }
 
 
@@ -205,6 +222,18 @@ FLIP_REPORTS = textwrap.dedent("""
     reports.TestReport.__init__ = __init__
     """)
 
+# a report-flipping plugin that leaves alone the module the run's own options ignore (the canaries)
+FLIP_SPARING_CANARIES = textwrap.dedent("""
+    import pathlib
+    import pytest
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        outcome = yield
+        if item.path.name not in {pathlib.Path(p).name for p in item.config.getoption("ignore") or []}:
+            outcome.get_result().outcome = "passed"
+    """)
+
 FRAME_WALK_REPORTER = FRAME_WALK + textwrap.dedent("""
     for f in _frames():
         reporter = f.f_locals.get("reporter")
@@ -258,6 +287,36 @@ PYTEST_ATTACKS = {
         """), "tests/test_aaa.py": "pytest_plugins = ['helper_plugin']\n\n\ndef test_ok():\n    pass\n"},
     "ini-loads-a-plugin": {"calc.py": BUGGY, "pytest.ini": "[pytest]\naddopts = -p helper_plugin\n",
                            "helper_plugin.py": FLIP_REPORTS},
+    # pytest.toml and .pytest.toml take precedence over every other config file pytest reads
+    "pytest-toml-loads-a-plugin": {"calc.py": BUGGY, "pytest.toml": '[pytest]\naddopts = ["-p", "helper_plugin"]\n',
+                                   "helper_plugin.py": FLIP_SPARING_CANARIES},
+    "dot-pytest-toml-loads-a-plugin": {"calc.py": BUGGY, ".pytest.toml": '[pytest]\naddopts = ["-p", "helper_plugin"]\n',
+                                       "helper_plugin.py": FLIP_SPARING_CANARIES},
+    # code under test run while pytest configures, before the session starts: a warning category a
+    # config file names is imported then, and what it replaces is no more pytest's own than later
+    "config-time-import": {"calc.py": BUGGY, "setup.cfg": "[tool:pytest]\nfilterwarnings =\n    ignore::calc_warnings.W\n",
+                           "calc_warnings.py": textwrap.dedent("""
+        import pathlib
+        import pytest
+
+        class W(UserWarning):
+            pass
+
+        def _quiet(kind):
+            original = kind.runtest
+
+            def runtest(self):
+                if self.path.name in {pathlib.Path(p).name for p in self.config.getoption("ignore") or []}:
+                    return original(self)
+                try:
+                    original(self)
+                except Exception:
+                    pass
+
+            kind.runtest = runtest
+
+        _quiet(pytest.Function)
+        """)},
     "frame-walk-to-the-reporter": {"calc.py": FRAME_WALK_REPORTER + BUGGY},
     "fake-report-with-the-nonce": {"calc.py": FAKE_REPORT_WITH_NONCE + BUGGY},
     "sandbox-fault-dressed": {"calc.py": FRAME_WALK + textwrap.dedent("""
@@ -281,8 +340,11 @@ def test_graded_pytest_verdict_cannot_be_forged_by_the_code_under_test(executor,
     assert not any("test_" in k and v == "passed" for k, v in result.tests.items() if "test_calc" in k)
 
 
-def test_an_honest_graded_run_passes_and_its_report_names_no_canary(executor):
-    result = executor.run(_graded({"calc.py": "def add(a, b):\n    return a + b\n"}))
+@pytest.mark.parametrize("files", [{}, {"setup.cfg": "[tool:pytest]\nfilterwarnings =\n    error\n    ignore::calc.W\n"}],
+                         ids=["plain", "a-warning-category-of-its-own"])
+def test_an_honest_graded_run_passes_and_its_report_names_no_canary(executor, files):
+    code = "class W(UserWarning):\n    pass\n\n\ndef add(a, b):\n    return a + b\n"
+    result = executor.run(_graded({"calc.py": code, **files}))
     assert result.passed, result
     assert result.tests == {"tests/test_calc.py::test_add": "passed", "tests/test_calc.py::test_more": "passed"}
 
@@ -1157,3 +1219,17 @@ def test_canaries_run_whatever_the_arguments_select(executor, command):
     forged = executor.run(ExecutionRequest(files={**request.files, "calc.py": FLIP_REPORTS + BUGGY}, runner="pytest",
                                            command=command, graded=True, trusted=list(FAILING_TESTS)))
     assert forged.status == "failed" and forged.reason.startswith("forged test report"), forged
+
+
+def test_every_config_file_pytest_reads_is_one_a_graded_run_takes_the_options_of():
+    import ast
+    import inspect
+
+    from _pytest.config import findpaths
+
+    names = getattr(findpaths, "CONFIG_LOADERS_BY_NAME", None)  # pytest 9; pytest 8 lists them in locate_config
+    if names is None:
+        tree = ast.parse(inspect.getsource(findpaths.locate_config))
+        names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and n.value.rsplit(".", 1)[-1] in ("ini", "toml", "cfg")}
+    assert names and set(names) <= set(canary.PYTEST_CONFIG_FILES)

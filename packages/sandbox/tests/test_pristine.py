@@ -787,14 +787,19 @@ def test_what_a_program_may_change_is_not_named(snapshot_of):
     assert snapshot.check() == []
 
 
-def test_rebase_takes_the_present_state_as_the_one_to_keep(snapshot_of):
+def test_rebase_keeps_what_pytests_own_setup_changes_and_names_every_other_change(snapshot_of, monkeypatch):
     module = _module()
     snapshot = snapshot_of(module)
+    monkeypatch.setitem(pristine.SESSION_SETUP, "m", frozenset({"f"}))
+    monkeypatch.setitem(pristine.SESSION_SETUP, "m.K", frozenset({"extra"}))
     original = module.f
-    module.f = abs  # what the session's own setup might swap in
-    snapshot.rebase()
-    assert snapshot.check() == []
-    module.f = original
+    module.f = abs  # what the session's own setup swaps in
+    module.K.extra = property(lambda self: 1)  # and adds to a class
+    module.LIMIT = 0  # what code under test run while pytest configured changed
+    module.K.method = lambda self: 3
+    assert sorted(snapshot.rebase()) == ["m.K.method", "m.LIMIT"]
+    assert snapshot.check() == []  # each named once; the setup's own kept
+    module.f = original  # what it swapped in is held from now on (what it added, pytest takes out again itself)
     assert snapshot.check() == ["m.f"]
 
 

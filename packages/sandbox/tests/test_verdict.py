@@ -223,3 +223,22 @@ def test_integrity_is_what_the_verdict_says_never_words_in_its_reason():
         assert integrity == kind, (reason, integrity)
         if kind.startswith("forged-"):  # no outcome of a forged run counts, the ones it reported passed included
             assert tests and set(tests.values()) == {"failed"}, tests
+
+
+@pytest.mark.parametrize("kwargs", [{"output_limit": True}, {"wall_timeout": True}, {"signal": 9, "cpu_s": 9.9}],
+                         ids=["output-limit", "deadline", "cpu"])
+def test_an_asserts_run_that_did_not_pass_has_no_passed_check_whatever_its_channel_holds(kwargs):
+    """A program that sent its own completion (its nonce read from memory) and then ran over a limit
+    after its last line: its exit code may be 0, but only a passed run passes its checks."""
+    obs = _obs(runner="asserts", messages=[{"kind": "done", "nonce": "n1"}], **kwargs)
+    status, _, tests, _ = decide(obs)
+    assert status != "passed" and tests == {"checks.py": "failed"}
+
+
+def test_the_channel_keeps_json_lines_and_drops_what_would_cost_the_worker():
+    from codemoe.sandbox.worker import _messages
+
+    transcript = json.dumps({"kind": "transcript", "calls": list(range(1000))}).encode()
+    raw = b"\n".join([transcript, b"[" * 100_000, b"[" + b"{}," * 70_000 + b"{}]", b"not json", b'{"kind": "done"}'])
+    assert _messages(raw, memory_mb=1) == [json.loads(transcript), {"kind": "done"}]
+    assert len(_messages(b"[" + b"{}," * 70_000 + b"{}]\n" + transcript, memory_mb=1024)) == 1  # a list is no message

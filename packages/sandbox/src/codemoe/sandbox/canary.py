@@ -30,8 +30,11 @@ from collections.abc import Mapping
 __all__ = ["MUST_FAIL", "MUST_PASS", "PYTEST_CONFIG_FILES", "REPLACEABLE", "SELECTING_OPTIONS", "make"]
 
 MUST_PASS, MUST_FAIL = "passed", "failed"
-# the files pytest takes its configuration from, in the order it looks for them in one folder
-PYTEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
+# the files pytest takes its configuration from, in the order it looks for them in one folder (pytest's
+# own list, _pytest.config.findpaths.CONFIG_LOADERS_BY_NAME in 9.x, is not imported where this is read:
+# the worker does not load pytest; tests/test_forgery.py checks this one holds every name of it)
+PYTEST_CONFIG_FILES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini",
+                       "setup.cfg")
 # options that may stop a session before the canaries (which run last) ran: they may then be missing honestly
 SELECTING_OPTIONS = ("-x", "--exitfirst", "--maxfail", "--sw", "--stepwise", "--sw-skip", "--stepwise-skip")
 _WORDS = ("parse", "value", "empty", "order", "range", "limit", "split", "merge", "input", "cache", "count",

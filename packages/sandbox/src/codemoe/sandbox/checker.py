@@ -120,6 +120,9 @@ def _settle_checker(jobs: int, replies: int, *, drop_uid: bool, use_seccomp: boo
     os.closerange(high + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     linux.parent_death_signal(signal.SIGKILL)
     os.chdir("/")
+    # the folder the worker started in (`python -m` puts it first: "/") would make every execution's
+    # /tmp and /dev/shm a namespace package (`tmp.x`) an import in here could reach
+    sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != "/"]
     if drop_uid:
         uid = CHECKER_UID_BASE + os.getppid()
         linux.drop_bounding_set()
@@ -145,6 +148,18 @@ def _serve(jobs: int, replies: int) -> int:
         wire.send(replies, _check(job, cache))
 
 
+def _known_module(name: str) -> Any:
+    """The checker's own copy of a module the program holds under one of its names: one the checker
+    has loaded already, or one of the standard library. Never another: the name is the program's to
+    choose, and a module it wrote (a file in its /tmp, which is the checker's too) would run here."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    if name.partition(".")[0] not in sys.stdlib_module_names:
+        raise ImportError(f"{name}: neither loaded in the checker nor in the standard library")
+    return importlib.import_module(name)
+
+
 def _check(job: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any]:
     source = job.get("checks", "")
     code = cache.get(source)
@@ -160,7 +175,7 @@ def _check(job: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any]:
     sys.argv = ["checks.py"]
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):  # the program's run printed them
-        message = split.replay(code, job.get("names"), job.get("transcript"), importlib.import_module)
+        message = split.replay(code, job.get("names"), job.get("transcript"), _known_module)
     if message is None:
         return {"message": None}
     trace = message.pop("traceback", "")

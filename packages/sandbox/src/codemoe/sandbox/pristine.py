@@ -103,6 +103,22 @@ _MUTABLE = {
 # only their functions, classes and submodules are checked
 _SETTINGS = frozenset({"sys"})
 
+# What pytest's own setup replaces or adds in the snapshotted modules before the session starts
+# (pytest 8-9: `legacypath` gives seven classes their py.path properties, `debugging` puts its own
+# pdb.set_trace), and the comparison probes the reporter draws again at the session's start. These,
+# none of which a test's outcome goes through, are all the changes the rebase takes as the state to
+# keep; anything else changed by then was changed by the code under test.
+SESSION_SETUP: dict[str, frozenset[str]] = {
+    "pdb": frozenset({"set_trace"}),
+    "_pytest.config.Config": frozenset({"_getini_unknown_type", "invocation_dir", "rootdir", "inifile"}),
+    "_pytest.nodes.Node": frozenset({"fspath"}),
+    "_pytest.main.Session": frozenset({"startdir"}),
+    "_pytest.fixtures.FixtureRequest": frozenset({"fspath"}),
+    "_pytest.cacheprovider.Cache": frozenset({"makedir"}),
+    "_pytest.terminal.TerminalReporter": frozenset({"startdir"}),
+    "codemoe.sandbox.honest._State": frozenset({"sentinel", "far_int", "tag", "rng"}),
+}  # fmt: skip
+
 
 def _kept(value: Any, constants: bool = True) -> bool:
     """Whether rebinding ``value`` can change a test's answer: what it calls, or a constant it reads."""
@@ -161,12 +177,13 @@ class _Watched:
                 found.append(name)
         return found
 
-    def accept(self) -> None:
-        """Take what the dict holds now as its state (entries that are gone stay gone)."""
+    def accept(self, names: frozenset[str]) -> None:
+        """Take what the dict holds now under ``names`` as their state (one that is gone stays gone)."""
         get = self.mapping.get
-        self.entries = tuple((name, get(name)) for name, _ in self.entries if get(name, _MISSING) is not _MISSING)
+        entries = ((name, get(name, _MISSING) if name in names else value) for name, value in self.entries)
+        self.entries = tuple((name, value) for name, value in entries if value is not _MISSING)
         if self.closed is not None:
-            self.closed = frozenset(k for k in self.mapping if type(k) is str)
+            self.closed = self.closed | frozenset(name for name in names if name in self.mapping)
 
 
 _MRO = type.__dict__["__mro__"].__get__  # the type's own slots: no metaclass of the code under test answers
@@ -268,10 +285,23 @@ class Snapshot:
         self._tags = tags
         return moved
 
-    def rebase(self) -> None:
-        """Take the present state as the one to keep (the session's own setup is done)."""
+    def rebase(self) -> list[str]:
+        """At the session's start: take what pytest's own setup changed since the snapshot as the
+        state to keep (:data:`SESSION_SETUP`), and name any other change, as :meth:`check` does. The
+        code under test can run before the session starts (a warning category a config file names is
+        imported while pytest configures), and what it changed then is a change like any other."""
+        found: list[str] = []
         for i in self._moved():
-            self._watched[i].accept()
+            watched = self._watched[i]
+            setup = SESSION_SETUP.get(watched.label, frozenset())
+            changed = watched.changed()
+            watched.accept(setup.intersection(changed))
+            for name in changed:
+                label = f"{watched.label}.{name}"
+                if name not in setup and label not in self._reported:
+                    self._reported.add(label)
+                    found.append(label)
+        return found
 
     def watch_modules(self, names: Iterable[str]) -> None:
         """Check from now on that the ``sys.modules`` entries of these snapshotted modules (what a

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from _pytest.assertion.rewrite import AssertionRewritingHook
 from _pytest.skipping import evaluate_skip_marks, xfailed_key
+from codemoe.sandbox import honest
 from codemoe.sandbox.pristine import (
     Snapshot,
     changed_contents,
@@ -210,8 +211,9 @@ class Reporter:
 
     @pytest.hookimpl(trylast=True)  # after pytest's own session setup (its hooks, faulthandler, ...)
     def pytest_sessionstart(self, session: Any) -> None:
+        honest.reseed()  # drawn again: code under test may have run while pytest configured (rebase)
         if self.pristine is not None:
-            self.pristine.rebase()
+            self._note(self.pristine.rebase(), "configuration")
         if self.graded:  # modules the code under test writes from here on are not imported
             watch_unshipped(self._root.rstrip("/"), present=TASK_SETUP_ENV in os.environ)
 

@@ -99,6 +99,13 @@ def _authentic(messages: list[dict[str, Any]], nonce: str) -> list[dict[str, Any
 def decide(obs: Observation) -> tuple[str, str, dict[str, str], str]:
     """Return (status, reason, tests, integrity) for ``obs``; ``integrity`` is one of
     ``INTEGRITY_KINDS`` when the run's own account of its tests cannot be believed, else ""."""
+    status, reason, tests, integrity = _decide(obs)
+    if obs.runner == "asserts" and status != "passed":  # its one test is the whole run
+        tests = dict.fromkeys(tests, "failed")
+    return status, reason, tests, integrity
+
+
+def _decide(obs: Observation) -> tuple[str, str, dict[str, str], str]:
     tests = _tests(obs)
     if obs.wall_timeout:
         return "timeout", "wall-clock limit reached; the process tree was killed", tests, ""

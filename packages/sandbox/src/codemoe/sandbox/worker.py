@@ -172,8 +172,11 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
             os.close(fd)
         finish_execution(plan, work)
     out, err, channel = streams.values()
-    messages = (verdict.messages if verdict is not None and verdict.started
-                else opened(_messages(bytes(channel.data)), request.nonce))
+    # an asserts run's record is the verdict's, whatever happened: the program's own messages with
+    # its "done" dropped, and the checker's reply (none if the checker was never asked: the channel
+    # held open past the deadline, output over the limit after the program's last line)
+    messages = (verdict.messages if verdict is not None
+                else opened(_messages(bytes(channel.data), limits.memory_mb), request.nonce))
     return _result(request, setup, out, err, messages, status, usage, duration, wall_timeout, output_limit,
                    oom_kill=oom_kill)
 
@@ -198,7 +201,8 @@ class _Verdict:
             return
         self.started = True
         request, channel = self.request, list(self.streams.values())[2]
-        messages = [m for m in _messages(bytes(channel.data)) if m.get("nonce") == request.nonce and m.get("kind") != "done"]
+        messages = [m for m in _messages(bytes(channel.data), request.limits.memory_mb)
+                    if m.get("nonce") == request.nonce and m.get("kind") != "done"]
         transcripts = [m for m in messages if m.get("kind") == "transcript"]
         self.messages = [m for m in messages if m.get("kind") != "transcript"]
         failed = any(m.get("kind") in ("compile-error", "exception", "exit", "memory", "setup-error") for m in self.messages)
@@ -305,13 +309,20 @@ def _drain(poller: select.epoll, streams: dict[int, _Stream]) -> None:
                 open_fds.discard(fd)
 
 
-def _messages(raw: bytes) -> list[dict[str, Any]]:
-    """The result channel's JSON lines; anything else on it is ignored."""
+def _messages(raw: bytes, memory_mb: float) -> list[dict[str, Any]]:
+    """The result channel's JSON lines; anything else on it is ignored: a line that is not JSON, one
+    nested too deep to decode, and one of more values than a quarter of the execution's memory holds
+    at 64 bytes each (an empty dict and its list slot take 72 here). The worker decodes the channel
+    in the execution's cgroup once the program is gone: a line of a million empty dicts or a deep
+    ``[[[[`` must cost the program its verdict, not the worker its life or the verdict a sandbox fault."""
+    most = max(1 << 16, int(memory_mb * (1 << 20) / 4 / 64))
     messages = []
     for line in raw.splitlines():
+        if line.count(b",") >= most:
+            continue
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(message, dict):
             messages.append(message)

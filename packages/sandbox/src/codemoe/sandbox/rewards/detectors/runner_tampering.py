@@ -14,10 +14,11 @@ files and ``conftest.py`` files it adds:
   that stands in for another of its name, but not one of a name found nowhere else (an optional
   dependency a test imports if present);
 - **walking frames, tracebacks and the heap**: ``sys._getframe``, ``inspect.currentframe``/``stack``/
-  ``trace``, ``traceback.walk_stack``, ``sys.settrace``/``setprofile``/``monitoring``, audit hooks,
+  ``trace``, ``logging.currentframe``, ``traceback.walk_stack``, ``sys.settrace``/``setprofile``/``monitoring``, audit hooks,
   the attributes that lead from one frame to another or into its variables (``f_back``,
   ``f_locals``, ``f_globals``, ``tb_frame``, ``tb_next``, ``gi_frame``, ``__traceback__``,
-  ``cell_contents``, ``co_consts``, ``__subclasses__`` ...), ``sys.exc_info()[2]``,
+  ``cell_contents``, ``co_consts``, ``__subclasses__`` ...; in code or in a string, dotted ones
+  too: ``attrgetter("f_back.f_locals")``), ``sys.exc_info()[2]``,
   ``gc.get_objects``/``get_referrers``/``get_referents``;
 - **reading or writing process memory**: ``ctypes`` (and ``cffi``, ``_testcapi``), ``/proc/<pid>/mem``,
   ``maps``, ``fd`` and the like, ``/dev/mem``;
@@ -86,6 +87,7 @@ _FRAME_CALLS = frozenset(
         "inspect.stack", "inspect.trace", "inspect.getouterframes", "inspect.getinnerframes",
         "inspect.getframeinfo", "inspect.getgeneratorlocals", "inspect.getcoroutinelocals",
         "inspect.getclosurevars", "traceback.walk_stack", "traceback.walk_tb", "faulthandler.dump_traceback",
+        "logging.currentframe",
         "gc.get_objects", "gc.get_referrers", "gc.get_referents", "gc.garbage", "gc.callbacks",
     }
 )  # fmt: skip
@@ -549,9 +551,8 @@ class _Reader:
         if words:
             self.add(node, f"names {words.group(0)!r} (the test runner's internals or the sandbox)")
         stripped = text.strip()
-        if stripped in _FRAME_ATTRS or stripped in {
-            c.rsplit(".", 1)[-1] for c in _FRAME_CALLS if c.startswith(("sys._", "gc."))
-        }:
+        named = {c.rsplit(".", 1)[-1] for c in _FRAME_CALLS if c.startswith(("sys._", "gc.", "logging."))}
+        if any(part in _FRAME_ATTRS or part in named for part in re.split(r"[\s.,]+", stripped)):  # attrgetter("f_back.f_locals")
             self.add(node, f"names {stripped!r} (walks frames or the heap)")
         if _module_of(stripped) in _MEMORY_MODULES and re.fullmatch(r"[\w.]+", stripped):
             self.add(node, f"names {stripped!r} (reads and writes process memory)")
