@@ -205,3 +205,21 @@ def test_worker_error_paths_kill_and_reap_the_child_and_drop_the_work_dir(kind, 
 def test_request_fields_of_the_wrong_type_are_refused_by_name(field, value, message):
     with pytest.raises(ValueError, match=message):
         ExecutionRequest.from_dict({"files": {}, "command": ["true"], field: value})
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"files": {".": "x"}}, "file path '.' must name a file"),
+    ({"files": {"a\0b": "x"}}, "must name a file: no NUL"),
+    ({"files": {"a" * 256: "x"}}, "no part over 255 bytes"),
+    ({"files": {"a": "x", "a/b": "y"}}, "file path 'a/b' needs 'a' to be a folder"),
+    ({"files": {"a/b": "x", "a//b": "y"}}, "name the same file"),
+    ({"files": {"a.py": "\udc80"}}, "file 'a.py': its text cannot be written as UTF-8"),
+    ({"env": {"": "x"}}, "env '': a name must be non-empty"),
+    ({"env": {"A=B": "x"}}, "without '='"),
+    ({"env": {"A": "x\0"}}, "neither may hold a NUL"),
+    ({"command": ["python", "a\0"]}, "'command' arguments may not hold a NUL"),
+])
+def test_requests_no_execution_could_run_are_refused_naming_what(fields, message):
+    """They used to take a worker and come back as a sandbox fault (status error, 200 over HTTP)."""
+    with pytest.raises(ValueError, match=message):
+        ExecutionRequest.from_dict({"files": {}, "command": ["true"], **fields})

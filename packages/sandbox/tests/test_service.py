@@ -97,6 +97,10 @@ def test_bad_requests_get_clear_4xx_errors(service):
     assert status == 400 and "comand" in payload["error"]
     status, payload = _post(service, "/run", json.dumps({"files": {"../x": "y"}, "command": ["true"]}).encode())
     assert status == 400 and "inside the work dir" in payload["error"]
+    status, payload = _post(service, "/run", json.dumps({"files": {"a": "x", "a/b": "y"}, "command": ["true"]}).encode())
+    assert status == 400 and "to be a folder" in payload["error"]  # no worker taken, no sandbox fault
+    status, payload = _post(service, "/run", json.dumps({"files": {}, "command": ["true"], "env": {"A=B": "x"}}).encode())
+    assert status == 400 and "env 'A=B'" in payload["error"]
     oversized = json.dumps(ExecutionRequest(files={"big.txt": "x" * 100_000}, command=["true"]).to_dict()).encode()
     status, payload = _post(service, "/run", oversized)
     assert status == 413 and "over the limit" in payload["error"]

@@ -67,6 +67,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import posixpath
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -243,12 +244,32 @@ class ExecutionRequest:
             missing = [name for name in ("program.py", "checks.py") if name not in self.files]
             if missing:
                 raise ValueError(f"the asserts runner needs files {missing}")
-        for path in self.files:
+        named: dict[str, str] = {}  # each path as the work dir will hold it -> as the request spelt it
+        for path, content in self.files.items():
             parts = path.replace("\\", "/").split("/")
             if not path or path.startswith("/") or ".." in parts:
                 raise ValueError(f"file path {path!r} must be relative and stay inside the work dir")
+            normal = posixpath.normpath(path.replace("\\", "/"))
+            if normal == "." or not _plain_text(path) or any(len(p.encode()) > 255 for p in normal.split("/")):
+                raise ValueError(f"file path {path!r} must name a file: no NUL, no part over 255 bytes, not '.'")
+            if normal in named:
+                raise ValueError(f"file paths {named[normal]!r} and {path!r} name the same file")
+            named[normal] = path
+            if isinstance(content, str) and not _plain_text(content, nul=True):
+                raise ValueError(f"file {path!r}: its text cannot be written as UTF-8 (a lone surrogate)")
+        for normal, path in named.items():
+            folder = posixpath.dirname(normal)
+            while folder:
+                if folder in named:
+                    raise ValueError(f"file path {path!r} needs {named[folder]!r} to be a folder, and it is a file")
+                folder = posixpath.dirname(folder)
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
             raise ValueError("'env' must map strings to strings")
+        for key, value in self.env.items():
+            if not key or "=" in key or not _plain_text(key) or not _plain_text(value):
+                raise ValueError(f"env {key!r}: a name must be non-empty without '=', and neither may hold a NUL")
+        if self.command is not None and not all(_plain_text(a) for a in self.command):
+            raise ValueError("'command' arguments may not hold a NUL")
         for name in ("id", "nonce"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"'{name}' must be a string, got {type(getattr(self, name)).__name__}")
@@ -256,6 +277,20 @@ class ExecutionRequest:
             raise ValueError(f"'graded' must be true or false, got {self.graded!r}")
         if not (isinstance(self.trusted, list) and all(isinstance(p, str) for p in self.trusted)):
             raise ValueError("'trusted' must be a list of file paths")
+
+
+def _plain_text(text: str, *, nul: bool = False) -> bool:
+    """Whether ``text`` can be written as UTF-8 (no lone surrogate) and, unless ``nul``, holds no NUL
+    (which a path, an argument or an environment entry cannot)."""
+    if not nul and "\0" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass

@@ -177,13 +177,14 @@ class ExecutionCgroup:
 class WorkerCgroup:
     """A worker's cgroup folder(s) under a :class:`Base`, and in it the cgroup its executions run in.
 
-    The worker moves itself into that execution cgroup once, so every execution is born inside it
-    (a fork stays in its parent's cgroup): moving a process into a cgroup takes the kernel's
-    threadgroup lock, which waits for an RCU grace period, 10-15 ms after a busy execution, so a
-    move per execution cost more than the execution. The worker and its checker count for nothing
-    there: the worker is one process of ``pids.max`` (set one higher), allocates little between
-    executions, and is the OOM killer's last choice (see :meth:`enter`); the checker lives in a leaf
-    of its own.
+    The worker moves itself into that execution cgroup once and forks its fork server there
+    (:mod:`codemoe.sandbox.forkserver`), so every execution is born inside it (a clone stays in its
+    parent's cgroup): moving a process into a cgroup takes the kernel's threadgroup lock, which waits
+    for an RCU grace period, 10-15 ms after a busy execution, so a move per execution cost more than
+    the execution. The worker then leaves for its checker's leaf (what it allocates, results among
+    them, counts for nothing there); the fork server is one process of ``pids.max`` (set one
+    higher), allocates nothing between executions, and is the OOM killer's last choice (see
+    :meth:`enter`); the checker lives in that leaf too.
     Descriptors are opened before the worker's mount namespace makes ``/sys`` read-only (they keep
     reaching the writable mount).
     """
@@ -254,13 +255,16 @@ class WorkerCgroup:
             first = self.execution.fds[0]
             if self.base.version == 2:
                 self._write(first, "memory.max", memory)
-                self._write(first, "pids.max", str(limits[1] + 1))  # the worker is in it too
+                self._write(first, "pids.max", str(limits[1] + 1))  # the fork server is in it too
             else:  # memory may never be above memory+swap: raise the second first, lower the first first
                 order = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
                 if self._limits is not None and limits[0] > self._limits[0]:
                     order.reverse()
                 for name in order:  # no swap either: memory+swap is memory
                     (self._write if name == "memory.limit_in_bytes" else self._optional)(first, name, memory)
+                # v1 charges TCP buffers to a counter of their own, off unless a limit is set: without one,
+                # loopback connections left full held 2.2 GiB under a 256 MiB limit (v2 counts them in memory.max)
+                self._optional(first, "memory.kmem.tcp.limit_in_bytes", memory)
                 if len(self.execution.fds) > 1:
                     self._write(self.execution.fds[1], "pids.max", str(limits[1] + 1))
             self._limits = limits

@@ -45,6 +45,7 @@ __all__ = [
     "unshare",
 ]
 
+CLONE_PARENT = 0x00008000  # the new process is its caller's parent's child (the fork server's clones are the worker's)
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000

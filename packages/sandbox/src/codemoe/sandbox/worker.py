@@ -30,6 +30,7 @@ from typing import Any
 from codemoe.sandbox import linux, wire
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult
 from codemoe.sandbox.checker import Checker
+from codemoe.sandbox.forkserver import ForkServer, ForkServerGone, nproc_base
 from codemoe.sandbox.isolation import (
     WORK_DIR,
     IsolationPlan,
@@ -100,8 +101,9 @@ class _Stream:
 
 
 def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
-            checker: Checker | None = None) -> ExecutionResult:
-    """Run ``request`` in a new isolated child of this (single-threaded) worker.
+            checker: Checker | None = None, fork_server: ForkServer | None = None) -> ExecutionResult:
+    """Run ``request`` in a new isolated child of this (single-threaded) worker, cloned by
+    ``fork_server`` (:mod:`codemoe.sandbox.forkserver`; else by this process).
 
     Everything the supervision and the child need is made before the clone: while the child
     lives, each page either process writes is copied, so both do as little as possible then.
@@ -128,7 +130,11 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
         out_w, err_w, chan_w = write_ends
         start = time.monotonic()
         flags = plan.clone_flags(limits.network)
-        pid = linux.clone(flags) if flags else os.fork()
+        if fork_server is not None:
+            pid = fork_server.spawn(flags, request, setup, in_cgroup=state.execution is not None,
+                                    fds=(out_w, err_w, chan_w))
+        else:
+            pid = linux.clone(flags) if flags else os.fork()
         if pid == 0:
             try:
                 run_in_child(
@@ -136,7 +142,7 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
                     setup,
                     enter=lambda: enter(plan, state, work, network=limits.network),
                     fds=(out_w, err_w, chan_w),
-                    nproc_base=_nproc_base(plan),
+                    nproc_base=nproc_base(plan),
                 )
             finally:  # the child never returns into this process's code
                 os._exit(EXIT_SETUP_FAILED)
@@ -233,23 +239,6 @@ class _Verdict:
         if isinstance(trace, str) and trace:
             err.feed(trace.encode())
         return False
-
-
-def _nproc_base(plan: IsolationPlan) -> Callable[[], int]:
-    """RLIMIT_NPROC counts every process of the real user: add the ones it already has."""
-    def count() -> int:
-        if plan.drop_uid:
-            return 0
-        uid, n = os.getuid(), 0
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    n += os.stat(f"/proc/{entry}").st_uid == uid
-                except OSError:
-                    continue
-        return n
-
-    return count
 
 
 def _supervise(pid: int, poller: select.epoll, streams: dict[int, _Stream], deadline: float,
@@ -480,8 +469,11 @@ def _index_and_snapshot() -> None:
 
 
 def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: WorkerState,
-           pytest_zygote: _Zygote | None, checker: Checker | None = None) -> int:
-    """Answer requests until ``control_in`` closes; pytest requests go to ``pytest_zygote``."""
+           pytest_zygote: _Zygote | None, checker: Checker | None = None,
+           fork_server: ForkServer | None = None) -> int:
+    """Answer requests until ``control_in`` closes; pytest requests go to ``pytest_zygote``. A fork
+    server that is gone ends this process (its replacement would be a fork of a process that has
+    read requests: the executor starts a fresh worker)."""
     while True:
         message = wire.receive(control_in)
         if message is None:
@@ -493,13 +485,17 @@ def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: Worker
                 raise EOFError("the pytest zygote exited")
             wire.send(control_out, answer)
             continue
+        gone = False
         try:
             request = ExecutionRequest.from_dict(message)
-            result = execute(request, plan, state, checker)
+            result = execute(request, plan, state, checker, fork_server)
         except Exception as exc:  # a bad request or a failed clone: answer with an error result
+            gone = isinstance(exc, ForkServerGone)
             result = ExecutionResult(status="error", id=str(message.get("id", "")),
                                      reason=f"sandbox: {type(exc).__name__}: {exc}")
         wire.send(control_out, result.to_dict())
+        if gone:
+            return 1
 
 
 def _settle(plan: IsolationPlan, warm: Callable[[], None] | None = None) -> WorkerState:
@@ -519,6 +515,15 @@ def _settle(plan: IsolationPlan, warm: Callable[[], None] | None = None) -> Work
     gc.collect()
     gc.freeze()
     return state
+
+
+def _start_fork_server(plan: IsolationPlan, state: WorkerState) -> ForkServer:
+    """This settled process's fork server, forked before it reads any request; then this process
+    leaves the execution cgroup for its checker's leaf (the fork server, born there, stays)."""
+    server = ForkServer(plan, state)
+    if state.cgroup is not None:
+        state.cgroup.checker.join()
+    return server
 
 
 @dataclass
@@ -551,8 +556,10 @@ def _start_pytest_zygote(plan: IsolationPlan) -> _Zygote:
         linux.parent_death_signal(signal.SIGKILL)
         _warm_up()
         state = _settle(plan, _index_and_snapshot)
+        fork_server = _start_fork_server(plan, state)
         wire.send(to_parent, {"ready": True})
-        code = _serve(from_parent, to_parent, plan, state, None)
+        code = _serve(from_parent, to_parent, plan, state, None, fork_server=fork_server)
+        fork_server.stop()
         release_worker(state)
         os._exit(code)
     os.close(from_parent)
@@ -585,11 +592,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in PRELOAD:
         importlib.import_module(name)
     state = _settle(plan)
+    fork_server = _start_fork_server(plan, state)
     checker = Checker(drop_uid=plan.drop_uid, use_seccomp=plan.seccomp, cgroup=state.cgroup)
     wire.send(control_out, {"ready": True, "protections": [p.to_dict() for p in plan.protections]})
     try:
-        return _serve(control_in, control_out, plan, state, pytest_zygote, checker)
+        return _serve(control_in, control_out, plan, state, pytest_zygote, checker, fork_server)
     finally:
+        fork_server.stop()
         checker.stop()
         pytest_zygote.stop()
         release_worker(state)
