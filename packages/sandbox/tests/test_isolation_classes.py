@@ -418,6 +418,15 @@ def test_loopback_tcp_buffers_count_against_the_executions_memory(executor, pyth
     assert queued <= 1.5 * 128, (queued, result.stdout)  # MiB: the limit, with room for what is counted elsewhere
 
 
+def test_an_execution_sees_no_cgroup_of_another(executor, python_request):
+    """The cgroup tree showed every worker's execution cgroup with the memory it used (a concurrent
+    execution's 150 MiB read from outside it); an execution's own limits still hold (above)."""
+    source = "import os\nprint(os.path.isdir('/sys/fs/cgroup'), os.listdir('/sys/fs/cgroup') if os.access('/sys/fs/cgroup', os.R_OK) else 'unlistable')\n"
+    result = executor.run(python_request(source))
+    assert result.passed, result.stderr
+    assert result.stdout.split(" ", 1)[1].strip() in ("[]", "unlistable"), result.stdout
+
+
 def test_an_execution_cgroup_is_used_again_and_removed_with_the_worker(python_request):
     from codemoe.sandbox import LocalExecutor
     from codemoe.sandbox.cgroups import find

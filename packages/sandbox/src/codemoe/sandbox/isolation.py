@@ -63,7 +63,9 @@ __all__ = [
 
 WORK_DIR = "/tmp/work"  # where the request's files are laid out, inside the private /tmp
 BASE_UID = 1_000_000  # executions run as BASE_UID + the worker's PID when the worker is root
-HIDDEN_DIRS = ("/root", "/home")  # home directories: hidden even when hiding the rest fails
+# home directories, hidden even when hiding the rest fails, and the cgroup tree (an execution read every
+# other worker's execution cgroup there, with its memory in use; the worker reaches its own by descriptors)
+HIDDEN_DIRS = ("/root", "/home", "/sys/fs/cgroup")
 PRIVATE_TMP = "/tmp"  # replaced by a fresh tmpfs for every execution
 # What an execution may see of the host (read-only): programs, libraries, configuration, pseudo file
 # systems, and /nix, whose store holds the libraries of interpreters built there. Every other
