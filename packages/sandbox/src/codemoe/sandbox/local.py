@@ -5,7 +5,7 @@ so a large trainer process does not make the workers large), started with a scru
 Each worker hides every host directory
 an execution has no business seeing (:mod:`codemoe.sandbox.isolation`): what is outside the system
 directories, the caller's working directory, the codemoe checkout and ``hide_paths``. A request
-goes to an idle worker, which clones an isolated child for it; ``run_batch`` keeps every
+goes to an idle worker, whose fork server clones an isolated child for it; ``run_batch`` keeps every
 worker busy. A worker that dies is replaced and its request answered with status ``error``.
 """
 

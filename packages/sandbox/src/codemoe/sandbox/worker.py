@@ -1,13 +1,15 @@
-"""The warm worker: fork servers with the interpreter, common modules and pytest loaded.
+"""The warm worker: the interpreter, common modules and pytest loaded, executions cloned by fork servers.
 
-``python -m codemoe.sandbox.worker [PATHS_JSON]`` probes the protections once, forks a second fork server that
-imports pytest and warms it up with one empty session (``pytest`` runs go there, so everything
-else forks from a leaner process), says it is ready, then serves one execution at a time: it
-reads a request from its standard input, clones an isolated child for it
-(:mod:`codemoe.sandbox.isolation`, :mod:`codemoe.sandbox.runners`), supervises it (deadline,
-output caps, result channel), and writes the :class:`ExecutionResult` to its standard output.
-Messages on both pipes are framed by :mod:`codemoe.sandbox.wire`. The worker itself never runs
-untrusted code.
+``python -m codemoe.sandbox.worker [PATHS_JSON]`` probes the protections once, forks a second worker
+(the pytest zygote) that imports pytest and warms it up with one empty session (``pytest`` runs go
+there, so everything else forks from a leaner process), forks its fork server
+(:mod:`codemoe.sandbox.forkserver`, as the zygote does its own) before it reads any request, says it
+is ready, then serves one execution at a time: it reads a request from its standard input, has the
+fork server clone an isolated child for it as this process's own (:mod:`codemoe.sandbox.isolation`,
+:mod:`codemoe.sandbox.runners`), supervises it (deadline, output caps, result channel), and writes
+the :class:`ExecutionResult` to its standard output. Messages on both pipes are framed by
+:mod:`codemoe.sandbox.wire`. The worker itself never runs untrusted code, and no execution is a
+fork of a process that has read a request.
 """
 
 from __future__ import annotations
