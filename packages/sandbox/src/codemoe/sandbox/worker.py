@@ -304,8 +304,9 @@ def _messages(raw: bytes, memory_mb: float) -> list[dict[str, Any]]:
     """The result channel's JSON lines; anything else on it is ignored: a line that is not JSON, one
     nested too deep to decode, and one of more values than a quarter of the execution's memory holds
     at 64 bytes each (an empty dict and its list slot take 72 here). The worker decodes the channel
-    in the execution's cgroup once the program is gone: a line of a million empty dicts or a deep
-    ``[[[[`` must cost the program its verdict, not the worker its life or the verdict a sandbox fault."""
+    once the program is gone, for the program: 63 MB of ``{},`` grew past a GiB here (and OOM-killed
+    the worker while it lived in the execution's cgroup), a deep ``[[[[`` raised out of the decoder;
+    either must cost the program its verdict, not the worker its life or the verdict a sandbox fault."""
     most = max(1 << 16, int(memory_mb * (1 << 20) / 4 / 64))
     messages = []
     for line in raw.splitlines():
