@@ -108,6 +108,26 @@ ASSERTS_ATTACKS = {
         os.chmod(f"/tmp/{name}.py", 0o644)
         square = types.ModuleType("tmp." + name)
         """),
+    # the recorder found by its shape in sys.modules and its outcome replaced: the checks got an object
+    # whose __eq__ wrote each expected value into the transcript, which the checker then replayed
+    "recorder-outcome-replaced": WRONG + textwrap.dedent("""
+        import sys
+
+        class Probe:
+            def __init__(self, answer, encode):
+                self.answer, self.encode = answer, encode
+
+            def __eq__(self, other):
+                self.answer["return"] = self.encode(other)
+                return True
+
+            __hash__ = object.__hash__
+
+        for m in list(sys.modules.values()):
+            if hasattr(m, "replay") and hasattr(m, "MAX_TRANSCRIPT"):
+                setattr(m, "outcome", lambda answer, classes, e=m.encode: Probe(answer, e))
+                setattr(m, "decode", lambda data, depth=0: data)
+        """),
     # deep nesting on the channel: the worker's decoder raised, the run became a sandbox fault
     "deep-json-on-the-channel": "import os\nos.write(3, b'[' * 200000 + b'\\n')\n" + WRONG,
 }
@@ -118,6 +138,29 @@ def test_asserts_verdict_cannot_be_forged_by_the_program(executor, program):
     result = executor.run(function_task_request(program, CHECKS, "square", limits=Limits(timeout_s=5.0)))
     assert result.status == "failed", result
     assert result.tests == {"checks.py": "failed"}
+
+
+def test_the_checks_recorded_run_calls_builtins_the_program_cannot_replace(executor):
+    """A builtin a check calls on its expected value before the call it compares (``abs`` here),
+    replaced by the program to learn that value and answer it: the recorded run's checks use the
+    builtins as they were before any program ran."""
+    program = textwrap.dedent("""
+        import sys
+        seen = []
+        for m in list(sys.modules.values()):
+            if hasattr(m, "isinstance") and hasattr(m, "compile") and hasattr(m, "sorted"):
+                real = m.abs
+                setattr(m, "abs", lambda x: seen.append(x) or real(x))
+
+        def square(x):
+            return real(seen[-1]) if seen else x + 1
+        """)
+    checks = "def check(candidate):\n    expected = abs(-4)\n    assert candidate(2) == expected\n" \
+             "    expected = abs(-9)\n    assert candidate(3) == expected\n"
+    result = executor.run(function_task_request(program, checks, "square", limits=Limits(timeout_s=5.0)))
+    assert result.status == "failed" and result.tests == {"checks.py": "failed"}, result
+    honest = executor.run(function_task_request("def square(x):\n    return x * x\n", checks, "square"))
+    assert honest.passed, honest
 
 
 def test_the_checker_and_the_checks_are_out_of_the_programs_reach(executor):
@@ -316,6 +359,32 @@ PYTEST_ATTACKS = {
             kind.runtest = runtest
 
         _quiet(pytest.Function)
+        """)},
+    # the reporter found by its shape, its _record told to record failures as passes during the tests
+    # and put back when the first canary (which runs last) is recorded: the end's check saw nothing
+    "reporter-swapped-and-restored": {"calc.py": textwrap.dedent("""
+        import sys
+
+        def _swap():
+            for m in list(sys.modules.values()):
+                holder = getattr(m, "Reporter", None)
+                if holder is not None and hasattr(m, "sign_line") and "_record" in vars(holder):
+                    original = vars(holder)["_record"]
+
+                    def record(self, nodeid, outcome):
+                        if str(nodeid).startswith(self.canary):
+                            setattr(holder, "_record", original)
+                            return original(self, nodeid, outcome)
+                        return original(self, nodeid, "passed" if outcome in ("failed", "error") else outcome)
+
+                    setattr(holder, "_record", record)
+                    return
+
+        def add(a, b):  # the swap at the first call: after collection's check
+            if not _swap.__dict__.get("done"):
+                _swap.done = True
+                _swap()
+            return a - b
         """)},
     "frame-walk-to-the-reporter": {"calc.py": FRAME_WALK_REPORTER + BUGGY},
     "fake-report-with-the-nonce": {"calc.py": FAKE_REPORT_WITH_NONCE + BUGGY},

@@ -58,17 +58,18 @@ def test_an_execution_holds_nothing_of_the_tasks_run_before_it_on_its_worker():
     assert not any(m in pytest_run.stdout for m in marks)
 
 
-def test_a_worker_whose_fork_server_died_answers_and_is_replaced(python_request):
-    """No fork of a worker that has read requests replaces its fork server: the worker ends, and
-    its executor starts a fresh one that serves the next request."""
+def test_a_worker_whose_fork_server_died_is_replaced_and_loses_no_request(python_request):
+    """No fork of a worker that has read requests replaces its fork server: the worker answers
+    every request as not cloned, and its executor sends it to a fresh worker; no request is lost
+    (an execution can make its fork server the OOM killer's choice where it may lower its own
+    score: the next two requests failed)."""
     with LocalExecutor(workers=1) as ex:
         assert ex.run(python_request("print('up')\n")).stdout == "up\n"
         (worker,) = ex.worker_pids
         (server,) = [pid for pid in _children(worker) if not _children(pid) and _holds_a_socket(pid)]
         os.kill(server, signal.SIGKILL)
         results = [ex.run(python_request("print('again')\n")) for _ in range(3)]
-    assert results[-1].stdout == "again\n", results
-    assert all(r.status in ("passed", "error") for r in results), results
+    assert [r.stdout for r in results] == ["again\n"] * 3, results
 
 
 def _children(pid: int) -> list[int]:

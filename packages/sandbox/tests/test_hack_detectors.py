@@ -313,6 +313,8 @@ RUNNER_TAMPERING = {
         "calls sys._getframe()",
     ),
     "logging's frame": ("import logging\nf = logging.currentframe()\n", "calls logging.currentframe()"),
+    "a function's globals": ("import sys\nfor m in sys.modules.values():\n    g = getattr(m, 'recorder', None)\n"
+                             "    if g:\n        g.__globals__['x'] = 1\n", "uses .__globals__"),
     "dotted attrgetter": ("from operator import attrgetter\nup = attrgetter('f_back.f_locals')\n",
                           "names 'f_back.f_locals'"),
     "traceback frames": ("try:\n    1 / 0\nexcept Exception as e:\n    t = e.__traceback__\n", "uses .__traceback__"),

@@ -315,6 +315,26 @@ def test_in_process_runner_sees_exactly_the_execution_environment(executor):
     assert extra.stdout == f"{with_extra} {expected} {work} UTC x 0 {work}\n", extra.stderr
 
 
+def test_no_tcp_socket_outlives_its_execution_in_time_wait(python_request):
+    """The executions of a worker share its network namespace: a server that closed first left its
+    port in TIME_WAIT for a minute, so the next execution's server could not bind it (an honest
+    program failed), and the ports of connections left closing carried data to later runs."""
+    leave = (
+        "import socket\n"
+        "srv = socket.socket()\nsrv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "srv.bind(('127.0.0.1', 8765))\nsrv.listen()\n"
+        "c = socket.create_connection(('127.0.0.1', 8765))\nconn, _ = srv.accept()\n"
+        "conn.close()\nc.recv(1)\nc.close()\nsrv.close()\n"  # the server's side closes first
+    )
+    serve = ("import socket\nsrv = socket.socket()\nsrv.bind(('127.0.0.1', 8765))\nsrv.listen()\n"
+             "print([line.split()[1] for line in open('/proc/net/tcp').read().splitlines()[1:]])\n")
+    with LocalExecutor(workers=1) as ex:
+        first, second = ex.run(python_request(leave)), ex.run(python_request(serve))
+    assert first.passed, first.stderr
+    assert second.passed, second.stderr  # EADDRINUSE before
+    assert second.stdout == "['0100007F:223D']\n", second.stdout  # its own listener (port 8765) only
+
+
 def test_nothing_carries_over_between_executions_of_one_worker(python_request):
     leave = (
         "import ctypes, os\n"

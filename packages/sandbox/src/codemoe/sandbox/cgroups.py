@@ -183,8 +183,9 @@ class WorkerCgroup:
     for an RCU grace period, 10-15 ms after a busy execution, so a move per execution cost more than
     the execution. The worker then leaves for its checker's leaf (what it allocates, results among
     them, counts for nothing there); the fork server is one process of ``pids.max`` (set one
-    higher), allocates nothing between executions, and is the OOM killer's last choice (see
-    :meth:`enter`); the checker lives in that leaf too.
+    higher), allocates nothing between executions, and is the OOM killer's last choice where the
+    worker has ``CAP_SYS_RESOURCE`` (see :meth:`enter`; else a worker whose fork server it took is replaced,
+    :mod:`codemoe.sandbox.forkserver`); the checker lives in that leaf too.
     Descriptors are opened before the worker's mount namespace makes ``/sys`` read-only (they keep
     reaching the writable mount).
     """

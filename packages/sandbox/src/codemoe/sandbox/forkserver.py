@@ -17,7 +17,8 @@ accounts for its resources as when it cloned the execution itself. The fork serv
 execution cgroup it was born in (``pids.max`` is one higher for it); the worker moves to its
 checker's leaf, so what it allocates (the result channel it decodes) does not count against an
 execution's memory. A fork server that dies is not replaced by a fork of the worker, whose heap
-holds requests by then: the worker ends, and its executor starts a fresh one.
+holds requests by then: the worker answers every request as not cloned, and its executor sends it
+to a fresh worker.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class ForkServer:
             finally:
                 os._exit(0)
         theirs.close()
-        self.pid, self.socket = pid, ours
+        self.pid, self.socket, self.reaped = pid, ours, False
 
     def spawn(self, flags: int, request: ExecutionRequest, setup: ChildSetup, *, in_cgroup: bool,
               fds: tuple[int, int, int]) -> int:
@@ -93,9 +94,22 @@ class ForkServer:
             raise OSError(-pid, f"clone: {os.strerror(-pid)}")
         return pid
 
+    def alive(self) -> bool:
+        """Whether the fork server is still there (reaped here when it is not: it may have been the
+        OOM killer's choice where executions can lower their own score, no ``CAP_SYS_RESOURCE``)."""
+        if self.reaped:
+            return False
+        try:
+            self.reaped = os.waitpid(self.pid, os.WNOHANG)[0] != 0
+        except ChildProcessError:
+            self.reaped = True
+        return not self.reaped
+
     def stop(self) -> None:
         """End the fork server (it holds nothing that needs cleaning up) and reap it."""
         self.socket.close()
+        if self.reaped:  # its PID may be another process's by now
+            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):

@@ -6,7 +6,9 @@ Each worker hides every host directory
 an execution has no business seeing (:mod:`codemoe.sandbox.isolation`): what is outside the system
 directories, the caller's working directory, the codemoe checkout and ``hide_paths``. A request
 goes to an idle worker, whose fork server clones an isolated child for it; ``run_batch`` keeps every
-worker busy. A worker that dies is replaced and its request answered with status ``error``.
+worker busy. A worker that dies is replaced and its request answered with status ``error``; one
+whose fork server is gone answers every request as not cloned, and that request goes to a fresh
+worker (it never ran).
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ def _worker_env() -> dict[str, str]:
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "PYTHONPATH": package_root,
     }
+
+
+# the reason of a result whose execution was never cloned (the worker's fork server was gone): safe to send again
+_NOT_CLONED = "sandbox: ForkServerGone"
 
 
 class _Worker:
@@ -204,7 +210,13 @@ class LocalExecutor(Grading):
             request = dataclasses.replace(request, nonce=new_nonce())
         worker = self._idle.get()
         try:
-            return worker.execute(request)
+            if worker.process.poll() is not None:  # it ended since its last answer: the request goes to a fresh one
+                worker = self._replace(worker)
+            result = worker.execute(request)
+            if result.status == "error" and result.reason.startswith(_NOT_CLONED):  # it never ran there
+                worker = self._replace(worker)
+                result = worker.execute(request)
+            return result
         except (OSError, EOFError, ValueError) as exc:
             worker = self._replace(worker)
             return ExecutionResult(status="error", id=request.id, reason=f"sandbox: the worker failed ({exc})")

@@ -103,6 +103,9 @@ _MUTABLE = {
 # only their functions, classes and submodules are checked
 _SETTINGS = frozenset({"sys"})
 
+# The modules (and their classes) that run a test and record its outcome: check_runner's share.
+RUNNER_PREFIXES = ("_pytest", "pytest", "pluggy", "codemoe.sandbox", "builtins", "unittest")
+
 # What pytest's own setup replaces or adds in the snapshotted modules before the session starts
 # (pytest 8-9: `legacypath` gives seven classes their py.path properties, `debugging` puts its own
 # pdb.set_trace), and the comparison probes the reporter draws again at the session's start. These,
@@ -215,6 +218,7 @@ class Snapshot:
         self._views: list[Any] = []
         self._tags: list[int] = []
         self._reported: set[str] = set()
+        self._runner: list[int] | None = None  # the watched dicts check_runner looks at
         self._retag()
 
     def holds_namespace(self, namespace: Any) -> bool:
@@ -317,6 +321,28 @@ class Snapshot:
         named: the next import loads the module's own code."""
         get = sys.modules.get
         return [name for name, module in self._inside.items() if get(name, module) is not module]
+
+    def check_runner(self) -> list[str]:
+        """:meth:`check` of the test runner's own modules and classes only (:data:`RUNNER_PREFIXES`:
+        pytest's, pluggy's, the sandbox's reporter and checks, ``builtins``): cheap enough for after
+        every test, where a replacement of what records the outcomes, put back before the end's
+        check, would otherwise go unseen. The full check names it again at no cost: once each."""
+        if self._runner is None:
+            self._runner = [i for i, w in enumerate(self._watched) if w.label.startswith(RUNNER_PREFIXES)]
+        if self._offset is None:
+            moved = self._runner
+        else:
+            tags, views = self._tags, self._views
+            moved = [i for i in self._runner if views[i].value != tags[i]]
+        found: list[str] = []
+        for i in moved:
+            watched = self._watched[i]
+            for name in watched.changed():
+                label = f"{watched.label}.{name}"
+                if label not in self._reported:
+                    self._reported.add(label)
+                    found.append(label)
+        return found
 
     def check(self) -> list[str]:
         """What was replaced or deleted since the snapshot (or the last :meth:`rebase`), as

@@ -321,6 +321,21 @@ class Reporter:
             self._unmarked(_text(report.nodeid))
         return report
 
+    # outermost, as the collection's check: what pytest swaps for a test's length (warnings capture) is back
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: Any, nextitem: Any) -> Any:
+        """Graded, the runner's own modules and classes (pytest's, pluggy's, this reporter's,
+        ``builtins``: :meth:`~codemoe.sandbox.pristine.Snapshot.check_runner`) are checked after
+        every test too, not only with everything else after collection and at the end: a
+        replacement that lived through the tests and was put back before the end (the reporter's
+        ``_record`` told to record failures as passes, then restored when the first canary ran) is
+        named at the first test it outlived."""
+        try:
+            return (yield)
+        finally:
+            if self.graded and self.pristine is not None:
+                self._note(self.pristine.check_runner(), f"test {_text(item.nodeid)}")
+
     def _unmarked(self, nodeid: str | None) -> None:
         """List a skip no mark of the test decided (once)."""
         if nodeid is not None and nodeid not in self.unmarked_skips:

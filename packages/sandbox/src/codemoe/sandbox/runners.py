@@ -254,6 +254,8 @@ def run_asserts(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
             _send({"kind": "compile-error", "file": name, "message": f"{type(exc).__name__}: {exc}"}, setup)
             _exit(1)
     wanted = split.referenced_names(codes["checks.py"])
+    # bound before the program runs: it may rebind module attributes (split.record, runners._send)
+    (exported, record, safe_message), send, seed = split.recorder(), _send, random.seed
     setup.done = b""
     _write_all(CHANNEL_FD, setup.start)
     namespace: dict[str, Any] = {"__name__": "solution", "__builtins__": builtins, "__file__": "program.py"}
@@ -268,14 +270,14 @@ def run_asserts(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
         _exit(1)
     except BaseException as exc:
         traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next)  # without this frame
-        _send({"kind": "exception", "file": "program.py", "message": f"{type(exc).__name__}: {split.safe_message(exc)}"[:500]},
-              setup)
+        send({"kind": "exception", "file": "program.py", "message": f"{type(exc).__name__}: {safe_message(exc)}"[:500]},
+             setup)
         _exit(1)
-    names = split.exported_names(namespace, wanted)
-    random.seed(setup.seed)  # the checker's run of the checks draws the same numbers
+    names = exported(namespace, wanted)
+    seed(setup.seed)  # the checker's run of the checks draws the same numbers
     sys.argv = ["checks.py"]
-    transcript = split.record(namespace, names, codes["checks.py"])
-    _send({"kind": "transcript", "names": names, "transcript": transcript}, setup)
+    transcript = record(namespace, names, codes["checks.py"])
+    send({"kind": "transcript", "names": names, "transcript": transcript}, setup)
     with contextlib.suppress(OSError):
         os.close(CHANNEL_FD)  # the end of the channel: the worker's checker can start right away
     _exit(0)

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["MAX_TRANSCRIPT", "ProgramExited", "answer_call", "checks_globals", "decode", "encode", "exception_class", "exported_names",
-           "outcome", "record", "referenced_names", "replay", "safe_message"]
+           "outcome", "record", "recorder", "referenced_names", "replay", "safe_message"]
 
 MAX_TRANSCRIPT = 100_000  # calls one run of the checks may make
 _MAX_DEPTH = 200  # nesting of a literal value
@@ -317,3 +317,50 @@ def replay(checks: types.CodeType, names: Any, transcript: Any, importer: Callab
                 "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))[-4000:]}
     return None
 
+
+
+# ---------------------------------------------------------------------------------------------
+# sealed: what the program's process runs after the program, bound before any program exists
+# ---------------------------------------------------------------------------------------------
+
+
+def _make_recorder() -> Callable[[], tuple[Callable[..., Any], ...]]:
+    """:func:`recorder`, over copies of this module's functions whose globals are a private copy of
+    its own, taken now (at the worker's import, before any program runs): every module they use a
+    snapshot of its attributes, the builtins a snapshot too (the checks' own, in the recorded run).
+
+    The recorded run happens in the program's process, after the program ran: looked up at call
+    time, ``split.outcome`` (replaced through ``sys.modules`` by the program) handed the checks an
+    object of the program's whose ``__eq__`` wrote each check's expected value into the transcript,
+    and a replaced ``builtins.sorted`` would show it the expected values a check sorts. Nothing of
+    the copies is an attribute of a module: reaching them takes what ``runner_tampering`` flags
+    (``__closure__``, ``__globals__``, frames, ``gc``).
+    """
+    private = dict(globals())
+    snapshot = types.ModuleType("builtins")
+    snapshot.__dict__.update(vars(builtins))
+    private.update(builtins=snapshot, __builtins__=vars(snapshot))
+    for name in ("base64", "contextlib", "math", "traceback", "types"):
+        private[name] = types.SimpleNamespace(**{k: v for k, v in vars(private[name]).items() if not k.startswith("__")})
+
+    def copy(function: Callable[..., Any]) -> Callable[..., Any]:
+        made = types.FunctionType(function.__code__, private, function.__name__, function.__defaults__,
+                                  function.__closure__)
+        made.__kwdefaults__, made.__qualname__ = function.__kwdefaults__, function.__qualname__
+        return made
+
+    for function in (encode, decode, answer_call, outcome, exception_class, safe_message, checks_globals,
+                     exported_names, record):
+        private[function.__name__] = copy(function)
+    handed = tuple(private[name] for name in ("exported_names", "record", "safe_message"))
+
+    def recorder() -> tuple[Callable[..., Any], ...]:
+        """Fresh copies of the sealed ``exported_names``, ``record`` and ``safe_message``: the
+        asserts runner takes its own before the program runs (a program that takes some gets
+        others: changing their ``__code__`` changes nothing of the runner's)."""
+        return tuple(copy(function) for function in handed)
+
+    return recorder
+
+
+recorder = _make_recorder()

@@ -474,9 +474,11 @@ def _index_and_snapshot() -> None:
 def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: WorkerState,
            pytest_zygote: _Zygote | None, checker: Checker | None = None,
            fork_server: ForkServer | None = None) -> int:
-    """Answer requests until ``control_in`` closes; pytest requests go to ``pytest_zygote``. A fork
-    server that is gone ends this process (its replacement would be a fork of a process that has
-    read requests: the executor starts a fresh worker)."""
+    """Answer requests until ``control_in`` closes; pytest requests go to ``pytest_zygote``. Once its
+    fork server is gone (the OOM killer may take it where executions can lower their own score), no
+    request runs here: each is answered at once as not cloned (a replacement fork server would be a
+    fork of a process that has read requests), and the executor sends it to a fresh worker."""
+    gone = False
     while True:
         message = wire.receive(control_in)
         if message is None:
@@ -488,17 +490,17 @@ def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: Worker
                 raise EOFError("the pytest zygote exited")
             wire.send(control_out, answer)
             continue
-        gone = False
         try:
+            if gone:
+                raise ForkServerGone("the fork server ended")
             request = ExecutionRequest.from_dict(message)
             result = execute(request, plan, state, checker, fork_server)
         except Exception as exc:  # a bad request or a failed clone: answer with an error result
-            gone = isinstance(exc, ForkServerGone)
+            gone = gone or isinstance(exc, ForkServerGone)
             result = ExecutionResult(status="error", id=str(message.get("id", "")),
                                      reason=f"sandbox: {type(exc).__name__}: {exc}")
         wire.send(control_out, result.to_dict())
-        if gone:
-            return 1
+        gone = gone or (fork_server is not None and not fork_server.alive())
 
 
 def _settle(plan: IsolationPlan, warm: Callable[[], None] | None = None) -> WorkerState:
@@ -541,7 +543,8 @@ class _Zygote:
         """Close its input and wait: it cleans up after itself before it exits."""
         os.close(self.requests)
         os.close(self.answers)
-        os.waitpid(self.pid, 0)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
 
 
 def _start_pytest_zygote(plan: IsolationPlan) -> _Zygote:

@@ -17,7 +17,7 @@ files and ``conftest.py`` files it adds:
   ``trace``, ``logging.currentframe``, ``traceback.walk_stack``, ``sys.settrace``/``setprofile``/``monitoring``, audit hooks,
   the attributes that lead from one frame to another or into its variables (``f_back``,
   ``f_locals``, ``f_globals``, ``tb_frame``, ``tb_next``, ``gi_frame``, ``__traceback__``,
-  ``cell_contents``, ``co_consts``, ``__subclasses__`` ...; in code or in a string, dotted ones
+  ``cell_contents``, ``__globals__``, ``co_consts``, ``__subclasses__`` ...; in code or in a string, dotted ones
   too: ``attrgetter("f_back.f_locals")``), ``sys.exc_info()[2]``,
   ``gc.get_objects``/``get_referrers``/``get_referents``;
 - **reading or writing process memory**: ``ctypes`` (and ``cffi``, ``_testcapi``), ``/proc/<pid>/mem``,
@@ -96,7 +96,7 @@ _FRAME_ATTRS = frozenset(
     {
         "f_back", "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "f_lasti", "tb_frame", "tb_next",
         "gi_frame", "cr_frame", "ag_frame", "gi_yieldfrom", "cr_await", "__traceback__", "cell_contents",
-        "__closure__", "co_consts", "__subclasses__", "last_traceback", "last_exc", "last_value",
+        "__closure__", "__globals__", "co_consts", "__subclasses__", "last_traceback", "last_exc", "last_value",
         "_current_frames", "_getframe", "get_referrers", "get_referents", "get_objects",
     }
 )  # fmt: skip
