@@ -163,6 +163,17 @@ def test_the_checks_recorded_run_calls_builtins_the_program_cannot_replace(execu
     assert honest.passed, honest
 
 
+def test_a_stop_iteration_the_program_raises_fails_the_check_that_iterates_it(executor):
+    """Raised inside map() (or a generator the checks iterate), StopIteration ended that iteration
+    early in both runs, so `all(map(...))` said True for a program that answers nothing."""
+    checks = "def check(candidate):\n    assert all(map(lambda c: candidate(c[0]) == c[1], [(2, 4), (3, 9)]))\n"
+    program = "def square(x):\n    raise StopIteration\n"
+    result = executor.run(function_task_request(program, checks, "square", limits=Limits(timeout_s=5.0)))
+    assert result.status == "failed" and result.tests == {"checks.py": "failed"}, result
+    honest = executor.run(function_task_request("def square(x):\n    return x * x\n", checks, "square"))
+    assert honest.passed, honest
+
+
 def test_the_checker_and_the_checks_are_out_of_the_programs_reach(executor):
     """The program sees no process but its own, and no checks.py; a correct square still passes."""
     program = textwrap.dedent("""

@@ -315,6 +315,10 @@ RUNNER_TAMPERING = {
     "logging's frame": ("import logging\nf = logging.currentframe()\n", "calls logging.currentframe()"),
     "a function's globals": ("import sys\nfor m in sys.modules.values():\n    g = getattr(m, 'recorder', None)\n"
                              "    if g:\n        g.__globals__['x'] = 1\n", "uses .__globals__"),
+    "a module found by its shape": ("import sys\nfor m in list(sys.modules.values()):\n    if hasattr(m, 'approx'):\n"
+                                    "        setattr(m, 'approx', lambda *a, **k: 0)\n", "walks sys.modules"),
+    "a module found by its shape, iterated": ("import sys\nfound = [sys.modules[n] for n in sys.modules if n.endswith('s')]\n",
+                                              "walks sys.modules"),
     "dotted attrgetter": ("from operator import attrgetter\nup = attrgetter('f_back.f_locals')\n",
                           "names 'f_back.f_locals'"),
     "traceback frames": ("try:\n    1 / 0\nexcept Exception as e:\n    t = e.__traceback__\n", "uses .__traceback__"),

@@ -13,13 +13,14 @@ files and ``conftest.py`` files it adds:
   ``__path__``, ``site.addsitedir``): the runner passes over a module written while the tests ran
   that stands in for another of its name, but not one of a name found nowhere else (an optional
   dependency a test imports if present);
-- **walking frames, tracebacks and the heap**: ``sys._getframe``, ``inspect.currentframe``/``stack``/
+- **walking frames, tracebacks, the heap and the loaded modules**: ``sys._getframe``, ``inspect.currentframe``/``stack``/
   ``trace``, ``logging.currentframe``, ``traceback.walk_stack``, ``sys.settrace``/``setprofile``/``monitoring``, audit hooks,
   the attributes that lead from one frame to another or into its variables (``f_back``,
   ``f_locals``, ``f_globals``, ``tb_frame``, ``tb_next``, ``gi_frame``, ``__traceback__``,
   ``cell_contents``, ``__globals__``, ``co_consts``, ``__subclasses__`` ...; in code or in a string, dotted ones
   too: ``attrgetter("f_back.f_locals")``), ``sys.exc_info()[2]``,
-  ``gc.get_objects``/``get_referrers``/``get_referents``;
+  ``gc.get_objects``/``get_referrers``/``get_referents``, iterating ``sys.modules`` (a module found by
+  what it holds: the reporter, the recorder, ``pytest``);
 - **reading or writing process memory**: ``ctypes`` (and ``cffi``, ``_testcapi``), ``/proc/<pid>/mem``,
   ``maps``, ``fd`` and the like, ``/dev/mem``;
 - **raw file descriptors**: writing, duplicating, opening or closing a descriptor number the code
@@ -91,6 +92,9 @@ _FRAME_CALLS = frozenset(
         "gc.get_objects", "gc.get_referrers", "gc.get_referents", "gc.garbage", "gc.callbacks",
     }
 )  # fmt: skip
+# Calls that hand out every loaded module: code that looks for one by its attributes (the reporter, the
+# recorder, pytest itself, found by what they hold, never named) before it replaces what it holds.
+_MODULE_WALKS = frozenset({"sys.modules.values", "sys.modules.items", "sys.modules.keys", "sys.modules.copy"})
 # Attributes that lead from an object to frames, other frames' variables or hidden values.
 _FRAME_ATTRS = frozenset(
     {
@@ -456,6 +460,8 @@ class _Reader:
 
     # -- frames, tracebacks, the heap
     def introspection(self, node: ast.AST) -> None:
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and qualname(node.iter, self.names) == "sys.modules":
+            self.add(node, "walks sys.modules (finds a loaded module by its attributes, the test runner's among them)")
         if isinstance(node, ast.Call):
             func = qualname(node.func, self.names)
             if func == "sys.exc_info":
@@ -468,6 +474,9 @@ class _Reader:
                     self.add(node, "takes the traceback from sys.exc_info() (walks frames)")
             elif func in _FRAME_CALLS or func.startswith("sys.monitoring."):
                 self.add(node, f"calls {func}() (walks frames or the heap)")
+            elif func in _MODULE_WALKS or (func in ("list", "tuple", "dict", "set", "iter", "sorted", "vars")
+                                           and node.args and qualname(node.args[0], self.names) == "sys.modules"):
+                self.add(node, "walks sys.modules (finds a loaded module by its attributes, the test runner's among them)")
             elif func in (
                 "traceback.StackSummary.extract",
                 "traceback.extract_stack",
