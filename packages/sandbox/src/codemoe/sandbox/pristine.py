@@ -330,12 +330,17 @@ class Snapshot:
         if self._runner is None:
             self._runner = [i for i, w in enumerate(self._watched) if w.label.startswith(RUNNER_PREFIXES)]
         if self._offset is None:
-            moved = self._runner
-        else:
-            tags, views = self._tags, self._views
-            moved = [i for i in self._runner if views[i].value != tags[i]]
-        found: list[str] = []
+            return self._changed(self._runner)
+        tags, views = self._tags, self._views
+        moved = [i for i in self._runner if views[i].value != tags[i]]
         for i in moved:
+            tags[i] = views[i].value
+        return self._changed(moved)
+
+    def _changed(self, indices: Iterable[int]) -> list[str]:
+        """The entries replaced or deleted in these watched dicts, as ``module.name``, each once."""
+        found: list[str] = []
+        for i in indices:
             watched = self._watched[i]
             for name in watched.changed():
                 label = f"{watched.label}.{name}"
@@ -347,14 +352,7 @@ class Snapshot:
     def check(self) -> list[str]:
         """What was replaced or deleted since the snapshot (or the last :meth:`rebase`), as
         ``module.name``; each name once, at the first check that finds it."""
-        found: list[str] = []
-        for i in self._moved():
-            watched = self._watched[i]
-            for name in watched.changed():
-                label = f"{watched.label}.{name}"
-                if label not in self._reported:
-                    self._reported.add(label)
-                    found.append(label)
+        found = self._changed(self._moved())
         for name in self._replaced_modules():
             label = f"sys.modules[{name!r}]"
             if label not in self._reported:
