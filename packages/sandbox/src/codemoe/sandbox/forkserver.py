@@ -52,13 +52,13 @@ class ForkServerGone(RuntimeError):
 class ForkServer:
     """The worker's side of its fork server, a fork of the worker made before any request."""
 
-    def __init__(self, plan: IsolationPlan, state: WorkerState, keep: tuple[int, ...] = ()) -> None:
+    def __init__(self, plan: IsolationPlan, state: WorkerState) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
             try:
                 ours.close()
-                _close_all_but(theirs.fileno(), state.host_net, *keep)
+                _close_all_but(theirs.fileno(), state.host_net)
                 linux.parent_death_signal(signal.SIGKILL)
                 _warm()
                 _serve(theirs, plan, state)
