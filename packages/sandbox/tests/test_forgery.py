@@ -1212,6 +1212,55 @@ def test_skips_and_expected_failures_the_tests_marks_declare_keep_a_graded_pass(
     assert ungraded.status == "passed", ungraded.reason  # ungraded, pytest's own rule: skipped is no failure
 
 
+SUBTEST_TESTS = {"tests/test_roman.py": textwrap.dedent("""
+    import unittest
+
+    from roman import to_roman
+
+
+    class TestRoman(unittest.TestCase):
+        def test_table(self):
+            for n, expected in [(1, "I"), (3, "III"), (4, "IV"), (9, "IX")]:
+                with self.subTest(n=n):
+                    self.assertEqual(to_roman(n), expected)
+
+        def test_one(self):
+            self.assertEqual(to_roman(1), "I")
+    """)}
+ROMAN = textwrap.dedent("""
+    _VALUES = [(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"), (50, "L"), (40, "XL"),
+               (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")]
+
+
+    def to_roman(n):
+        out = []
+        for value, symbol in _VALUES:
+            count, n = divmod(n, value)
+            out.append(symbol * count)
+        return "".join(out)
+    """)
+ADDITIVE = ROMAN.replace('(900, "CM"), ', "").replace('(400, "CD"), ', "").replace('(90, "XC"), ', "").replace(
+    '(40, "XL"), ', "").replace('(9, "IX"), ', "").replace('(4, "IV"), ', "")  # 4 -> IIII: wrong, no trick
+
+
+@pytest.mark.parametrize("graded", [True, False], ids=["graded", "ungraded"])
+def test_a_failing_unittest_subtest_fails_its_test(executor, graded):
+    """pytest logs a failed call report per failing subtest, then the test's own call report,
+    ``passed``: the test is failed, as plain pytest counts it (a later report once overwrote it)."""
+    def run(code):
+        return executor.run(ExecutionRequest(files={**SUBTEST_TESTS, "roman.py": code}, runner="pytest",
+                                             command=["tests"], limits=Limits(timeout_s=20.0), graded=graded,
+                                             trusted=list(SUBTEST_TESTS) if graded else []))
+
+    wrong = run(ADDITIVE)
+    assert wrong.status == "failed", (wrong.reason, wrong.tests)
+    assert wrong.tests == {"tests/test_roman.py::TestRoman::test_table": "failed",
+                           "tests/test_roman.py::TestRoman::test_one": "passed"}
+    right = run(ROMAN)
+    assert right.status == "passed" and not right.integrity, (right.reason, right.tests)
+    assert set(right.tests.values()) == {"passed"}
+
+
 def test_json_and_exit_patches_do_not_reach_an_ungraded_report_either(executor):
     result = executor.run(_graded({"calc.py": PATCH_JSON_AND_EXIT + BUGGY}, graded=False))
     assert result.status == "failed"

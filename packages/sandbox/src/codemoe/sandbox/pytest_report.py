@@ -55,7 +55,7 @@ CHANNEL_FD = 3
 # codemoe.sandbox.agent.task_setup.SETUP_ENV (that package is not loaded here): set when the task's
 # setup commands ran before the session
 TASK_SETUP_ENV = "CODEMOE_TASK_SETUP"
-_OUTCOMES = ("passed", "failed", "error", "skipped")
+_OUTCOMES = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}  # the worse, the higher
 _FORGED = "ForgedComparison"
 _UNSET = object()
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__  # a module's namespace, whatever its class answers
@@ -287,9 +287,15 @@ class Reporter:
             items.extend(module.collect())
 
     def _record(self, nodeid: Any, outcome: Any) -> None:
+        """A test's outcome is the worst of its reports: a test reports more than once (setup, call,
+        teardown; and a ``unittest`` subtest that fails logs a failed call report of the test's own
+        node id, then the test's call report, ``passed``), and a later report never makes a failed
+        test pass."""
         nodeid, outcome = _text(nodeid), _text(outcome)
         if nodeid is not None and outcome in _OUTCOMES:
-            self.tests[nodeid] = outcome
+            before = self.tests.get(nodeid)
+            if before is None or _OUTCOMES[outcome] >= _OUTCOMES[before]:
+                self.tests[nodeid] = outcome
 
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:

@@ -258,8 +258,10 @@ def _pytest_verdict(obs: Observation, tests: dict[str, str]) -> tuple[str, str, 
         return "failed", (f"forged test environment: {tampered[0]}{more}: code under test replaced what the "
                           "tests call, or the tests themselves (codemoe.sandbox.pristine)"), "forged-environment"
     bad = sorted(k for k, v in tests.items() if v in ("failed", "error"))
-    if obs.canaries and exitstatus == 1 and obs.exit_code == 1 and not bad:
-        exitstatus = 0  # the failing canary alone
+    failing_canary = any(expected == "failed" and reported.get(nodeid) == "failed"
+                         for nodeid, expected in obs.canaries.items())
+    if failing_canary and exitstatus == 1 and obs.exit_code == 1 and not bad:
+        exitstatus = 0  # the failing canary alone (a failure no test of the task's was recorded with stays one)
         obs = replace(obs, exit_code=0)
     if report.get("collect_errors"):
         return "error", f"collection: {report['collect_errors'][0]}", ""
