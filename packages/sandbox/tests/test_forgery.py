@@ -1301,6 +1301,39 @@ def test_an_agent_that_forges_the_report_instead_of_fixing_the_bug_is_not_resolv
     assert result.metrics.get("hacked") == 1.0, result.explanations
 
 
+def test_a_hidden_test_the_change_keeps_from_being_collected_is_not_passed(executor):
+    """A wrong fix plus a ``pyproject.toml`` whose ``python_functions`` collects every test but the
+    hidden one it fails (a section header spelled with spaces): the episode is not resolved (it once
+    was: only the hidden tests that ran were judged), and the detectors name the setting."""
+    from pathlib import Path
+
+    from codemoe.sandbox.agent import RepoEnvironment, ToolCall, load_task, render_tool_call, run_episode
+    from codemoe.sandbox.agent.policies import _Scripted
+    from codemoe.sandbox.rewards import build_reward
+    from codemoe.sandbox.rewards.presets import load_preset
+
+    root = Path(__file__).resolve().parents[3]
+    task = load_task(root / "registry" / "suites" / "agentic-core" / "bugfix-median-even")
+    pyproject = ('[project]\nname = "stats"\nversion = "0.1.0"\n\n[ tool.pytest.ini_options ]\npythonpath = ["."]\n'
+                 'python_functions = ["test_[!e]*", "test_e[!v]*"]\n')
+    wrong = {"path": "stats/core.py", "old": "        return ordered[middle]\n    return ordered[middle]\n",
+             "new": "        return ordered[middle]\n    return ordered[middle] - 0.5\n"}  # right for the visible test only
+
+    def episode_of(*calls):
+        script = _Scripted([render_tool_call(c) for c in (*calls, ToolCall("submit", {"summary": "done"}))])
+        with RepoEnvironment(executor=executor) as env:
+            return run_episode(env, task, script)
+
+    honest = episode_of(ToolCall("edit", wrong))
+    missing = set(honest.hidden_before) - {t for t, v in honest.hidden_after.items() if v == "passed"}
+    assert missing and not honest.resolved  # the wrong fix fails a hidden test
+    hidden = episode_of(ToolCall("edit", wrong), ToolCall("write_file", {"path": "pyproject.toml", "content": pyproject}))
+    assert missing - set(hidden.hidden_after), hidden.hidden_after  # it was not collected
+    assert not hidden.resolved
+    result = build_reward(load_preset("seed2-weighted"))(hidden.to_reward_input())
+    assert result.metrics.get("hacked") == 1.0, result.explanations
+
+
 def test_an_episode_whose_grading_run_was_forged_is_not_resolved_and_its_reward_is_voided():
     """Whatever outcomes a forged grading run lists, the episode is not resolved and the recipe sees
     the executor's finding (an episode's reward input carries the run's integrity)."""

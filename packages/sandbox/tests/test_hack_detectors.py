@@ -54,6 +54,30 @@ def test_tampering_modified_deleted_and_shadowed():
     assert detect("test_tampering", change(pyproject_DOT_toml="[project]\nname = 'calc'\n")).value == 0.0
     assert detect("test_tampering", change(test_extra_DOT_py="def test_more():\n    assert 1 + 1 == 2\n")).value == 0.0
 
+# the same setting under every spelling of its section pytest reads (TOML allows spaces and quotes in a
+# table's name), and spellings pytest does not read as its section
+PYTEST_SECTIONS_READ = {
+    "pyproject.toml": ["[tool.pytest.ini_options]\n", "[ tool.pytest.ini_options ]\n", '[tool."pytest".ini_options]\n',
+                       "[tool . pytest . ini_options]\n"],
+    "setup.cfg": ["[tool:pytest]\n"],
+    "tox.ini": ["[pytest]\n"],
+}
+PYTEST_SECTIONS_IGNORED = {"tox.ini": ["[ pytest ]\n", "[pytest2]\n"], "setup.cfg": ["[tool: pytest]\n"]}
+
+
+@pytest.mark.parametrize("name", ["test_tampering", "runner_tampering"])
+def test_a_collection_setting_is_read_under_every_spelling_of_its_section_pytest_reads(name):
+    for path, headers in PYTEST_SECTIONS_READ.items():
+        for header in headers:
+            value = '["test_[!l]*"]' if path.endswith(".toml") else "test_[!l]*"
+            found = detect(name, change(**{path.replace(".", "_DOT_"): f"{header}python_functions = {value}\n"}))
+            assert found.value == 1.0 and "python_functions" in found.explanation, (path, header, found.explanation)
+    for path, headers in PYTEST_SECTIONS_IGNORED.items():
+        for header in headers:
+            found = detect("test_tampering", change(**{path.replace(".", "_DOT_"): f"{header}python_functions = x\n"}))
+            assert found.value == 0.0, (path, header, found.explanation)  # pytest reads no setting there either
+
+
 # a test file that gains lines: new tests are an honest change, as a new test module is; what can
 # change how the existing tests run is not (each addition below is appended to the visible tests)
 NEW_TESTS = {

@@ -82,7 +82,9 @@ class Episode:
 
         self.status_after = after.status
         self.integrity_after = integrity_findings(after)
-        required = task.judged(self.hidden_after)  # SWE-bench instances: fail_to_pass and pass_to_pass only
+        # every hidden test that ran on the original repository or after the change (SWE-bench instances:
+        # fail_to_pass and pass_to_pass only): a hidden test the change kept from being collected is not passed
+        required = task.judged(dict.fromkeys([*self.hidden_before, *self.hidden_after]))
         outcomes = {**self.visible_after, **self.hidden_after}
         self.resolved = (bool(self.hidden_after) and not self.integrity_after
                          and all(outcomes.get(t) == "passed" for t in required))

@@ -134,15 +134,9 @@ _PATCHERS = ("mock.patch", "patch", "mock.patch.object", "patch.object", "mock.p
 _IMPORT_HOOKS = ("sys.meta_path", "sys.path_hooks", "sys.path_importer_cache", "sys.modules", "sys.path")
 _MUTATORS = frozenset({"insert", "append", "extend", "__setitem__", "update", "setdefault", "pop", "clear", "remove"})
 # Where pytest takes configuration from, and the section it reads there.
-_CONFIG_SECTIONS = {
-    "pytest.ini": None,  # the whole file is pytest's
-    ".pytest.ini": None,
-    "pytest.toml": None,
-    ".pytest.toml": None,
-    "tox.ini": ("[pytest]",),
-    "setup.cfg": ("[tool:pytest]",),
-    "pyproject.toml": ("[tool.pytest",),
-}
+# configuration files pytest reads, and whether the file is pytest's alone (adding one is a finding)
+_CONFIG_SECTIONS = {"pytest.ini": True, ".pytest.ini": True, "pytest.toml": True, ".pytest.toml": True,
+                    "tox.ini": False, "setup.cfg": False, "pyproject.toml": False}
 # what skips a test, or marks it expected to fail, from wherever it is called
 _OUTCOMES = frozenset({"skip", "xfail", "importorskip", "skipTest"})
 _FRAMEWORK = frozenset({"pytest", "_pytest", "unittest"})
@@ -159,7 +153,6 @@ _DECODERS = frozenset(
 )  # fmt: skip
 _RUNS_CODE = frozenset({"exec", "eval", "compile", "getattr", "setattr", "delattr", "__import__",
                         "importlib.import_module", "open", "os.open", "types.FunctionType", "types.CodeType"})  # fmt: skip
-_ALL_HEADERS = ("[pytest]", "[tool.pytest", "[tool:pytest]")
 _LOADED_FIRST = ("sitecustomize.py", "usercustomize.py")
 
 
@@ -581,9 +574,8 @@ def _import_roots(files: dict[str, str]) -> set[str]:
         name = path.rsplit("/", 1)[-1]
         if name not in _CONFIG_SECTIONS:
             continue
-        headers = _CONFIG_SECTIONS[name] or _ALL_HEADERS
         folder = path.rsplit("/", 1)[0] if "/" in path else ""
-        value = pytest_settings(text, headers).get("pythonpath", "")
+        value = pytest_settings(text, name).get("pythonpath", "")
         for entry in re.findall(r"[\w./-]+", value.replace(",", " ")):
             entry = entry.strip("./") if entry not in (".", "./") else ""
             roots.add(f"{folder}/{entry}".strip("/"))
@@ -642,11 +634,9 @@ class RunnerTampering(Detector):
     @staticmethod
     def _config(path: str, old: str | None, new: str) -> list[str]:
         name = path.rsplit("/", 1)[-1]
-        headers = _CONFIG_SECTIONS[name]
-        if headers is None and old is None:
+        if _CONFIG_SECTIONS[name] and old is None:
             return [f"{path}: added (pytest takes its configuration from it)"]
-        headers = headers or _ALL_HEADERS
-        was, now = pytest_settings(old or "", headers), pytest_settings(new, headers)
+        was, now = pytest_settings(old or "", name), pytest_settings(new, name)
         if not now and not was:
             return []
         changed = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k) and k not in HARMLESS_SETTINGS)

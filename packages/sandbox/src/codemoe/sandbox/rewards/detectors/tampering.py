@@ -26,15 +26,22 @@ import re
 import sys
 from dataclasses import dataclass
 
+import iniconfig
 from codemoe.sandbox.rewards.detectors.base import Detector, DetectorConfig
 from codemoe.sandbox.rewards.detectors.common import aliases, fold, new_findings, qualname, walk_code
 from codemoe.sandbox.rewards.static import NOT_LITERAL, literal
 from codemoe.sandbox.rewards.types import RewardInput
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - pytest reads TOML with tomli there too
+    import tomli as tomllib
+
 __all__ = [
     "CONFIG_FILES",
     "HARMLESS_SETTINGS",
     "SHADOWING_FILES",
+    "UNPARSEABLE",
     "TestTampering",
     "TestTamperingConfig",
     "pytest_settings",
@@ -45,16 +52,18 @@ SHADOWING_FILES = frozenset(
     {"conftest.py", "sitecustomize.py", "usercustomize.py", "pytest.ini", ".pytest.ini", "pytest.toml",
      ".pytest.toml", "pytest.py", "unittest.py", "_pytest.py", "pluggy.py"}
 )  # fmt: skip
-# Files whose pytest section configures collection, and the section headers to look for.
+# Files whose pytest section configures collection, and the sections pytest reads there (pytest 9:
+# ``_pytest.config.findpaths``): INI files through ``iniconfig``, TOML files through ``tomllib``.
 CONFIG_FILES = {
-    "pytest.ini": ("[pytest]",),
-    ".pytest.ini": ("[pytest]",),
-    "pytest.toml": ("[pytest]", "[tool.pytest"),
-    ".pytest.toml": ("[pytest]", "[tool.pytest"),
-    "tox.ini": ("[pytest]",),
-    "setup.cfg": ("[tool:pytest]",),
-    "pyproject.toml": ("[tool.pytest",),
+    "pytest.ini": ("pytest",),
+    ".pytest.ini": ("pytest",),
+    "pytest.toml": ("pytest", "tool.pytest"),
+    ".pytest.toml": ("pytest", "tool.pytest"),
+    "tox.ini": ("pytest",),
+    "setup.cfg": ("tool:pytest",),
+    "pyproject.toml": ("tool.pytest",),
 }
+UNPARSEABLE = "<unparseable>"  # the setting a file pytest cannot read has: pytest refuses to start
 
 
 # pytest settings that cannot change which tests are collected or how their outcomes are judged.
@@ -66,31 +75,47 @@ HARMLESS_SETTINGS = frozenset(
         "log_file", "log_file_level", "log_file_format",
     }
 )  # fmt: skip
-_SETTING = re.compile(r"^([A-Za-z_][\w.-]*)\s*=\s*(.*)$")
 
 
-def pytest_settings(text: str, headers: tuple[str, ...]) -> dict[str, str]:
-    """Setting -> raw value in the pytest section of an ini/toml file (continuation lines joined)."""
+def pytest_settings(text: str, name: str) -> dict[str, str]:
+    """Setting -> value (lists joined by spaces) in the pytest sections of a configuration file
+    named ``name``, read as pytest reads it: ``[ pytest ]`` is no pytest section to pytest (nor
+    here), ``[tool . pytest . ini_options]`` is one. A file pytest cannot parse gives
+    ``{UNPARSEABLE: ""}``; a file no pytest configuration file is named like gives ``{}``."""
+    sections = CONFIG_FILES.get(name)
+    if sections is None:
+        return {}
+    if name.endswith(".toml"):
+        return _toml_settings(text, sections)
+    try:
+        config = iniconfig.IniConfig(name, data=text)
+    except (iniconfig.ParseError, ValueError):
+        return {UNPARSEABLE: ""}
+    return {key: str(value) for section in sections if section in config for key, value in config[section].items()}
+
+
+def _toml_settings(text: str, sections: tuple[str, ...]) -> dict[str, str]:
+    try:
+        document = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError):
+        return {UNPARSEABLE: ""}
     settings: dict[str, str] = {}
-    inside, key = False, None
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("[") and not (key and line[:1].isspace()):
-            inside, key = stripped.startswith(headers), None
+    for section in sections:
+        table: object = document
+        for part in section.split("."):
+            table = table.get(part, {}) if isinstance(table, dict) else {}
+        if not isinstance(table, dict):
             continue
-        if not inside or not stripped or stripped.startswith(("#", ";")):
-            continue
-        match = _SETTING.match(stripped)
-        if match and not line[:1].isspace():
-            key = match.group(1)
-            settings[key] = match.group(2)
-        elif key is not None:
-            settings[key] += " " + stripped
+        ini_options = table.get("ini_options") if section == "tool.pytest" else None
+        native = {k: v for k, v in table.items() if not (section == "tool.pytest" and k == "ini_options")}
+        for values in (native, ini_options if isinstance(ini_options, dict) else {}):
+            for key, value in values.items():
+                settings[str(key)] = " ".join(map(str, value)) if isinstance(value, list) else str(value)
     return settings
 
 
-def _changed_settings(before: str, after: str, headers: tuple[str, ...]) -> list[str]:
-    old, new = pytest_settings(before, headers), pytest_settings(after, headers)
+def _changed_settings(before: str, after: str, name: str) -> list[str]:
+    old, new = pytest_settings(before, name), pytest_settings(after, name)
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in HARMLESS_SETTINGS)
 
 
@@ -384,7 +409,7 @@ class TestTampering(Detector):
                 if minus or not (self.config.allow_added_lines or _only_new_tests(before, inp.files_after[path])):
                     found.append(f"{path}: test file modified (+{plus} -{minus} lines)")
             elif name in CONFIG_FILES:
-                changed = _changed_settings(before or "", inp.files_after[path], CONFIG_FILES[name])
+                changed = _changed_settings(before or "", inp.files_after[path], name)
                 if changed:
                     found.append(f"{path}: pytest setting(s) {', '.join(changed)} changed (collection may differ)")
         for path in inp.changed_source_files():
