@@ -43,7 +43,10 @@ def test_render_round_trips_unicode_and_quotes():
         '<tool_call>["run_tests", {}]</tool_call>',  # not an object
         '<tool_call>{"tool": "run_tests", "args": {}}</tool_call><tool_call>{"tool": "submit", "args": {}}</tool_call>',
         "",
+        '<tool_call>{"tool": "read_file", "args": {"path": "a", "start": ' + "9" * 5000 + '}}</tool_call>',  # int too long
+        '<tool_call>{"tool": "run_tests", "args": {"x": ' + "[" * 100_000 + "]" * 100_000 + '}}</tool_call>',  # too deep
     ],
+    ids=lambda text: text[:60],
 )
 def test_malformed_actions_are_rejected(text):
     with pytest.raises(ActionFormatError) as info:

@@ -223,3 +223,67 @@ def test_shell_changes_are_not_kept_and_pip_has_no_network(env):
     text, record = call(env, "shell", command="pip", args=["install", "--retries", "0", "--timeout", "3", "mdlite"])
     assert record.ok and record.data["exit_code"] not in (0, None)
     assert "mdlite" in text
+
+
+# action texts a policy can emit that once raised out of step() (and so failed the episode, which the
+# trainer masks out instead of penalising), froze every episode's thread, or broke the trajectory file
+HOSTILE_ACTIONS = {
+    "int over 4300 digits": '<tool_call>{"tool": "read_file", "args": {"path": "stats/core.py", "start": '
+                            + "9" * 5000 + "}}</tool_call>",
+    "JSON nested past the stack": '<tool_call>{"tool": "submit", "args": {"summary": ' + "[" * 100_000
+                                  + "]" * 100_000 + "}}</tool_call>",
+    "repetition count overflowing": '<tool_call>{"tool": "search", "args": {"pattern": "a{99999999999}", "regex": true}}'
+                                    "</tool_call>",
+    "lone surrogate in a path": '<tool_call>{"tool": "write_file", "args": {"path": "x\\ud800.py", "content": "x"}}'
+                                "</tool_call>",
+    "a byte smuggled as a surrogate": '<tool_call>{"tool": "write_file", "args": {"path": "x\\udcff.txt", '
+                                      '"content": "x"}}</tool_call>',
+    "lone surrogate in content": '<tool_call>{"tool": "write_file", "args": {"path": "y.py", "content": "\\udc80"}}'
+                                 "</tool_call>",
+    "NUL in a shell argument": '<tool_call>{"tool": "shell", "args": {"command": "echo", "args": ["a\\u0000b"]}}'
+                               "</tool_call>",
+    "NUL in a test target": '<tool_call>{"tool": "run_tests", "args": {"targets": ["tests/test_stats.py::t\\u0000"]}}'
+                            "</tool_call>",
+    "surrogate in a question": '<tool_call>{"tool": "ask_clarification", "args": {"question": "\\ud800?"}}'
+                               "</tool_call>",
+    "raw surrogate outside the call": "\ud800 <tool_call>{}</tool_call>",
+}
+
+
+def test_no_action_text_raises_and_every_episode_is_graded_and_written(executor, task, tmp_path):
+    """Each hostile action is an error observation (a format error where the call is malformed);
+    the episode goes on, ends, is graded, and its trajectory line reads back as one record, text
+    with line separators (U+2028, U+0085) included."""
+    from codemoe.sandbox.agent import RepoEnvironmentConfig
+    from codemoe.sandbox.agent.trajectory import read_trajectories
+
+    path = tmp_path / "t.jsonl"
+    environment = RepoEnvironment(RepoEnvironmentConfig(trajectory_path=str(path), step_budget=len(HOSTILE_ACTIONS) + 2),
+                                  executor=executor)
+    environment.reset(task)
+    for name, text in HOSTILE_ACTIONS.items():
+        result = environment.step(text)
+        record = environment.episode.log[-1]
+        assert not record.ok and result.observation.startswith("error ("), (name, result.observation)
+    result = environment.step(ToolCall("submit", {"summary": "line\u2028separated\u0085and\u2029more"}))
+    assert result.done and environment.episode.hidden_after  # graded
+    environment.close_workspace()
+    records = read_trajectories(path)
+    assert len(records) == 1 and records[0]["summary"] == "line\u2028separated\u0085and\u2029more"
+    raw = path.read_bytes()
+    raw.decode("utf-8")  # valid UTF-8 whatever the text held
+    assert raw.count(b"\n") == 1
+
+
+def test_a_pattern_that_backtracks_exponentially_is_stopped_in_its_time(env):
+    """The pattern runs on the host: it gets ``SEARCH_SECONDS`` in all, not hours."""
+    import time
+
+    from codemoe.sandbox.agent.tools import SEARCH_SECONDS
+
+    call(env, "write_file", path="redos.txt", content="a" * 60 + "!\n")
+    start = time.monotonic()
+    text, record = call(env, "search", pattern="^(a|aa)+$", regex=True, path="redos.txt")
+    assert (record.ok, record.error_kind) == (False, "timeout"), text
+    # the library checks its clock every so often: a loaded machine overruns the limit by a few seconds, not hours
+    assert time.monotonic() - start < SEARCH_SECONDS + 30

@@ -221,7 +221,7 @@ def read_episodes(path: str | Path) -> list[dict[str, Any]]:
     if not file.is_file():
         raise ValueError(f"no file {file} (a JSONL of agent episodes, one per line)")
     records = []
-    for number, line in enumerate(file.read_text().splitlines(), 1):
+    for number, line in enumerate(file.read_text(encoding="utf-8").split("\n"), 1):  # "\n" only: U+2028 is text
         if line.strip():
             try:
                 records.append(json.loads(line))

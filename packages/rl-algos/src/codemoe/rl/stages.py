@@ -185,7 +185,7 @@ class TrajectoriesStage:
             executor.close()
         if len(shards) > 1:  # one file in task order, as one environment would have written it
             order = {task.id: i for i, task in enumerate(tasks)}
-            lines = [line for shard in shards if shard.exists() for line in shard.read_text(encoding="utf-8").splitlines()]
+            lines = [line for shard in shards if shard.exists() for line in shard.read_text(encoding="utf-8").split("\n") if line]
             lines.sort(key=lambda line: order[json.loads(line)["task_id"]])
             path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
             for shard in shards:

@@ -89,6 +89,8 @@ def parse_tool_call(text: str) -> ToolCall:
         data = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise ActionFormatError("malformed", f"invalid JSON in the tool call: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # an integer of over 4300 digits; nesting past the stack
+        raise ActionFormatError("malformed", f"invalid JSON in the tool call: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise ActionFormatError("malformed", 'the tool call must be a JSON object {"tool": ..., "args": {...}}')
     if set(data) != {"tool", "args"}:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
+import regex
 from codemoe.sandbox.agent.actions import ActionFormatError, ToolCall
 from codemoe.sandbox.agent.workspace import ToolError, Workspace
 from codemoe.sandbox.api import ExecutionResult
@@ -33,6 +35,7 @@ MAX_LISTED = 300  # entries list_files returns
 MAX_MATCHES = 100  # lines search returns
 MAX_OUTPUT_CHARS = 6000  # characters of command output an observation keeps (head and tail)
 MAX_READ_LINES = 400  # lines read_file returns at once
+SEARCH_SECONDS = 2.0  # time one search may take matching its pattern
 
 
 class ToolContext(Protocol):
@@ -128,6 +131,17 @@ def _is_type(value: Any, expected: type | tuple[type, ...]) -> bool:
     return isinstance(value, types)
 
 
+def _is_text(value: str) -> bool:
+    """Whether ``value`` is text a path, a file's UTF-8 content and a command argument can all hold."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\\ud800" in the JSON, or "x\\udcff" for a byte)
+        return False
+    return True
+
+
 class ToolSet:
     """The tools an environment offers, with argument validation and dispatch."""
 
@@ -148,10 +162,14 @@ class ToolSet:
                 if p.required:
                     raise ActionFormatError("bad_args", f"{call.tool}: missing required argument {p.name!r} ({p.type_name()})")
                 continue
-            if not _is_type(call.args[p.name], p.type):
+            value = call.args[p.name]
+            if not _is_type(value, p.type):
                 raise ActionFormatError(
-                    "bad_args", f"{call.tool}: argument {p.name!r} must be {p.type_name()}, got {call.args[p.name]!r}"
+                    "bad_args", f"{call.tool}: argument {p.name!r} must be {p.type_name()}, got {value!r}"
                 )
+            if not all(_is_text(v) for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)):
+                raise ActionFormatError("bad_args", f"{call.tool}: argument {p.name!r} holds a NUL character or a lone "
+                                                    "surrogate, which no file name, file or command argument can hold")
 
     def call(self, ctx: ToolContext, call: ToolCall) -> ToolOutput:
         """Validate and run ``call``; raises ActionFormatError or ToolError."""
@@ -207,18 +225,32 @@ def _read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
       Param("path", str, False, "file or folder to search (default '.')"),
       Param("regex", bool, False, "treat pattern as a Python regular expression (default false)"))
 def _search(ctx: ToolContext, args: dict[str, Any]) -> ToolOutput:
+    """The policy's pattern runs on the host: through ``regex`` (``re``'s syntax), whose matching takes
+    a time limit and lets other threads run, so a pattern that backtracks exponentially
+    (``^(a|aa)+$``) costs at most ``SEARCH_SECONDS`` and never stalls the other episodes."""
     ws = ctx.workspace
     try:
-        matcher = re.compile(args["pattern"] if args.get("regex") else re.escape(args["pattern"]))
-    except re.error as exc:
-        raise ToolError("bad_pattern", f"invalid regular expression: {exc}") from None
+        matcher = regex.compile(args["pattern"] if args.get("regex") else regex.escape(args["pattern"]))
+    except (regex.error, OverflowError, ValueError, RecursionError) as exc:  # a{99999999999}: OverflowError
+        raise ToolError("bad_pattern", f"invalid regular expression: {str(exc)[:200]}") from None
     hits: list[str] = []
+    deadline = time.monotonic() + SEARCH_SECONDS
     for path in ws.iter_files(ws.resolve(args.get("path", ".") or ".")):
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             continue
-        hits.extend(f"{ws.relative(path)}:{n}: {line}" for n, line in enumerate(text.splitlines(), 1) if matcher.search(line))
+        for n, line in enumerate(text.splitlines(), 1):
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError
+                found = matcher.search(line, timeout=left, concurrent=True)
+            except TimeoutError:
+                raise ToolError("timeout", f"the search took over {SEARCH_SECONDS:g} s; use a simpler pattern or a "
+                                           "narrower path") from None
+            if found:
+                hits.append(f"{ws.relative(path)}:{n}: {line}")
     more = f"\n... and {len(hits) - MAX_MATCHES} more" if len(hits) > MAX_MATCHES else ""
     return ToolOutput("\n".join(hits[:MAX_MATCHES]) + more if hits else "no matches", {"matches": len(hits)})
 

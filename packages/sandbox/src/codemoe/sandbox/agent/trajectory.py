@@ -27,7 +27,9 @@ class TrajectoryWriter:
     def write(self, episode: Episode, **extra: Any) -> None:
         """Append ``episode`` (plus ``extra`` keys, e.g. its reward) as one line."""
         record = {**episode.to_record(), **extra}
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        # ASCII: a model's text may hold U+2028 and its kin (a line break to str.splitlines) or a lone
+        # surrogate (no UTF-8), and the line must stay one line of valid UTF-8 whatever the text is
+        self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
     def close(self) -> None:
@@ -42,4 +44,5 @@ class TrajectoryWriter:
 
 def read_trajectories(path: Path | str) -> list[dict[str, Any]]:
     """Every record of a trajectory file."""
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    # lines end at "\n" only: files written before the writer escaped U+2028 hold it raw inside a record
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").split("\n") if line.strip()]
