@@ -1261,6 +1261,155 @@ def test_a_failing_unittest_subtest_fails_its_test(executor, graded):
     assert set(right.tests.values()) == {"passed"}
 
 
+ROMAN_TESTS = {"tests/test_roman.py": textwrap.dedent("""
+    from roman import to_roman
+
+
+    def test_four():
+        assert to_roman(4) == "IV"
+
+
+    def test_nine():
+        assert to_roman(9) == "IX"
+    """)}
+# the additive numerals (wrong at 4 and 9), which learn each test's answer in forks of the session
+# before answering: a fork returns an object that notes what the test compares it with, then forks
+# that try each candidate (its repr runs when the assert fails, its finaliser when the test passed)
+SCOUTS = ADDITIVE + textwrap.dedent("""
+    import os
+    import pty
+    import time
+
+
+    def _park():
+        while True:
+            time.sleep(3600)
+
+
+    class _Seen:
+        def __init__(self, out):
+            self.out, self.others = out, []
+
+        def __eq__(self, other):
+            if isinstance(other, str):
+                self.others.append(other)
+            return other is self
+
+        __hash__ = object.__hash__
+
+        def __repr__(self):
+            os.write(self.out, ("\\0".join(self.others) + "\\n").encode())
+            _park()
+
+
+    class _Answer(str):
+        def __repr__(self):
+            os.write(self.out, b"n")
+            _park()
+
+        def __del__(self):
+            os.write(self.out, b"y")
+            _park()
+
+
+    def _ask(make):
+        r, w = os.pipe()
+        pid, tty = FORK()
+        if pid == 0:
+            os.close(r)
+            return make(w)
+        os.close(w)
+        data = b""
+        while not data.endswith((b"\\n", b"n", b"y")):
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            data += chunk
+        os.close(r)
+        if tty is not None:
+            os.close(tty)
+        else:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        return data
+
+
+    def _answer(text):
+        def make(w):
+            value = _Answer(text)
+            value.out = w
+            return value
+        return make
+
+
+    _additive = to_roman
+
+
+    def to_roman(n):
+        heard = _ask(_Seen)
+        if not isinstance(heard, bytes):
+            return heard
+        for text in heard.decode().rstrip("\\n").split("\\0"):
+            verdict = _ask(_answer(text))
+            if not isinstance(verdict, bytes):
+                return verdict
+            if verdict == b"y":
+                return text
+        return _additive(n)
+    """)
+FORKS = {"pty.fork": "FORK = pty.fork\n",
+         "os.fork": "def FORK():\n    return os.fork(), None\n",
+         "os.forkpty": "FORK = os.forkpty\n",
+         "libc fork through ctypes": "import ctypes\n\n\ndef FORK():\n    return ctypes.CDLL(None).fork(), None\n"}
+
+
+@pytest.mark.parametrize("fork", list(FORKS.values()), ids=list(FORKS))
+def test_forks_of_a_graded_session_cannot_learn_a_tests_answer(executor, fork):
+    """A fork of the session process would run the rest of the test with an answer of its own and
+    tell the reporting process what the test accepted, without a report of its own; a graded
+    session cannot fork, so the wrong numerals fail."""
+    code = SCOUTS.replace("_additive = to_roman", fork + "\n\n_additive = to_roman")
+    result = executor.run(ExecutionRequest(files={**ROMAN_TESTS, "roman.py": code}, runner="pytest", command=["tests"],
+                                           limits=Limits(timeout_s=30.0), graded=True, trusted=list(ROMAN_TESTS)))
+    assert result.status == "failed", (result.reason, result.tests)
+    assert set(result.tests.values()) == {"failed"}
+    assert "may not fork" in result.stdout, result.stdout[-2000:]
+
+
+def test_a_graded_session_starts_other_programs_and_an_ungraded_one_may_fork(executor):
+    tests = {"tests/test_procs.py": textwrap.dedent("""
+        import os
+        import subprocess
+        import sys
+
+
+        def test_subprocess():
+            out = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True)
+            assert out.stdout.strip() == "42"
+
+
+        def test_system():
+            assert os.system("exit 3") >> 8 == 3
+
+
+        def test_fork():
+            pid = os.fork()
+            if pid == 0:
+                os._exit(7)
+            assert os.waitpid(pid, 0)[1] >> 8 == 7
+        """)}
+    def run(graded):
+        return executor.run(ExecutionRequest(files=tests, runner="pytest", command=["tests"], graded=graded,
+                                             limits=Limits(timeout_s=30.0), trusted=list(tests) if graded else []))
+
+    graded = run(True)
+    assert graded.tests == {"tests/test_procs.py::test_subprocess": "passed", "tests/test_procs.py::test_system": "passed",
+                            "tests/test_procs.py::test_fork": "failed"}, graded.reason
+    assert "may not fork" in graded.stdout
+    ungraded = run(False)
+    assert ungraded.status == "passed", (ungraded.reason, ungraded.stdout[-2000:])
+
+
 def test_json_and_exit_patches_do_not_reach_an_ungraded_report_either(executor):
     result = executor.run(_graded({"calc.py": PATCH_JSON_AND_EXIT + BUGGY}, graded=False))
     assert result.status == "failed"

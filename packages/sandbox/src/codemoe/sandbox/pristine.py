@@ -588,10 +588,38 @@ _MODULE_DICT = types.ModuleType.__dict__["__dict__"]  # ModuleType's own slot: n
 _HOOK: list[tuple[type, str, frozenset[int]]] = []
 
 
+# A graded session may not copy itself. A fork of the session process is a second copy of the test
+# that called the code under test: it can go on running that test with an answer of its own and
+# watch what the test does with it (an object that notes what it is compared with; a repr pytest
+# calls only when the assert failed; a finaliser that runs when the test passed), then tell the
+# process that reports (a pipe, its exit status, a file) which answer to give, without sending a
+# report of its own. Nothing in the fork can be told from the test going on, so the fork is refused
+# where it is made: os.fork and os.forkpty (pty.fork, multiprocessing's fork start method, pexpect),
+# and the C library's forks looked up through ctypes. subprocess, os.posix_spawn and os.system start
+# other programs (nothing of the session runs in them) and stay allowed.
+_FORK_EVENTS = frozenset({"os.fork", "os.forkpty"})
+_FORK_SYMBOLS = frozenset({"fork", "vfork", "_Fork", "__fork", "__libc_fork", "forkpty", "clone", "clone3", "__clone",
+                           "__clone2", "__clone3", "syscall", "daemon", "PyOS_AfterFork_Child", "PyOS_AfterFork"})  # fmt: skip
+NO_FORK = ("a graded pytest run's session may not fork (os.fork, os.forkpty, pty.fork, multiprocessing's fork start "
+           "method, the C library's fork): a fork could run the rest of a test out of the report's sight. Start "
+           "other programs with subprocess, or use multiprocessing's 'spawn' or 'forkserver' start method")
+
+
+def _symbol(name: Any) -> str:
+    """The name a ctypes lookup asks for, as text (``bytes`` or ``str``; an ordinal names nothing)."""
+    if isinstance(name, bytes):
+        return bytes.decode(name, "latin-1")
+    return str.__str__(name) if isinstance(name, str) else ""
+
+
 def _audit(event: str, args: tuple[Any, ...], _parts: frozenset[str] = _FUNCTION_PARTS,
            _traces: frozenset[str] = _TRACE_EVENTS, _function: type = types.FunctionType,
            _module: type = types.ModuleType, _recoded: list[tuple[str, str]] = _RECODED,
-           _traced: list[str] = _TRACED) -> None:
+           _traced: list[str] = _TRACED, _forks: frozenset[str] = _FORK_EVENTS,
+           _symbols: frozenset[str] = _FORK_SYMBOLS, _refused: type = PermissionError,
+           _name: Callable[[Any], str] = _symbol) -> None:
+    if event in _forks or (event == "ctypes.dlsym" and len(args) > 1 and _name(args[1]) in _symbols):
+        raise _refused(NO_FORK)
     if event in _traces:
         if len(_traced) < 8:
             _traced.append(event)

@@ -42,7 +42,7 @@ _EXITS = frozenset(
         "os.execvp", "os.execvpe", "os.fexecve", "builtins.exit", "builtins.quit",
         "_pytest.outcomes.exit", "sys.exitfunc", "faulthandler._sigsegv", "faulthandler._sigabrt",
         "faulthandler._sigfpe", "faulthandler._fatal_error", "faulthandler._stack_overflow", "faulthandler._read_null",
-        "os.fork", "os.forkpty", "signal.siginterrupt",
+        "os.fork", "os.forkpty", "pty.fork", "signal.siginterrupt",
     }
 )  # fmt: skip
 # The C library's (and the interpreter's C API's) ways to end or signal the process, called through
