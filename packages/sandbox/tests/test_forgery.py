@@ -775,8 +775,10 @@ def test_a_report_read_on_its_way_cannot_be_changed(executor):
 
 
 def test_a_process_forked_from_the_session_cannot_send_a_report_of_its_own(executor):
-    """Each forked process answers a different guess and finishes the session; the verdict took the
-    first report with the nonce, so one guess in eight passed a test the code cannot pass."""
+    """Each forked process would answer a different guess and finish the session; the verdict took
+    the first report with the nonce, so one guess in eight passed a test the code cannot pass. A
+    graded session cannot fork now; one report per execution is still all the verdict takes
+    (:func:`codemoe.sandbox.verdict._pytest_verdict`)."""
     code = textwrap.dedent("""
         import os
 
@@ -795,8 +797,8 @@ def test_a_process_forked_from_the_session_cannot_send_a_report_of_its_own(execu
     request = ExecutionRequest(files={**TRACE_TESTS, "calc.py": code}, runner="pytest", command=["tests"],
                                limits=Limits(timeout_s=20.0), graded=True, trusted=list(TRACE_TESTS))
     result = executor.run(request)
-    assert result.status == "failed" and result.integrity == "forged-report", (result.reason, result.tests)
-    assert "reports, one per execution" in result.reason
+    assert result.status == "failed" and result.tests == {"tests/test_s.py::test_add": "failed"}, result.reason
+    assert "may not fork" in result.stdout
 
 
 def test_every_graded_test_starts_in_the_work_dir(executor):
@@ -1408,6 +1410,89 @@ def test_a_graded_session_starts_other_programs_and_an_ungraded_one_may_fork(exe
     assert "may not fork" in graded.stdout
     ungraded = run(False)
     assert ungraded.status == "passed", (ungraded.reason, ungraded.stdout[-2000:])
+
+
+PRIVATE_TESTS = {
+    "tests/hidden/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef word():\n    return 'tangerine'\n",
+    "tests/hidden/test_secret.py": textwrap.dedent("""
+        from secret import answer
+
+
+        def test_answer(word):
+            assert answer() == word + "-" + "7f3a"
+        """),
+}
+# wrong (it knows no answer), but reads every file of the work dir for one: itself, through a program it
+# starts, and by importing the test module by name once pytest has collected it
+READS_THE_TESTS = textwrap.dedent("""
+    import importlib
+    import os
+    import re
+    import subprocess
+
+
+    def _found(text):
+        found = re.findall(r"return '(\\w+)'", text), re.findall(r'"-" \\+ "(\\w+)"', text)
+        return f"{found[0][0]}-{found[1][0]}" if all(found) else None
+
+
+    def answer():
+        text = ""
+        for folder, _, names in os.walk("."):
+            for name in names:
+                path = os.path.join(folder, name)
+                with open(path, errors="replace") as f:
+                    text += f.read()
+                text += subprocess.run(["cat", path], capture_output=True, text=True).stdout
+        for name in ("tests.hidden.test_secret", "test_secret", "tests.hidden.conftest", "conftest"):
+            try:
+                module = importlib.import_module(name)
+                text += repr([getattr(module, n).__code__.co_consts for n in ("test_answer", "word") if hasattr(module, n)])
+            except Exception:
+                pass
+        return _found(text) or "no idea"
+    """)
+
+
+@pytest.mark.parametrize("private", [True, False], ids=["private", "on disk"])
+def test_private_test_modules_are_out_of_the_reach_of_the_code_under_test(executor, private):
+    """Hidden tests marked ``private`` are empty files in the work dir: code under test that reads
+    every file (itself or through ``cat``) finds no answer in them, and one that imports the test
+    module by name gets an empty module, which the environment check names. On disk they give the
+    answer away (the case the request field is for)."""
+    files = {**PRIVATE_TESTS, "secret.py": READS_THE_TESTS}
+    request = ExecutionRequest(files=files, runner="pytest", command=["tests"], limits=Limits(timeout_s=30.0),
+                               graded=True, trusted=list(PRIVATE_TESTS), private=list(PRIVATE_TESTS) if private else [])
+    result = executor.run(request)
+    if not private:
+        assert result.status == "passed", (result.reason, result.tests)  # what the field prevents
+        return
+    assert result.status == "failed", (result.reason, result.tests)
+    assert result.tests == {"tests/hidden/test_secret.py::test_answer": "failed"}, result.reason
+
+
+def test_private_test_modules_run_as_sent(executor):
+    files = {**PRIVATE_TESTS, "secret.py": "def answer():\n    return 'tangerine-7f3a'\n"}
+    request = ExecutionRequest(files=files, runner="pytest", command=["tests"], limits=Limits(timeout_s=30.0),
+                               graded=True, trusted=list(PRIVATE_TESTS), private=list(PRIVATE_TESTS))
+    result = executor.run(request)
+    assert result.status == "passed" and not result.integrity, (result.reason, result.tests)
+    assert result.tests == {"tests/hidden/test_secret.py::test_answer": "passed"}
+    with pytest.raises(ValueError, match="private file"):
+        ExecutionRequest(files=files, runner="pytest", graded=True, trusted=[], private=["secret.py"]).validate()
+    with pytest.raises(ValueError, match="graded pytest runs"):
+        ExecutionRequest(files=files, runner="pytest", trusted=list(PRIVATE_TESTS), private=list(PRIVATE_TESTS)).validate()
+
+
+def test_an_import_of_a_private_test_module_after_collection_is_a_forged_environment(executor):
+    code = ("import importlib\n\n\ndef answer():\n    importlib.import_module('tests.hidden.test_secret')\n"
+            "    return 'tangerine-7f3a'\n")
+    request = ExecutionRequest(files={**PRIVATE_TESTS, "secret.py": code}, runner="pytest", command=["tests"],
+                               limits=Limits(timeout_s=30.0), graded=True, trusted=list(PRIVATE_TESTS),
+                               private=list(PRIVATE_TESTS))
+    result = executor.run(request)
+    assert result.status == "failed" and result.integrity == "forged-environment", (result.reason, result.tests)
+    assert "read as other content" in result.reason
 
 
 def test_json_and_exit_patches_do_not_reach_an_ungraded_report_either(executor):

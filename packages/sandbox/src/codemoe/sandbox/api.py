@@ -193,6 +193,10 @@ class ExecutionRequest:
     # dir (conftest.py, config files, pytest_plugins) outside ``trusted``, and canary tests check the report
     graded: bool = False
     trusted: list[str] = field(default_factory=list)  # files the caller vouches for (the task's tests, conftest.py)
+    # graded pytest runs: trusted test modules whose source the code under test must not read (hidden
+    # tests, a probe module's answers). Each is an empty file in the work dir, where any process of the
+    # execution can read it; pytest's rewrite hook takes the module's source from the request, once.
+    private: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form; ``bytes`` contents become ``{"base64": ...}``."""
@@ -207,6 +211,7 @@ class ExecutionRequest:
             "nonce": self.nonce,
             "graded": self.graded,
             "trusted": list(self.trusted),
+            "private": list(self.private),
         }
 
     @classmethod
@@ -277,6 +282,16 @@ class ExecutionRequest:
             raise ValueError(f"'graded' must be true or false, got {self.graded!r}")
         if not (isinstance(self.trusted, list) and all(isinstance(p, str) for p in self.trusted)):
             raise ValueError("'trusted' must be a list of file paths")
+        if not (isinstance(self.private, list) and all(isinstance(p, str) for p in self.private)):
+            raise ValueError("'private' must be a list of file paths")
+        if self.private:
+            trusted = {posixpath.normpath(p) for p in self.trusted}
+            if self.runner != "pytest" or not self.graded:
+                raise ValueError("'private' files are for graded pytest runs (graded: true, runner: pytest)")
+            for path in self.private:
+                normal = posixpath.normpath(path)
+                if normal not in named or normal not in trusted or not normal.endswith(".py"):
+                    raise ValueError(f"private file {path!r} must be one of the request's trusted .py files")
 
 
 def _plain_text(text: str, *, nul: bool = False) -> bool:

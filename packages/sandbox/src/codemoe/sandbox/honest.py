@@ -40,12 +40,14 @@ remains is named in ``docs/reliability.md``.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import itertools
 import math
 import operator
 import os
 import random
 import sys
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -764,8 +766,53 @@ def install() -> None:
         exec_module(self, module)
 
     hook.exec_module = exec_module_made
+    read = rewrite._rewrite_test
+
+    def _rewrite_test(fn: Any, config: Any) -> tuple[bytes, Any]:
+        """pytest's own, but a private module's source comes from the request, until collection ends."""
+        source = _PRIVATE.get(os.path.abspath(str(fn)))
+        if source is None:
+            return read(fn, config)
+        strfn = str(fn)
+        tree = ast.parse(source, filename=strfn)
+        rewrite.rewrite_asserts(tree, source, strfn, config)
+        return importlib.util.source_hash(source), compile(tree, strfn, "exec", dont_inherit=True)
+
+    rewrite._rewrite_test = _rewrite_test
     _INSTALLED.append(original)
     reseed()
+
+
+# absolute path -> source of the private modules (ExecutionRequest.private): laid out empty, so no
+# process of the execution reads them from the work dir; pytest's imports take the source from here
+# while it collects (a module whose import failed is imported again), and an import after collection
+# (the module taken out of sys.modules then) reads the empty file, which the environment check names
+# as read other than sent
+_PRIVATE: dict[str, bytes] = {}
+_PRIVATE_PATHS: set[str] = set()
+
+
+def serve_private(sources: dict[str, bytes]) -> None:
+    """Set this execution's private modules (absolute path -> source), before any code under test."""
+    _PRIVATE.clear()
+    _PRIVATE.update(sources)
+    _PRIVATE_PATHS.clear()
+    _PRIVATE_PATHS.update(sources)
+
+
+def forget_private() -> list[str]:
+    """Take the private modules out of ``sys.modules`` once pytest has collected them (its items keep
+    them): an ``import`` of one by the code under test then finds the empty file. Their names."""
+    if not _PRIVATE_PATHS:
+        return []
+    _PRIVATE.clear()
+    gone = []
+    for name, module in list(sys.modules.items()):
+        file = vars(module).get("__file__") if type(module) is types.ModuleType else None  # no __getattr__ asked
+        if isinstance(file, str) and os.path.abspath(file) in _PRIVATE_PATHS:
+            del sys.modules[name]
+            gone.append(name)
+    return gone
 
 
 def _no_cached_pyc(source: Any, pyc: Any, trace: Any = None) -> None:

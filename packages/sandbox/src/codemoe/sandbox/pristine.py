@@ -839,6 +839,7 @@ def recorded_imports(path: str) -> list[tuple[str, str, str | None]]:
 # compared as it is read (read_source), and every one again on disk at each check (changed_files).
 _SENT: dict[str, bytes] = {}  # absolute path -> the content the caller sent
 _READ: dict[str, bool] = {}  # absolute path -> whether what pytest read to rewrite it was that content
+_EMPTY: set[str] = set()  # absolute paths of the sent files laid out empty (ExecutionRequest.private)
 _SHIPPED: set[str] = set()  # absolute paths of every file the caller sent, trusted or not
 _UNSHIPPED: list[str] = []  # module files the caller did not send, written while the tests ran: refused when found
 _WATCHING = [False]  # from the session's start (watch_unshipped) until the next expect_files
@@ -847,12 +848,15 @@ _WATCHING = [False]  # from the session's start (watch_unshipped) until the next
 _SINCE = [0]
 
 
-def expect_files(files: dict[str, bytes], shipped: Iterable[str] = ()) -> None:
+def expect_files(files: dict[str, bytes], shipped: Iterable[str] = (), private: Iterable[str] = ()) -> None:
     """The files whose content is the caller's (a graded run's trusted files and its canary module),
     by absolute path, and ``shipped``, every file the caller sent (the only modules of the work dir
-    an import may load: :func:`source_only`); set per execution, before any code under test runs."""
+    an import may load: :func:`source_only`); set per execution, before any code under test runs.
+    Of ``files``, those ``private`` are empty on disk (pytest reads them from memory, once)."""
     _SENT.clear()
     _SENT.update(files)
+    _EMPTY.clear()
+    _EMPTY.update(private)
     _READ.clear()
     _SHIPPED.clear()
     _SHIPPED.update(shipped)
@@ -1067,7 +1071,7 @@ def changed_data() -> list[str]:
 
 def _not_on_disk(paths: Iterable[str]) -> list[str]:
     """Of ``paths`` (expected files), those whose bytes on disk are not the caller's."""
-    return [f"{path} (on disk)" for path in paths if _on_disk(path) != _SENT[path]]
+    return [f"{path} (on disk)" for path in paths if _on_disk(path) != (b"" if path in _EMPTY else _SENT[path])]
 
 
 def changed_files(rewritten: Iterable[str] = ()) -> list[str]:

@@ -279,6 +279,7 @@ class Reporter:
                 for module in modules:
                     self._imported |= _imported_names(module)
             self._check("collection", rewritten)
+            honest.forget_private()  # pytest's items hold them; an import by name finds their empty files
 
     @pytest.hookimpl(trylast=True)  # after selection (-k, -m, --deselect): the canaries always run, last
     def pytest_collection_modifyitems(self, session: Any, config: Any, items: list[Any]) -> None:

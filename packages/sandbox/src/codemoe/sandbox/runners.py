@@ -112,6 +112,8 @@ class ChildSetup:
     sealed: frozenset[str] = frozenset()  # files the worker lays out read-only (isolation.seal_files), not the child
     seed: int = 0  # the asserts runner's seed of random for the checks, shared with the checker
     start: bytes = b""  # the runners' start marker, with the nonce
+    # graded pytest runs: path -> source of the modules laid out empty (ExecutionRequest.private)
+    private: dict[str, bytes] = field(default_factory=dict)
 
 
 def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dict[str, str], *,
@@ -144,6 +146,11 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
         # import could change what compiles them) and run twice
         args = [f"--ignore={canary_path}", *args]
     files = [(path, content.encode() if isinstance(content, str) else content) for path, content in contents.items()]
+    hidden = {posixpath.normpath(p) for p in request.private} if request.runner == "pytest" and request.graded else set()
+    if canary_path:  # read from disk, the canaries' names would tell the code under test which tests to spare
+        hidden.add(canary_path)
+    private = {path: content for path, content in files if path in hidden}
+    files = [(path, b"" if path in private else content) for path, content in files]  # their source stays in memory
     folders = sorted({os.path.dirname(p) for p, _ in files} - {""}, key=lambda f: f.count("/"))
     sealed = frozenset(p for p in contents if p in trusted or p == canary_path) if seal and request.graded else frozenset()
     stdin = request.stdin.encode() if isinstance(request.stdin, str) else (request.stdin or b"")
@@ -152,7 +159,7 @@ def child_setup(request: ExecutionRequest, work: str, tmp: str, current_env: dic
                       done=_line({"kind": "done", "nonce": request.nonce}), nonce=request.nonce,
                       start=_line({"kind": "start", "nonce": request.nonce}),
                       pytest_args=args, trusted=trusted, canaries=canaries, canary_path=canary_path,
-                      canary_replaced=replaced, helpers=test_helpers(trusted), sealed=sealed,
+                      canary_replaced=replaced, helpers=test_helpers(trusted), sealed=sealed, private=private,
                       seed=random.getrandbits(64) if request.runner == "asserts" else 0,
                       canaries_required=not any(a.split("=", 1)[0] in canary.SELECTING_OPTIONS or
                                                 (a.startswith("-x") and a[1:].isalpha()) for a in args))
@@ -298,9 +305,12 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
     honest.reseed()  # this execution's probes, drawn where the code under test never saw them
     if request.graded:  # what pytest loads of these is what the caller sent, or the run is forged
         work = os.getcwd()
-        pristine.expect_files({os.path.normpath(os.path.join(work, path)): content for path, content in setup.files
-                               if path in setup.trusted or path == setup.canary_path},
-                              shipped=[os.path.normpath(os.path.join(work, path)) for path, _ in setup.files])
+        pristine.expect_files({os.path.normpath(os.path.join(work, path)): setup.private.get(path, content)
+                               for path, content in setup.files if path in setup.trusted or path == setup.canary_path},
+                              shipped=[os.path.normpath(os.path.join(work, path)) for path, _ in setup.files],
+                              private=[os.path.normpath(os.path.join(work, path)) for path in setup.private])
+        honest.serve_private({os.path.normpath(os.path.join(work, path)): content
+                              for path, content in setup.private.items()})
         pristine.source_only(work)
         pristine.audit_functions()  # graded runs only: every audited event then calls it
     snapshot = pristine.taken() or pristine.take()  # taken in the pytest fork server, before any code under test

@@ -37,6 +37,7 @@ from codemoe.sandbox.agent.workspace import ToolError, Workspace
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, Executor, Limits
 from codemoe.sandbox.canary import PYTEST_CONFIG_FILES
 from codemoe.sandbox.rewards.types import ProbeRun
+from codemoe.sandbox.runners import is_test_file
 
 __all__ = ["RepoEnvironment", "RepoEnvironmentConfig", "StepResult", "build_repo_environment"]
 
@@ -397,9 +398,12 @@ def grading_request(task: Task, files: dict[str, str], limits: Limits, label: st
     unchanged_configs = {path for path, text in overlay.items()
                          if path.rsplit("/", 1)[-1] in PYTEST_CONFIG_FILES and original.get(path) == text}
     command = [*task.setup_args(), *pytest_args(task.grading_command())]
+    # the hidden test modules are laid out empty (pytest imports them from the request): code under test
+    # that reads the work dir, itself or through a program it starts, finds no hidden test to copy answers from
+    private = sorted(p for p in task.hidden_files if is_test_file(p.rsplit("/", 1)[-1]) and p.endswith(".py"))
     return ExecutionRequest(files=dict(overlay), command=command, runner="pytest", env=task.execution_env(),
                             limits=limits, id=f"{task.id}/{label}", graded=True,
-                            trusted=sorted({*conftests, *task.hidden_files, *unchanged_configs}))
+                            trusted=sorted({*conftests, *task.hidden_files, *unchanged_configs}), private=private)
 
 
 def _default_executor() -> Executor:

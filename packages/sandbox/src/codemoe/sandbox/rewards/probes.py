@@ -729,7 +729,8 @@ class Prober:
         files[PROBE_FILE] = plan.test_module()
         limits = Limits(timeout_s=self.timeout_s, cpu_s=self.timeout_s)
         return ExecutionRequest(files=files, runner="pytest", command=[PROBE_FILE], limits=limits, id=id or "probes",
-                                graded=True, trusted=[PROBE_FILE], env=dict(env or {}))
+                                graded=True, trusted=[PROBE_FILE], env=dict(env or {}),
+                                private=[PROBE_FILE])  # its answers are not in the work dir
 
 
 
