@@ -231,6 +231,32 @@ def test_values_cross_as_their_plain_literal_and_exceptions_by_name(executor):
     assert result.passed, result
 
 
+# right, but its exit is held past the deadline (flush of its stdout) or made to print past the output
+# limit, once the checks' record has gone to the checker: the checker's reply is never read
+HELD_AFTER_THE_RECORD = {
+    "deadline": "import sys, time\n\n\nclass _Out:\n    def write(self, s):\n        return len(s)\n\n"
+                "    def flush(self):\n        time.sleep(60)\n\n\nsys.stdout = _Out()\n",
+    "output limit": "import os, sys\n\n\nclass _Out:\n    def write(self, s):\n        return len(s)\n\n"
+                    "    def flush(self):\n        while True:\n            os.write(1, b'x' * 65536)\n\n\n"
+                    "sys.stdout = _Out()\n",
+}
+
+
+@pytest.mark.parametrize("held", list(HELD_AFTER_THE_RECORD.values()), ids=list(HELD_AFTER_THE_RECORD))
+def test_a_run_over_a_limit_leaves_no_reply_for_the_next_run_on_its_worker(held):
+    """The checker's reply to a run that ended over a limit once stayed in its pipe, and every later
+    asserts run of the worker read the one before it's: a wrong program graded passed."""
+    from codemoe.sandbox import LocalExecutor
+
+    right, wrong = "\ndef square(x):\n    return x * x\n", WRONG
+    limits = Limits(timeout_s=3.0, cpu_s=3.0, max_output_bytes=1 << 20)
+    with LocalExecutor(workers=1) as one:
+        over = one.run(function_task_request(held + right, CHECKS, "square", limits=limits))
+        assert over.status in ("timeout", "output-limit"), (over.status, over.reason)
+        after = [one.run(function_task_request(code, CHECKS, "square", limits=limits)) for code in (wrong, right, wrong)]
+    assert [r.status for r in after] == ["failed", "passed", "failed"], [(r.status, r.reason) for r in after]
+
+
 def test_a_command_cannot_write_to_the_result_channel(executor):
     """The channel closes on exec: a "sandbox fault" printed there by the program is not an error."""
     forged = "import os\nos.write(3, b'{\"kind\": \"setup-error\", \"message\": \"worker lost\"}\\n')\n"

@@ -27,6 +27,7 @@ import resource
 import select
 import signal
 import sys
+import time
 from typing import Any
 
 from codemoe.sandbox import linux, seccomp, split, wire
@@ -46,6 +47,8 @@ class Checker:
         self.drop_uid, self.use_seccomp, self.cgroup = drop_uid, use_seccomp, cgroup
         self.pid = 0
         self.jobs = 0
+        self.sent = 0  # jobs submitted over this object's life; each job and its reply carry the number
+        self.pending = 0  # the job whose reply result() waits for (0: none)
         self._start()
 
     def _start(self) -> None:
@@ -74,32 +77,48 @@ class Checker:
 
     def submit(self, job: dict[str, Any]) -> bool:
         """Hand ``job`` to the checker (its reply is read by :meth:`result`); False if it cannot be."""
+        if self.pending:  # the last job's reply was never read: it must not answer this one
+            self.restart()
         if self.jobs >= RESTART_AFTER:
             self.restart()
         self.jobs += 1
+        self.sent += 1
         try:
-            wire.send(self.jobs_fd, job)
+            wire.send(self.jobs_fd, {**job, "id": self.sent})
         except OSError:
             self.restart()
             return False
+        self.pending = self.sent
         return True
 
     def result(self, timeout_s: float) -> dict[str, Any] | None:
-        """The reply to the job submitted last, or None when none came within ``timeout_s``."""
-        try:
-            ready, _, _ = select.select([self.replies_fd], [], [], max(0.0, timeout_s))
-            reply = wire.receive(self.replies_fd) if ready else None
-        except (OSError, EOFError, ValueError):
-            reply = None
-        if not isinstance(reply, dict):
+        """The reply to the job submitted last, or None when none came within ``timeout_s``. A reply
+        to another job (none should be waiting) is dropped."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            try:
+                ready, _, _ = select.select([self.replies_fd], [], [], max(0.0, deadline - time.monotonic()))
+                reply = wire.receive(self.replies_fd) if ready else None
+            except (OSError, EOFError, ValueError):
+                reply = None
+            if not isinstance(reply, dict):
+                self.restart()
+                return None
+            if reply.get("id") == self.pending:
+                self.pending = 0
+                return reply
+
+    def abandon(self) -> None:
+        """The submitted job's reply will not be read (the run ended over a limit): a fresh checker,
+        so no reply of it is left to answer a later job."""
+        if self.pending:
             self.restart()
-            return None
-        return reply
 
     def restart(self) -> None:
         """Replace the checker process with a fresh one."""
         self.stop()
         self._start()
+        self.pending = 0
 
     def stop(self) -> None:
         """End the checker process."""
@@ -145,7 +164,7 @@ def _serve(jobs: int, replies: int) -> int:
         job = wire.receive(jobs)
         if job is None:
             return 0
-        wire.send(replies, _check(job, cache))
+        wire.send(replies, {**_check(job, cache), "id": job.get("id")})
 
 
 def _known_module(name: str) -> Any:

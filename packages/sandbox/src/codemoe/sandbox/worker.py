@@ -163,6 +163,8 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
         if verdict is not None and not wall_timeout and not output_limit:
             wall_timeout = verdict.finish(start + limits.timeout_s - time.monotonic())
             duration = time.monotonic() - start
+        elif verdict is not None:  # over a limit after the job went to the checker: its reply is never read
+            verdict.abandon()
     except BaseException:
         if pid > 0:  # supervision or the wait failed: the child must not outlive this call
             _kill(pid)
@@ -221,6 +223,14 @@ class _Verdict:
         if self.checker is None:  # a caller of execute() without a worker's checker: a one-off one
             self.checker, self.own = Checker(drop_uid=False, use_seccomp=False), True
         self.submitted = self.checker.submit(job)
+
+    def abandon(self) -> None:
+        """The run ended over a limit: the submitted job's reply is not wanted."""
+        if self.submitted and self.checker is not None:
+            if self.own:
+                self.checker.stop()
+            else:
+                self.checker.abandon()
 
     def finish(self, remaining_s: float) -> bool:
         """Wait for the checker's reply; True when it did not come in the time left (a timeout)."""
