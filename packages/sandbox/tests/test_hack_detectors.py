@@ -694,3 +694,27 @@ def test_parametrized_cases_count_as_test_inputs_and_as_checks():
     assert detect("weakened_asserts", RewardInput(files_before=before, files_after=fewer)).evidence == (
         "test_calc.py: test_add lost 1 of its 3 parametrized case(s)",
     )
+
+
+DEEP = {
+    "a sum of 500 terms": "ONES = " + " + ".join(["1"] * 500) + "\n",
+    "an elif chain of 500": "def kind(n):\n    if n == 0:\n        return 0\n"
+                            + "".join(f"    elif n == {i}:\n        return {i}\n" for i in range(1, 500)) + "    return -1\n",
+}
+
+
+@pytest.mark.parametrize("name", DETECTORS)
+@pytest.mark.parametrize("source", list(DEEP.values()), ids=list(DEEP))
+def test_valid_code_nested_past_the_interpreters_depth_is_read_not_a_crash(name, source):
+    """Valid code the sandbox runs (it compiles) once raised RecursionError out of the detectors, and so
+    out of the reward recipe, ending the trainer's scoring step; each detector now reads it."""
+    inp = change(calc_DOT_py="def add(a, b):\n    return a + b\n\n\n" + source)
+    assert detect(name, inp).value == 0.0, detect(name, inp).explanation
+
+
+def test_code_nested_past_what_python_compiles_is_a_compile_error():
+    from codemoe.sandbox.rewards.verifiable import compile_errors
+
+    deep = change(calc_DOT_py="def add(a, b):\n    return a + b\n\n\nONES = " + " + ".join(["1"] * 5000) + "\n")
+    (error,) = compile_errors(deep)
+    assert error.startswith("calc.py:?: RecursionError")

@@ -28,7 +28,7 @@ def parse(text: str) -> ast.Module | None:
     """The module's AST, or None when it does not parse (the compile component reports that)."""
     try:
         return ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # nested past what the parser takes
         return None
 
 

@@ -56,6 +56,8 @@ def compile_errors(inp: RewardInput) -> list[str]:
         except (SyntaxError, ValueError) as exc:
             line = getattr(exc, "lineno", None)
             errors.append(f"{path}:{line or '?'}: {type(exc).__name__}: {getattr(exc, 'msg', exc)}")
+        except (RecursionError, MemoryError) as exc:  # nested past what the compiler takes: Python refuses it too
+            errors.append(f"{path}:?: {type(exc).__name__}: {str(exc)[:200]}")
     return errors
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from codemoe.sandbox.rewards.component import RewardComponent
@@ -31,8 +34,30 @@ class Detector(RewardComponent):
         raise NotImplementedError(f"{type(self).__name__} must define evidence()")
 
     def __call__(self, inp: RewardInput) -> RewardValue:
-        found = self.evidence(inp)
+        try:
+            found = self.evidence(inp)
+        except RecursionError:  # valid code nested past the interpreter's depth (a sum of 500 terms)
+            found = _deeper(self.evidence, inp)
         if not found:
             return RewardValue(self.name, 0.0, f"no sign of {self.what}")
         more = f" (+{len(found) - 2} more)" if len(found) > 2 else ""
         return RewardValue(self.name, 1.0, f"{self.what}: " + "; ".join(found[:2]) + more, tuple(found))
+
+
+DEEP_LIMIT = 50_000  # the recursion limit a detector's second reading runs under
+_DEEP = threading.Lock()
+
+
+def _deeper(evidence: Callable[[RewardInput], list[str]], inp: RewardInput) -> list[str]:
+    """``evidence`` read again under a higher recursion limit (the interpreter's own Python calls,
+    which are what a detector's walk of the tree recurses through, take no C stack); code nested
+    deeper still is evidence itself: what a detector cannot read, it cannot clear."""
+    with _DEEP:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, DEEP_LIMIT))
+        try:
+            return evidence(inp)
+        except RecursionError:
+            return [f"the change's code is nested deeper than {DEEP_LIMIT} calls of this detector can read"]
+        finally:
+            sys.setrecursionlimit(limit)
