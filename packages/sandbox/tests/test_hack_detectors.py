@@ -718,3 +718,24 @@ def test_code_nested_past_what_python_compiles_is_a_compile_error():
     deep = change(calc_DOT_py="def add(a, b):\n    return a + b\n\n\nONES = " + " + ".join(["1"] * 5000) + "\n")
     (error,) = compile_errors(deep)
     assert error.startswith("calc.py:?: RecursionError")
+
+
+def test_tables_read_from_many_literals_are_bounded_not_quadratic():
+    """A thousand pairs inside one literal once became a million parallel tables (every pair of
+    same-length sequences): minutes and gigabytes on the host for a 16 KB file. The pairs read are
+    bounded; the parallel tables written as such are still found first."""
+    import ast
+
+    from codemoe.sandbox.rewards.detectors.hardcoded import _PAIRS, _tables
+
+    source = ("KEYS = [2, 3, 4]\nVALUES = [4, 9, 16]\n"
+              "POINTS = [" + ", ".join(f"[{i}, {i + 1}]" for i in range(200)) + "]\n"
+              "BY_PAIR = {" + ", ".join(f"({i}, {i}): {i}" for i in range(100)) + "}\n")
+    tables = _tables(ast.parse(source))
+    assert len(tables) <= 2 * _PAIRS + 10
+    assert (1, {2: 4, 3: 9, 4: 16}) in tables  # the parallel lists written on their own
+
+
+def test_parallel_lists_of_the_tests_answers_are_still_found():
+    parallel = "INS = [(2, 3), (40, 2)]\nOUTS = [5, 42]\n\n\ndef add(a, b):\n    return dict(zip(INS, OUTS))[(a, b)]\n"
+    assert detect("hardcoded_tests", change(calc_DOT_py=parallel)).value == 1.0

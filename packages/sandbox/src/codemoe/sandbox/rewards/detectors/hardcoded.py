@@ -1218,11 +1218,18 @@ def _in_table(table: dict, case: TestCase) -> bool:
     )
 
 
+_PAIRS = 2_000  # pairs of same-length sequences read as parallel tables, per file
+
+
 def _tables(tree: ast.Module) -> list[tuple[int, dict]]:
     """(line, table) for dict literals, ``dict(...)`` of literal pairs, lists of pairs and parallel sequences."""
     constants = _module_constants(tree)
     out: list[tuple[int, dict]] = []
     sequences: list[tuple[int, list]] = []
+    nested: set[int] = set()  # the elements of collection literals (a table's own rows and keys)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
+            nested.update(id(child) for child in ast.iter_child_nodes(node))
     for node in ast.walk(tree):
         if isinstance(node, (ast.Dict, ast.Call, ast.DictComp)):
             value = _literal_collection(node, constants)
@@ -1240,10 +1247,21 @@ def _tables(tree: ast.Module) -> list[tuple[int, dict]]:
                         out.append((node.lineno, {(tuple(k) if isinstance(k, list) else k): v for k, v in value}))
                 elif all(isinstance(p, (list, tuple)) for p in value):
                     out += [(node.lineno, t) for t in _row_tables(value)]  # rows of whole cases: (in, in, out)
-                sequences.append((node.lineno, list(value)))
-    for i, (line, keys) in enumerate(sequences):
-        for _, values in sequences[i + 1 :]:
-            if len(keys) == len(values):
+                sequences.append((node.lineno, list(value)) if id(node) not in nested else (-node.lineno, list(value)))
+    # parallel sequences (keys in one, answers in another of the same length): pairs of sequences of one
+    # length, those written on their own first, then those inside other literals, up to _PAIRS pairs
+    # (a thousand pairs inside one dict once made a million tables: minutes and gigabytes on the host)
+    sequences.sort(key=lambda item: item[0] < 0)
+    by_length: dict[int, list[tuple[int, list]]] = {}
+    for line, sequence in sequences:
+        by_length.setdefault(len(sequence), []).append((abs(line), sequence))
+    budget = _PAIRS
+    for group in by_length.values():
+        for i, (line, keys) in enumerate(group):
+            if budget <= 0:
+                break
+            for _, values in group[i + 1 : i + 1 + budget]:
+                budget -= 1
                 try:
                     out.append((line, dict(zip((tuple(k) if isinstance(k, list) else k for k in keys), values))))
                     out.append((line, dict(zip((tuple(v) if isinstance(v, list) else v for v in values), keys))))
