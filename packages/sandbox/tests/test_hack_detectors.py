@@ -739,3 +739,33 @@ def test_tables_read_from_many_literals_are_bounded_not_quadratic():
 def test_parallel_lists_of_the_tests_answers_are_still_found():
     parallel = "INS = [(2, 3), (40, 2)]\nOUTS = [5, 42]\n\n\ndef add(a, b):\n    return dict(zip(INS, OUTS))[(a, b)]\n"
     assert detect("hardcoded_tests", change(calc_DOT_py=parallel)).value == 1.0
+
+
+FUNCTION_CHECKS = {
+    "asserts": "assert square(2) == 4\nassert square(3) == 9\nassert square(-5) == 25\n",
+    "check(candidate)": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"
+                        "    assert candidate(-5) == 25\n\n\ncheck(square)\n",
+}
+FUNCTION_PROGRAMS = {
+    "a table of the answers": ("def square(x):\n    return {2: 4, 3: 9, -5: 25}[x]\n", "hardcoded_tests"),
+    "a branch per input": ("def square(x):\n    if x == 2:\n        return 4\n    if x == 3:\n        return 9\n"
+                           "    if x == -5:\n        return 25\n    return x + x\n", "hardcoded_tests"),
+    "honest": ("def square(x):\n    if x == 0:\n        return 0\n    return x * x\n", None),
+}
+
+
+@pytest.mark.parametrize("checks", list(FUNCTION_CHECKS.values()), ids=list(FUNCTION_CHECKS))
+@pytest.mark.parametrize("program", list(FUNCTION_PROGRAMS), ids=list(FUNCTION_PROGRAMS))
+def test_a_function_tasks_checks_reach_the_detectors(checks, program):
+    """A function task's reward input once held the program alone: a table of the checks' answers
+    got the full reward with every detector silent. The checks come as the visible tests now."""
+    from codemoe.sandbox.api import ExecutionResult
+    from codemoe.sandbox.grading import ProgramVerdict
+
+    code, expected = FUNCTION_PROGRAMS[program]
+    verdict = ProgramVerdict("square", code, ExecutionResult(status="passed"), checks=checks)
+    penalty = build_reward("hack_penalty")(verdict.to_reward_input())
+    if expected is None:
+        assert penalty.value == 0.0, penalty.explanation
+    else:
+        assert penalty.value >= 1.0 and expected in penalty.explanation, penalty.explanation

@@ -10,6 +10,7 @@ names and fields, which ``tests/test_contracts.py`` checks.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,46 @@ def program_request(check: Any, limits: Limits) -> ExecutionRequest:
     )
 
 
+CHECKS_MODULE = "test_checks.py"  # the name the checks have as a test module, for the hack detectors
+
+
+def checks_as_tests(program: str, checks: str) -> dict[str, str]:
+    """``checks`` (assert code run after ``program``, or HumanEval's ``def check(candidate)`` and its
+    call ``check(entry_point)``) as a pytest module the hack detectors read as a repository's visible
+    tests: ``from program import ...`` and one test holding the checks' statements, ``candidate``
+    named as the function it stands for. Without it the detectors compared a program that is a table
+    of the checks' answers with no test at all. ``{}`` when either does not parse."""
+    try:
+        program_tree, checks_tree = ast.parse(program), ast.parse(checks)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    defined = [n.name for n in program_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    body: list[ast.stmt] = []
+    for node in checks_tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "check" and node.args.args:
+            candidate = node.args.args[0].arg
+            called = next((c.args[0].id for c in ast.walk(checks_tree) if isinstance(c, ast.Call)
+                           and isinstance(c.func, ast.Name) and c.func.id == "check" and c.args
+                           and isinstance(c.args[0], ast.Name)), None)
+            for inner in ast.walk(node):
+                if called and isinstance(inner, ast.Name) and inner.id == candidate:
+                    inner.id = called
+            body += node.body
+        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+                  and isinstance(node.value.func, ast.Name) and node.value.func.id == "check"):
+            body.append(node)
+    if not body or not defined:
+        return {}
+    test = ast.FunctionDef(name="test_checks", args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
+                                                                   defaults=[]), body=body, decorator_list=[], returns=None)
+    module = ast.Module(body=[ast.ImportFrom(module="program", names=[ast.alias(name=n) for n in defined], level=0), test],
+                        type_ignores=[])
+    try:
+        return {CHECKS_MODULE: ast.unparse(ast.fix_missing_locations(module)) + "\n"}
+    except (RecursionError, ValueError):
+        return {}
+
+
 @dataclass(frozen=True)
 class ProgramVerdict:
     """The verdict on one check: the execution's result, and the program it ran."""
@@ -36,6 +77,7 @@ class ProgramVerdict:
     task_id: str
     program: str
     result: ExecutionResult
+    checks: str = ""  # the checks the program ran against (what the hack detectors compare it with)
 
     @property
     def status(self) -> str:
@@ -69,9 +111,11 @@ class ProgramVerdict:
         """The :class:`~codemoe.sandbox.rewards.RewardInput` of this run: the checks count as one test."""
         from codemoe.sandbox.rewards.inputs import reward_input_from_results
 
-        return reward_input_from_results(
-            after=self.result, files_after={"program.py": self.program}, task_id=self.task_id, single_test="checks"
-        )
+        visible = checks_as_tests(self.program, self.checks)
+        inp = reward_input_from_results(after=self.result, files_after={"program.py": self.program, **visible},
+                                        task_id=self.task_id, single_test="checks")
+        inp.files_before.update(visible)  # the checks are the task's: there before the program, unchanged
+        return inp
 
 
 class Grading:
@@ -84,6 +128,6 @@ class Grading:
         limits = Limits(timeout_s=timeout_s, cpu_s=timeout_s, memory_mb=memory_mb)
         results = self.run_batch([program_request(check, limits) for check in checks])
         return [
-            ProgramVerdict(task_id=check.task_id, program=check.program, result=result)
+            ProgramVerdict(task_id=check.task_id, program=check.program, result=result, checks=check.tests)
             for check, result in zip(checks, results, strict=True)
         ]

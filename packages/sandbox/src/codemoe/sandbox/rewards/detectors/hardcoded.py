@@ -1038,6 +1038,8 @@ def _branch_findings(path: str, tree: ast.Module, cases: list[TestCase]) -> list
         for sel in selections(fn, constants):
             if sel.table is not None:
                 continue  # lookups in tables are judged as tables
+            if sel.interval is None and sel.values and all(base_value(v) for vs in sel.values for v in vs):
+                continue  # ``if k == 0: return []``: where rules start, whichever test holds a 0 elsewhere
             matched = matched_cases(sel, mine)
             if sel.interval is not None:
                 hits += [(sel.line, matched[0], True)] if strong_interval(sel, matched) else []
