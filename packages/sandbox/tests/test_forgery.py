@@ -1404,6 +1404,47 @@ def test_forks_of_a_graded_session_cannot_learn_a_tests_answer(executor, fork):
     assert "may not fork" in result.stdout, result.stdout[-2000:]
 
 
+# a fork without os.fork: a shared library the code under test writes and loads (a copy of one the
+# interpreter ships stands for one it compiled to call fork()), as an extension module or through ctypes
+WRITES_A_LIBRARY = textwrap.dedent("""
+    import importlib.machinery
+    import importlib.util
+    import shutil
+    import sys
+
+
+    def load(kind):
+        if kind == "extension":
+            source = importlib.util.find_spec("_bisect").origin
+            copy = "/tmp/_scout" + source.rsplit("/", 1)[1][len("_bisect"):]
+            shutil.copy(source, copy)
+            loader = importlib.machinery.ExtensionFileLoader("_bisect", copy)
+            spec = importlib.util.spec_from_file_location("_bisect", copy, loader=loader)
+            return importlib.util.module_from_spec(spec)
+        import ctypes, ctypes.util
+        shutil.copy("/lib/x86_64-linux-gnu/libc.so.6" if sys.maxsize > 2**32 else "", "/tmp/libscout.so")
+        return ctypes.CDLL("/tmp/libscout.so")
+    """)
+
+
+@pytest.mark.parametrize("kind", ["extension", "ctypes"])
+def test_a_graded_session_loads_no_shared_library_it_wrote(executor, kind):
+    import os
+
+    if kind == "ctypes" and not os.path.exists("/lib/x86_64-linux-gnu/libc.so.6"):
+        pytest.skip("no /lib/x86_64-linux-gnu/libc.so.6 to copy on this machine")
+    tests = {"tests/test_load.py": f"from scout import load\n\n\ndef test_load():\n    assert load({kind!r}) is not None\n"}
+    def run(graded):
+        return executor.run(ExecutionRequest(files={**tests, "scout.py": WRITES_A_LIBRARY}, runner="pytest",
+                                             command=["tests"], graded=graded, limits=Limits(timeout_s=30.0),
+                                             trusted=list(tests) if graded else []))
+
+    graded = run(True)
+    assert graded.tests == {"tests/test_load.py::test_load": "failed"}, (graded.reason, graded.stdout[-1500:])
+    assert "may not load a shared library written while it ran" in graded.stdout
+    assert run(False).status == "passed"  # an ungraded run may (and the copy is a working library)
+
+
 def test_a_graded_session_starts_other_programs_and_an_ungraded_one_may_fork(executor):
     tests = {"tests/test_procs.py": textwrap.dedent("""
         import os

@@ -612,14 +612,49 @@ def _symbol(name: Any) -> str:
     return str.__str__(name) if isinstance(name, str) else ""
 
 
+# A fork needs no os.fork: a shared library's fork() does it (an extension module the code under test
+# wrote as bytes and loaded, or one ctypes opens). So a graded run loads no shared library written
+# after its setup (set when pytest loads the first conftests: the task's setup commands, which may
+# build the repository's extensions, are done by then), whatever it would call.
+_LIBRARIES_SINCE: list[int | None] = [None]
+_EXTENSIONS = (*importlib.machinery.EXTENSION_SUFFIXES, ".so", ".dylib")
+NO_NEW_LIBRARY = ("a graded pytest run may not load a shared library written while it ran ({path}): its code could "
+                  "fork the session, out of the report's sight")
+
+
+def settle_libraries(folder: str) -> None:
+    """From now on a graded run refuses shared libraries changed after this moment (``folder`` makes
+    the clock: a file in it)."""
+    _LIBRARIES_SINCE[0] = _file_clock(folder)
+
+
+def _library(path: Any) -> None:
+    """Refuse ``path`` (an extension module or a library ctypes opens) if it was written since
+    :func:`settle_libraries`."""
+    since = _LIBRARIES_SINCE[0]
+    if since is None or not isinstance(path, str) or "/" not in path:  # a bare name: the system's search path
+        return
+    try:
+        changed = max(os.lstat(path).st_ctime_ns, os.stat(path).st_ctime_ns)
+    except OSError:
+        return  # the loader's own error follows
+    if changed >= since:
+        raise PermissionError(NO_NEW_LIBRARY.format(path=path))
+
+
 def _audit(event: str, args: tuple[Any, ...], _parts: frozenset[str] = _FUNCTION_PARTS,
            _traces: frozenset[str] = _TRACE_EVENTS, _function: type = types.FunctionType,
            _module: type = types.ModuleType, _recoded: list[tuple[str, str]] = _RECODED,
            _traced: list[str] = _TRACED, _forks: frozenset[str] = _FORK_EVENTS,
            _symbols: frozenset[str] = _FORK_SYMBOLS, _refused: type = PermissionError,
-           _name: Callable[[Any], str] = _symbol) -> None:
+           _name: Callable[[Any], str] = _symbol, _library: Callable[[Any], None] = _library,
+           _extensions: tuple[str, ...] = _EXTENSIONS) -> None:
     if event in _forks or (event == "ctypes.dlsym" and len(args) > 1 and _name(args[1]) in _symbols):
         raise _refused(NO_FORK)
+    if event == "import" and len(args) > 1 and type(args[1]) is str and args[1].endswith(_extensions):
+        _library(args[1])
+    elif event == "ctypes.dlopen" and args and type(args[0]) is str:
+        _library(args[0])
     if event in _traces:
         if len(_traced) < 8:
             _traced.append(event)

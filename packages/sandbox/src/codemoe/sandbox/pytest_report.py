@@ -44,6 +44,7 @@ from codemoe.sandbox.pristine import (
     recorded_imports,
     recorded_inner_imports,
     resolved_name,
+    settle_libraries,
     traced,
     watch_unshipped,
 )
@@ -208,6 +209,12 @@ class Reporter:
 
     def _note(self, names: list[str], when: str) -> None:
         self.tampered += [f"{name} (changed by the end of {when})" for name in names][:max(0, 20 - len(self.tampered))]
+
+    def pytest_load_initial_conftests(self, early_config: Any, parser: Any, args: list[str]) -> None:
+        """After a task's setup commands (their plugin's hook runs first), before the first conftest:
+        from here on a graded run loads no shared library written while it ran."""
+        if self.graded:
+            settle_libraries(_GETCWD())
 
     @pytest.hookimpl(trylast=True)  # after pytest's own session setup (its hooks, faulthandler, ...)
     def pytest_sessionstart(self, session: Any) -> None:

@@ -102,8 +102,18 @@ _FRAME_ATTRS = frozenset(
         "gi_frame", "cr_frame", "ag_frame", "gi_yieldfrom", "cr_await", "__traceback__", "cell_contents",
         "__closure__", "__globals__", "co_consts", "__subclasses__", "last_traceback", "last_exc", "last_value",
         "_current_frames", "_getframe", "get_referrers", "get_referents", "get_objects",
+        # a bound method's object (pytest's debugger behind pdb.set_trace, and its plugin manager), a
+        # function's code object (what dis and marshal read a test's constants from)
+        "__self__", "__code__", "co_code", "co_names",
     }
 )  # fmt: skip
+# Loaders of a shared library as an extension module, from any file (one the code wrote as bytes).
+_NATIVE_LOADERS = frozenset({"ExtensionFileLoader", "create_dynamic", "load_dynamic", "exec_dynamic"})
+# Modules that read another function's bytecode, and with it its constants (a test's expected values).
+_BYTECODE_MODULES = frozenset({"dis"})
+# The import machinery's registries hold pytest's objects (its rewrite hook, and through it the session
+# with every collected test): reading them, not only changing them, is reaching the runner.
+_IMPORT_REGISTRIES = frozenset({"sys.meta_path", "sys.path_hooks", "sys.path_importer_cache"})
 # Modules that read or write arbitrary memory, or enumerate the heap.
 _MEMORY_MODULES = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend", "_testcapi", "_testinternalcapi",
                              "objgraph", "pympler", "guppy", "pyrasite", "ptrace"})  # fmt: skip
@@ -476,16 +486,26 @@ class _Reader:
                 "traceback.TracebackException",
             ) and any(k.arg == "capture_locals" for k in node.keywords):
                 self.add(node, f"calls {func}(capture_locals=...) (reads other frames' variables)")
-        elif (
-            isinstance(node, ast.Attribute)
-            and node.attr in _FRAME_ATTRS
-            and qualname(node, self.names) not in _FRAME_CALLS
-        ):
+            elif _module_of(func) in _BYTECODE_MODULES:
+                self.add(node, f"calls {func}() (reads another function's bytecode and constants)")
+            elif func.rsplit(".", 1)[-1] in _NATIVE_LOADERS:
+                self.add(node, f"calls {func}() (loads native code of its own: a fork, a write to memory)")
+            return
+        if not isinstance(node, ast.Attribute):
+            return
+        whole = qualname(node, self.names)
+        if node.attr in _FRAME_ATTRS and whole not in _FRAME_CALLS:
             self.add(node, f"uses .{node.attr} (walks frames, tracebacks or hidden values)")
-        elif isinstance(node, ast.Attribute) and qualname(node, self.names) in _FRAME_CALLS:
+        elif whole in _FRAME_CALLS:
             parent = self.up.get(id(node))
             if not (isinstance(parent, ast.Call) and parent.func is node):
-                self.add(node, f"uses {qualname(node, self.names)} (walks frames or the heap)")
+                self.add(node, f"uses {whole} (walks frames or the heap)")
+        elif whole in _IMPORT_REGISTRIES:
+            parent = self.up.get(id(node))
+            if not (isinstance(parent, ast.Attribute) and parent.attr in _MUTATORS):  # a change is named as one
+                self.add(node, f"reads {whole} (the import machinery's objects, the test runner's among them)")
+        elif _RUNNER_WORDS.search(node.attr):
+            self.add(node, f"uses .{node.attr} (the test runner's internals)")
 
     # -- raw file descriptors
     def descriptors(self, node: ast.AST) -> None:
