@@ -790,3 +790,12 @@ SESSION_ROUTES = {
 @pytest.mark.parametrize("code", list(SESSION_ROUTES.values()), ids=list(SESSION_ROUTES))
 def test_runner_tampering_flags_the_routes_to_pytests_session(code):
     assert detect("runner_tampering", change(calc_DOT_py=code)).value == 1.0
+
+
+def test_code_that_writes_a_pth_file_at_run_time_is_tampering():
+    """A build (``setup.py``, run by a task's setup commands) that writes a ``.pth`` file into the
+    prefix the session's site folder is made from runs its import line in the test session."""
+    setup = ("import os\n\nwith open(os.path.join(os.environ['PIP_PREFIX'], 'zz.pth'), 'w') as f:\n"
+             "    f.write('import zzhook\\n')\n")
+    found = detect("test_tampering", change(setup_DOT_py=setup))
+    assert found.value == 1.0 and "zz.pth" in found.explanation, found.explanation

@@ -767,10 +767,18 @@ def install() -> None:
 
     hook.exec_module = exec_module_made
     read = rewrite._rewrite_test
+    # absolute path -> source of the private modules (ExecutionRequest.private): laid out empty, so no
+    # process of the execution reads them from the work dir; pytest's imports take the source from
+    # here while it collects (a module whose import failed is imported again), and an import after
+    # collection (the module taken out of sys.modules then) reads the empty file, which the
+    # environment check names as read other than sent. Held by these closures only: no module
+    # attribute of the runner leads to it (reaching a closure's cells is what runner_tampering flags)
+    private: dict[str, bytes] = {}
+    paths: set[str] = set()
 
     def _rewrite_test(fn: Any, config: Any) -> tuple[bytes, Any]:
         """pytest's own, but a private module's source comes from the request, until collection ends."""
-        source = _PRIVATE.get(os.path.abspath(str(fn)))
+        source = private.get(os.path.abspath(str(fn)))
         if source is None:
             return read(fn, config)
         strfn = str(fn)
@@ -778,41 +786,41 @@ def install() -> None:
         rewrite.rewrite_asserts(tree, source, strfn, config)
         return importlib.util.source_hash(source), compile(tree, strfn, "exec", dont_inherit=True)
 
+    def serve_private(sources: dict[str, bytes]) -> None:
+        """Set this execution's private modules (absolute path -> source), before any code under test."""
+        private.clear()
+        private.update(sources)
+        paths.clear()
+        paths.update(sources)
+
+    def forget_private() -> list[str]:
+        """Take the private modules out of ``sys.modules`` once pytest has collected them (its items
+        keep them): an ``import`` of one by the code under test then finds the empty file. Their names."""
+        private.clear()
+        if not paths:
+            return []
+        gone = []
+        for name, module in list(sys.modules.items()):
+            file = vars(module).get("__file__") if type(module) is types.ModuleType else None  # no __getattr__ asked
+            if isinstance(file, str) and os.path.abspath(file) in paths:
+                del sys.modules[name]
+                gone.append(name)
+        return gone
+
     rewrite._rewrite_test = _rewrite_test
+    globals().update(serve_private=serve_private, forget_private=forget_private)
     _INSTALLED.append(original)
     reseed()
 
 
-# absolute path -> source of the private modules (ExecutionRequest.private): laid out empty, so no
-# process of the execution reads them from the work dir; pytest's imports take the source from here
-# while it collects (a module whose import failed is imported again), and an import after collection
-# (the module taken out of sys.modules then) reads the empty file, which the environment check names
-# as read other than sent
-_PRIVATE: dict[str, bytes] = {}
-_PRIVATE_PATHS: set[str] = set()
-
-
 def serve_private(sources: dict[str, bytes]) -> None:
-    """Set this execution's private modules (absolute path -> source), before any code under test."""
-    _PRIVATE.clear()
-    _PRIVATE.update(sources)
-    _PRIVATE_PATHS.clear()
-    _PRIVATE_PATHS.update(sources)
+    """Set this execution's private modules (absolute path -> source); :func:`install` first."""
+    raise RuntimeError("honest.install() first: the private modules are served by pytest's rewrite hook")
 
 
 def forget_private() -> list[str]:
-    """Take the private modules out of ``sys.modules`` once pytest has collected them (its items keep
-    them): an ``import`` of one by the code under test then finds the empty file. Their names."""
-    if not _PRIVATE_PATHS:
-        return []
-    _PRIVATE.clear()
-    gone = []
-    for name, module in list(sys.modules.items()):
-        file = vars(module).get("__file__") if type(module) is types.ModuleType else None  # no __getattr__ asked
-        if isinstance(file, str) and os.path.abspath(file) in _PRIVATE_PATHS:
-            del sys.modules[name]
-            gone.append(name)
-    return gone
+    """Take the private modules out of ``sys.modules`` after collection; :func:`install` first."""
+    return []
 
 
 def _no_cached_pyc(source: Any, pyc: Any, trace: Any = None) -> None:

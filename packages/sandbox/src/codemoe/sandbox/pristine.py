@@ -42,6 +42,7 @@ import builtins
 import ctypes
 import functools
 import gc
+import hashlib
 import importlib.machinery
 import importlib.util
 import itertools
@@ -874,7 +875,7 @@ def recorded_imports(path: str) -> list[tuple[str, str, str | None]]:
 # compared as it is read (read_source), and every one again on disk at each check (changed_files).
 _SENT: dict[str, bytes] = {}  # absolute path -> the content the caller sent
 _READ: dict[str, bool] = {}  # absolute path -> whether what pytest read to rewrite it was that content
-_EMPTY: set[str] = set()  # absolute paths of the sent files laid out empty (ExecutionRequest.private)
+_EMPTY: dict[str, bytes] = {}  # the sent files laid out empty (ExecutionRequest.private) -> their source's SHA-256
 _SHIPPED: set[str] = set()  # absolute paths of every file the caller sent, trusted or not
 _UNSHIPPED: list[str] = []  # module files the caller did not send, written while the tests ran: refused when found
 _WATCHING = [False]  # from the session's start (watch_unshipped) until the next expect_files
@@ -883,15 +884,18 @@ _WATCHING = [False]  # from the session's start (watch_unshipped) until the next
 _SINCE = [0]
 
 
-def expect_files(files: dict[str, bytes], shipped: Iterable[str] = (), private: Iterable[str] = ()) -> None:
+def expect_files(files: dict[str, bytes], shipped: Iterable[str] = (), private: dict[str, bytes] | None = None) -> None:
     """The files whose content is the caller's (a graded run's trusted files and its canary module),
     by absolute path, and ``shipped``, every file the caller sent (the only modules of the work dir
     an import may load: :func:`source_only`); set per execution, before any code under test runs.
-    Of ``files``, those ``private`` are empty on disk (pytest reads them from memory, once)."""
+    ``private``: path -> SHA-256 of the source of the files laid out empty (pytest reads them from
+    memory); their text is kept nowhere here, only what pytest must read as them."""
     _SENT.clear()
     _SENT.update(files)
     _EMPTY.clear()
-    _EMPTY.update(private)
+    _EMPTY.update(private or {})
+    for path in _EMPTY:
+        _SENT[path] = b""  # what the disk holds
     _READ.clear()
     _SHIPPED.clear()
     _SHIPPED.update(shipped)
@@ -947,7 +951,9 @@ def _refuse(origin: str) -> None:
 def read_source(path: str, source: bytes) -> None:
     """Called by the rewrite hook with the bytes pytest read to rewrite the module at ``path``."""
     path = os.path.abspath(path)
-    if path in _SENT:
+    if path in _EMPTY:
+        _READ[path] = _READ.get(path, True) and hashlib.sha256(source).digest() == _EMPTY[path]
+    elif path in _SENT:
         _READ[path] = _READ.get(path, True) and source == _SENT[path]
 
 
@@ -1106,7 +1112,7 @@ def changed_data() -> list[str]:
 
 def _not_on_disk(paths: Iterable[str]) -> list[str]:
     """Of ``paths`` (expected files), those whose bytes on disk are not the caller's."""
-    return [f"{path} (on disk)" for path in paths if _on_disk(path) != (b"" if path in _EMPTY else _SENT[path])]
+    return [f"{path} (on disk)" for path in paths if _on_disk(path) != _SENT[path]]
 
 
 def changed_files(rewritten: Iterable[str] = ()) -> list[str]:

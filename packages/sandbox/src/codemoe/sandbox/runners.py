@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -305,12 +306,16 @@ def run_pytest(request: ExecutionRequest, setup: ChildSetup) -> NoReturn:
     honest.reseed()  # this execution's probes, drawn where the code under test never saw them
     if request.graded:  # what pytest loads of these is what the caller sent, or the run is forged
         work = os.getcwd()
-        pristine.expect_files({os.path.normpath(os.path.join(work, path)): setup.private.get(path, content)
+        private = {os.path.normpath(os.path.join(work, path)): content for path, content in setup.private.items()}
+        pristine.expect_files({os.path.normpath(os.path.join(work, path)): content
                                for path, content in setup.files if path in setup.trusted or path == setup.canary_path},
                               shipped=[os.path.normpath(os.path.join(work, path)) for path, _ in setup.files],
-                              private=[os.path.normpath(os.path.join(work, path)) for path in setup.private])
-        honest.serve_private({os.path.normpath(os.path.join(work, path)): content
-                              for path, content in setup.private.items()})
+                              private={path: hashlib.sha256(content).digest() for path, content in private.items()})
+        honest.serve_private(private)
+        hidden = set(setup.private)  # held by pytest's rewrite hook alone from here on
+        request.files = {p: "" if posixpath.normpath(p) in hidden else c for p, c in request.files.items()}
+        setup.private.clear()
+        del private
         pristine.source_only(work)
         pristine.audit_functions()  # graded runs only: every audited event then calls it
     snapshot = pristine.taken() or pristine.take()  # taken in the pytest fork server, before any code under test

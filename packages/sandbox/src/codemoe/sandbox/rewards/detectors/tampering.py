@@ -161,6 +161,8 @@ def _names_tests(text: str, inp: RewardInput) -> bool:
     base = text.rsplit("/", 1)[-1]
     if base in SHADOWING_FILES or (base in CONFIG_FILES and base != "pyproject.toml") or "conftest" in base:
         return True
+    if base.endswith(".pth"):  # a site folder runs its import lines in every interpreter (the test session's too)
+        return True
     if any(fnmatch.fnmatch(base, p) or fnmatch.fnmatch(text, p) for p in inp.test_patterns if p != "*/tests/*"):
         return base.endswith((".py", "*")) or "/" in text
     if re.search(r"(^|/)tests?(/|$)", text) or base.startswith("test_") or base.endswith(("_test.py", "_test*")):
