@@ -1538,6 +1538,41 @@ def test_private_test_modules_are_out_of_the_reach_of_the_code_under_test(execut
     assert result.tests == {"tests/hidden/test_secret.py::test_answer": "failed"}, result.reason
 
 
+# wrong, but looks for the private sources in the runner's modules while pytest collects (a build's
+# .pth import line ran in the session and read them from a module attribute)
+READS_THE_RUNNER = textwrap.dedent("""
+    import sys
+
+    _FOUND = []
+
+
+    def _look():
+        for name in ("codemoe.sandbox.honest", "codemoe.sandbox.pristine", "codemoe.sandbox.runners",
+                     "codemoe.sandbox.pytest_report"):
+            for value in vars(sys.modules.get(name, sys)).values():
+                items = value.values() if isinstance(value, dict) else value if isinstance(value, (set, list)) else []
+                for item in list(items):
+                    text = item.decode(errors="replace") if isinstance(item, bytes) else str(item)
+                    if "7f3a" in text:
+                        _FOUND.append("tangerine-7f3a")
+
+
+    _look()
+
+
+    def answer():
+        return _FOUND[0] if _FOUND else "no idea"
+    """)
+
+
+def test_private_sources_are_in_no_module_attribute_of_the_runner(executor):
+    request = ExecutionRequest(files={**PRIVATE_TESTS, "secret.py": READS_THE_RUNNER}, runner="pytest",
+                               command=["tests"], limits=Limits(timeout_s=30.0), graded=True,
+                               trusted=list(PRIVATE_TESTS), private=list(PRIVATE_TESTS))
+    result = executor.run(request)
+    assert result.tests == {"tests/hidden/test_secret.py::test_answer": "failed"}, (result.reason, result.tests)
+
+
 def test_private_test_modules_run_as_sent(executor):
     files = {**PRIVATE_TESTS, "secret.py": "def answer():\n    return 'tangerine-7f3a'\n"}
     request = ExecutionRequest(files=files, runner="pytest", command=["tests"], limits=Limits(timeout_s=30.0),
