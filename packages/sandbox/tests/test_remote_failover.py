@@ -101,3 +101,41 @@ def test_a_4xx_is_not_sent_to_the_other_services(two_services):
     assert str(info.value).startswith("sandbox service http") and "every sandbox service" not in str(info.value)
     # neither service was left out for the caller's mistake
     assert [s["status"] for s in RemoteExecutor([first, second], token=TOKEN).health()["services"]] == ["ok", "ok"]
+
+
+# what a broken (or hostile) service may answer: the client gives a RemoteError, never another exception
+BAD_ANSWERS = {
+    "JSON nested past the stack, 200": (200, b"[" * 100_000 + b"]" * 100_000),
+    "JSON nested past the stack, 500": (500, b"[" * 100_000 + b"]" * 100_000),
+    "results of the wrong types": (200, b'{"results": [{"status": "passed", "id": "a", "tests": [1], "stdout": [1]}, '
+                                        b'{"status": "passed", "id": "b", "tests": {"t": 1}}]}'),
+    "not JSON": (200, b"<html>"),
+}
+
+
+@pytest.mark.parametrize("answer", list(BAD_ANSWERS.values()), ids=list(BAD_ANSWERS))
+def test_a_malformed_answer_is_a_remote_error(answer):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    code, body = answer
+
+    class Bad(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Bad)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = RemoteExecutor(f"http://127.0.0.1:{server.server_address[1]}", token=TOKEN, timeout_s=5)
+        with pytest.raises(RemoteError):
+            client.run_batch([ExecutionRequest(command=["true"], id="a"), ExecutionRequest(command=["true"], id="b")])
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -347,9 +347,23 @@ class ExecutionResult:
         result = _from_dict(cls, data, "result")
         if result.status not in STATUSES:
             raise ValueError(f"unknown status {result.status!r}")
+        for name, kinds in _RESULT_TYPES.items():  # a remote service's answer is read, not trusted
+            value = getattr(result, name)
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise ValueError(f"result field {name!r} must be {' or '.join(k.__name__ for k in kinds)}, got "
+                                 f"{type(value).__name__}")
+        if not all(type(k) is str and type(v) is str for k, v in result.tests.items()):
+            raise ValueError("result field 'tests' must map test ids to outcome strings")
         if result.integrity and result.integrity not in INTEGRITY_KINDS:
             raise ValueError(f"unknown integrity {result.integrity!r}")
         return result
+
+
+_RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    "exit_code": (int, type(None)), "tests": (dict,), "stdout": (str,), "stderr": (str,), "stdout_truncated": (bool,),
+    "stderr_truncated": (bool,), "duration_s": (int, float), "peak_memory_mb": (int, float), "id": (str,),
+    "reason": (str,), "signal": (int, type(None)), "integrity": (str,),
+}  # fmt: skip
 
 
 @runtime_checkable

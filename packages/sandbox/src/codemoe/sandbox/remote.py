@@ -193,8 +193,8 @@ class RemoteExecutor(Grading):
                     body = response.read()
                 try:
                     return json.loads(body)
-                except ValueError:
-                    raise RemoteError(f"sandbox service {url}{path} answered a body that is not JSON: "
+                except (ValueError, RecursionError):  # not JSON, or nested past the stack
+                    raise RemoteError(f"sandbox service {url}{path} answered a body that is not JSON it can read: "
                                       f"{body[:200]!r}") from None
             except urllib.error.HTTPError as exc:
                 wait = _retry_after(exc) if exc.code == 503 else None
@@ -247,6 +247,6 @@ def _retry_after(exc: urllib.error.HTTPError) -> float | None:
 
 def _message(exc: urllib.error.HTTPError) -> str:
     try:
-        return str(json.loads(exc.read()).get("error", exc.reason))
-    except (ValueError, AttributeError, OSError):
+        return str(json.loads(exc.read()).get("error", exc.reason))[:500]
+    except (ValueError, AttributeError, OSError, RecursionError):
         return str(exc.reason)
