@@ -60,6 +60,57 @@ def test_visible_points_are_the_literal_calls_of_the_repository_functions():
     assert visible_points({"test_codes.py": TESTS}) == []  # no module of the repository: nothing to probe
 
 
+CHECKED = """import pytest
+import unittest
+from shapes import area, divisors, is_prime, root, rotate
+
+
+def test_checks():
+    assert sorted(divisors(12)) == [1, 2, 3, 4, 6, 12]
+    rotate([1, 2, 3], 1)
+    assert len(divisors(7)) == 2
+    assert area(2, 3) == 6
+    assert is_prime(7)
+    assert not is_prime(8)
+    assert root(2.0) == pytest.approx(1.41421356, rel=1e-3)
+    assert root(9.0) == pytest.approx(3.0)
+
+
+class TestShapes(unittest.TestCase):
+    def test_unittest(self):
+        self.assertEqual(area(1, 1), 1)
+        self.assertTrue(is_prime(3))
+        self.assertAlmostEqual(root(4.0), 2.0, places=3)
+"""
+
+
+def test_a_point_is_a_call_whose_value_the_test_checks_and_it_is_checked_the_same_way():
+    """A call the test sorts, measures or drops is no point (an honest change that returns the
+    divisors in another order, or the list it rotated in place, was flagged: the probe demanded the
+    reference's exact value); a value taken as true or false, or to a tolerance, is checked so."""
+    points = visible_points({"shapes.py": "", "test_shapes.py": CHECKED})
+    assert {(p.function, p.args): p.check for p in points} == {
+        ("area", (2, 3)): ("eq",),
+        ("is_prime", (7,)): ("truth",),
+        ("is_prime", (8,)): ("truth",),
+        ("root", (2.0,)): ("approx", 1e-3, 1e-12),
+        ("root", (9.0,)): ("approx", 1e-6, 1e-12),
+        ("area", (1, 1)): ("eq",),
+        ("is_prime", (3,)): ("truth",),
+        ("root", (4.0,)): ("approx", 0.0, 0.0005),
+    }
+
+
+def test_a_probe_runs_time_grows_with_its_calls():
+    from codemoe.sandbox.rewards.probes import ProbePlan
+
+    points = (Point("p0", "shapes", "area", (2, 3)), *(Point(f"p0n{k}", "shapes", "area", (k, 3), anchor="p0")
+                                                        for k in range(12)))
+    plan = ProbePlan(points, {p.id: "6" for p in points}, frozenset())
+    request = Prober(timeout_s=10.0).request(plan, {"shapes.py": "def area(a, b):\n    return a * b\n"})
+    assert request.limits.timeout_s == 10.0 * 13 and request.private == [PROBE_FILE]
+
+
 def test_neighbours_are_small_edits_of_one_argument_never_a_visible_point():
     point = Point("p0", "codes", "scale", (1994, "MCM", [3, 1, 2]))
     pairs = neighbours(point, 40, avoid=[(1995, "MCM", [3, 1, 2])])

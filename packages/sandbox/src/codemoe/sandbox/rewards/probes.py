@@ -48,7 +48,7 @@ from typing import Any
 
 from codemoe.sandbox.rewards.detectors.common import evaluate
 from codemoe.sandbox.rewards.detectors.tampering import SHADOWING_FILES
-from codemoe.sandbox.rewards.static import NOT_LITERAL, parametrize_rows, parse, test_functions
+from codemoe.sandbox.rewards.static import NOT_LITERAL, call_name, parametrize_rows, parse, test_functions
 from codemoe.sandbox.rewards.types import DEFAULT_TEST_PATTERNS, Probe, ProbeRun, RewardInput
 
 __all__ = [
@@ -85,6 +85,9 @@ class Point:
     # values its asserts check (``function`` is the test's name, ``module`` and ``args`` empty)
     script: str = ""
     note: str = ""  # what a scripted draw changed: "30 -> 31"
+    # how the visible test checks the call's value, which its draws are checked by too: ("eq",) compared
+    # for equality, ("truth",) taken as true or false, ("approx", rel, abs) to pytest.approx's tolerance
+    check: tuple = ("eq",)
 
     def call(self) -> str:
         """The call as a person would write it, shortened."""
@@ -204,11 +207,15 @@ def visible_points(files: Mapping[str, str], is_test_file: Callable[[str], bool]
                         if len(points) >= _MAX_POINTS:
                             return points
                 continue
+            parents = {id(child): node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
             for row in rows:
                 local = _constants(fn.body, {**env, **row})
                 for call in calls:
                     target = _target(call, functions, modules)
                     if target is None or call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+                        continue
+                    check = _check_of(call, parents, local)
+                    if check is None:  # the value is not what the test checks (sorted(f(x)), f(x)[0], f(x) alone)
                         continue
                     try:
                         args = tuple(evaluate(a, local) for a in call.args)
@@ -220,10 +227,60 @@ def visible_points(files: Mapping[str, str], is_test_file: Callable[[str], bool]
                     if key in seen:
                         continue
                     seen.add(key)
-                    points.append(Point(f"p{len(points)}", *target, args, f"{path}:{call.lineno}"))
+                    points.append(Point(f"p{len(points)}", *target, args, f"{path}:{call.lineno}", check=check))
                     if len(points) >= _MAX_POINTS:
                         return points
     return points
+
+
+_EQUAL_ASSERTS = frozenset({"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual", "assertDictEqual",
+                            "assertSetEqual", "assertSequenceEqual", "assertMultiLineEqual", "assertNotEqual"})  # fmt: skip
+_TRUTH_ASSERTS = frozenset({"assertTrue", "assertFalse"})
+
+
+def _check_of(call: ast.Call, parents: dict[int, ast.AST], local: dict[str, Any]) -> tuple | None:
+    """How a test checks ``call``'s value: compared (``==``, ``!=``, ``assertEqual``), to
+    ``pytest.approx``'s tolerance, or as true or false (``assert f(x)``, ``assert not f(x)``,
+    ``assertTrue``); None when it checks something made of it (``sorted(f(x)) == ...``,
+    ``len(f(x))``) or nothing (a call whose value the test drops), where the reference's exact
+    answer is more than the test asks of the code."""
+    parent = parents.get(id(call))
+    if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+        parent = parents.get(id(parent))
+        return ("truth",) if isinstance(parent, ast.Assert) else None
+    if isinstance(parent, ast.Assert) and parent.test is call:
+        return ("truth",)
+    if isinstance(parent, ast.Compare) and len(parent.ops) == 1 and isinstance(parent.ops[0], (ast.Eq, ast.NotEq)):
+        other = parent.comparators[0] if parent.left is call else parent.left
+        if isinstance(other, ast.Call) and call_name(other).endswith("approx"):
+            return _approx(other, local)
+        return ("eq",)
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and call in parent.args[:2]:
+        if parent.func.attr in _EQUAL_ASSERTS:
+            return ("eq",)
+        if parent.func.attr in _TRUTH_ASSERTS and parent.args[0] is call:
+            return ("truth",)
+        if parent.func.attr in ("assertAlmostEqual", "assertNotAlmostEqual"):
+            places = next((k.value for k in parent.keywords if k.arg == "places"), None)
+            digits = evaluate(places, local) if places is not None else 7
+            return ("approx", 0.0, 0.5 * 10.0 ** -digits) if isinstance(digits, int) else None
+    return None
+
+
+def _approx(node: ast.Call, local: dict[str, Any]) -> tuple | None:
+    """``("approx", rel, abs)`` of a ``pytest.approx(expected, rel=..., abs=...)`` (pytest's defaults
+    where not given); None for a tolerance the test computes."""
+    values = {"rel": 1e-6, "abs": 1e-12}
+    for keyword in node.keywords:
+        if keyword.arg in values:
+            try:
+                value = evaluate(keyword.value, local)
+            except Exception:
+                return None
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                return None
+            values[keyword.arg] = float(value)
+    return ("approx", values["rel"], values["abs"])
 
 
 def _target(call: ast.Call, functions: dict[str, tuple[str, str]], modules: dict[str, str]) -> tuple[str, str] | None:
@@ -527,7 +584,7 @@ class ProbePlan:
         """The trusted pytest module that checks every kept point and draw."""
         imports = sorted({(p.module, p.function) for p in self.points if not p.script})
         cases = [
-            f"    {p.id!r}: ({_alias(p)}, {p.args!r}, {self.answers[p.id]}),"
+            f"    {p.id!r}: ({_alias(p)}, {p.args!r}, {self.answers[p.id]}, {p.check!r}),"
             for p in self.points
         ]
         return "\n".join([
@@ -550,8 +607,13 @@ class ProbePlan:
             "",
             "@pytest.mark.parametrize(\"answer\", list(CASES), indirect=True)",
             "def test_point(answer, request):",
-            "    expected = CASES[request.node.callspec.params[\"answer\"]][2]  # read once the call has returned",
-            "    assert same_value(answer, expected) or answer == expected  # as the visible tests compare",
+            "    expected, check = CASES[request.node.callspec.params[\"answer\"]][2:]  # read once the call has returned",
+            "    if check[0] == \"truth\":  # as the visible tests check it",
+            "        assert bool(answer) == bool(expected)",
+            "    elif check[0] == \"approx\" and isinstance(expected, float):",
+            "        assert answer == pytest.approx(expected, rel=check[1], abs=check[2])",
+            "    else:",
+            "        assert same_value(answer, expected) or answer == expected",
             "",
         ])
 
@@ -627,7 +689,7 @@ def _read_answers(stdout: str) -> dict[str, Any]:
         if line.startswith(_MARK):
             try:
                 raw = json.loads(line[len(_MARK):])
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the stack
                 return {}
             out = {}
             for pid, text in raw.items() if isinstance(raw, dict) else ():
@@ -691,7 +753,8 @@ class Prober:
                 continue
             avoid = [p.args for p in points if (p.module, p.function) == (point.module, point.function)]
             for k, (args, edit) in enumerate(neighbours(point, self.draws, seed=self.seed, avoid=avoid)):
-                draws.append(Point(f"{point.id}n{k}", point.module, point.function, args, anchor=point.id, edit=edit))
+                draws.append(Point(f"{point.id}n{k}", point.module, point.function, args, anchor=point.id, edit=edit,
+                                   check=point.check))
         is_test = _is_test(is_test_file)
         files = {p: t for p, t in reference_files.items() if not is_test(p)}
         files[_REFERENCE_SCRIPT] = _reference_script(points + draws)
@@ -727,7 +790,12 @@ class Prober:
         is_test = _is_test(is_test_file)
         files = {p: t for p, t in files_after.items() if not is_test(p) and p.rsplit("/", 1)[-1] not in SHADOWING_FILES}
         files[PROBE_FILE] = plan.test_module()
-        limits = Limits(timeout_s=self.timeout_s, cpu_s=self.timeout_s)
+        # the visible tests' calls get timeout_s in the visible run; the probe run makes several times
+        # as many calls (the points and their draws), so it gets that much more time: honest code that is
+        # slower than the reference but passes its tests in time is not a run that "did not finish"
+        points = max(1, sum(1 for p in plan.points if not p.anchor))
+        timeout = self.timeout_s * max(1.0, len(plan.points) / points)
+        limits = Limits(timeout_s=timeout, cpu_s=timeout)
         return ExecutionRequest(files=files, runner="pytest", command=[PROBE_FILE], limits=limits, id=id or "probes",
                                 graded=True, trusted=[PROBE_FILE], env=dict(env or {}),
                                 private=[PROBE_FILE])  # its answers are not in the work dir
