@@ -1486,7 +1486,7 @@ PRIVATE_TESTS = {
 
 
         def test_answer(word):
-            assert answer() == word + "-" + "7f3a"
+            assert answer() == word + "-" + "quokka"
         """),
 }
 # wrong (it knows no answer), but reads every file of the work dir for one: itself, through a program it
@@ -1553,8 +1553,8 @@ READS_THE_RUNNER = textwrap.dedent("""
                 items = value.values() if isinstance(value, dict) else value if isinstance(value, (set, list)) else []
                 for item in list(items):
                     text = item.decode(errors="replace") if isinstance(item, bytes) else str(item)
-                    if "7f3a" in text:
-                        _FOUND.append("tangerine-7f3a")
+                    if "quokka" in text:
+                        _FOUND.append("tangerine-quokka")
 
 
     _look()
@@ -1574,7 +1574,7 @@ def test_private_sources_are_in_no_module_attribute_of_the_runner(executor):
 
 
 def test_private_test_modules_run_as_sent(executor):
-    files = {**PRIVATE_TESTS, "secret.py": "def answer():\n    return 'tangerine-7f3a'\n"}
+    files = {**PRIVATE_TESTS, "secret.py": "def answer():\n    return 'tangerine-quokka'\n"}
     request = ExecutionRequest(files=files, runner="pytest", command=["tests"], limits=Limits(timeout_s=30.0),
                                graded=True, trusted=list(PRIVATE_TESTS), private=list(PRIVATE_TESTS))
     result = executor.run(request)
@@ -1588,7 +1588,7 @@ def test_private_test_modules_run_as_sent(executor):
 
 def test_an_import_of_a_private_test_module_after_collection_is_a_forged_environment(executor):
     code = ("import importlib\n\n\ndef answer():\n    importlib.import_module('tests.hidden.test_secret')\n"
-            "    return 'tangerine-7f3a'\n")
+            "    return 'tangerine-quokka'\n")
     request = ExecutionRequest(files={**PRIVATE_TESTS, "secret.py": code}, runner="pytest", command=["tests"],
                                limits=Limits(timeout_s=30.0), graded=True, trusted=list(PRIVATE_TESTS),
                                private=list(PRIVATE_TESTS))
