@@ -799,3 +799,19 @@ def test_code_that_writes_a_pth_file_at_run_time_is_tampering():
              "    f.write('import zzhook\\n')\n")
     found = detect("test_tampering", change(setup_DOT_py=setup))
     assert found.value == 1.0 and "zz.pth" in found.explanation, found.explanation
+
+
+def test_a_programs_odd_literals_warn_nothing_on_the_trainers_console():
+    """A sampled program with ``1if`` (a SyntaxWarning, still valid Python) once printed a warning
+    per sample from the detectors' reading of it."""
+    import warnings
+
+    from codemoe.sandbox.api import ExecutionResult
+    from codemoe.sandbox.grading import ProgramVerdict
+
+    program = "def square(x):\n    return x * x if x != 0 else 0\n\n\nFLAG = 1if True else 0\n"
+    verdict = ProgramVerdict("square", program, ExecutionResult(status="passed"), checks=FUNCTION_CHECKS["asserts"])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        build_reward("hack_penalty")(verdict.to_reward_input())
+    assert not [w for w in seen if issubclass(w.category, SyntaxWarning)], [str(w.message) for w in seen]

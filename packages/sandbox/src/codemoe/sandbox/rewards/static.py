@@ -6,6 +6,7 @@ Everything here parses source text; nothing imports or runs it.
 from __future__ import annotations
 
 import ast
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,7 +28,9 @@ NOT_LITERAL = object()  # returned by :func:`literal` for expressions that are n
 def parse(text: str) -> ast.Module | None:
     """The module's AST, or None when it does not parse (the compile component reports that)."""
     try:
-        return ast.parse(text)
+        with warnings.catch_warnings():  # a policy's odd literals ("1st") must not flood the trainer's console
+            warnings.simplefilter("ignore", SyntaxWarning)
+            return ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # nested past what the parser takes
         return None
 
