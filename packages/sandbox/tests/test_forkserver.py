@@ -72,6 +72,18 @@ def test_a_worker_whose_fork_server_died_is_replaced_and_loses_no_request(python
     assert [r.stdout for r in results] == ["again\n"] * 3, results
 
 
+def test_a_batch_on_a_worker_whose_fork_server_died_loses_no_request(python_request):
+    """The same within one batch: the requests answered as not cloned run on a fresh worker."""
+    with LocalExecutor(workers=2) as ex:
+        assert [r.stdout for r in ex.run_batch([python_request("print('up')\n")] * 2)] == ["up\n"] * 2
+        worker = ex.worker_pids[0]
+        (server,) = [pid for pid in _children(worker) if not _children(pid) and _holds_a_socket(pid)]
+        os.kill(server, signal.SIGKILL)
+        results = ex.run_batch([python_request(f"print({n})\n") for n in range(6)])
+        assert worker not in ex.worker_pids
+    assert [r.stdout for r in results] == [f"{n}\n" for n in range(6)], results
+
+
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         return [int(c) for c in f.read().split()]

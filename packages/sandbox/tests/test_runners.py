@@ -179,6 +179,56 @@ def test_a_batch_survives_a_dead_worker_and_runs_the_requests_queued_behind_it(p
     assert [(r.status, r.stdout) for r in results[1:]] == [("passed", f"{n}\n") for n in range(3)]
 
 
+def test_a_batch_runs_as_many_requests_at_once_as_there_are_workers(python_request):
+    """One thread drives the whole batch: the first two requests are both running before either
+    answers (their sleeps overlap), and the results come back in request order."""
+    program = "import time\nprint(time.time())\ntime.sleep({})\nprint(time.time(), {})\n"
+    requests = [python_request(program.format(0.6 if n < 2 else 0, n), timeout_s=10) for n in range(5)]
+    with LocalExecutor(workers=2) as ex:
+        results = ex.run_batch(requests)
+    assert [r.stdout.split()[-1] for r in results] == [str(n) for n in range(5)], results
+    (start0, end0), (start1, end1) = ([float(v) for v in r.stdout.split()[:2]] for r in results[:2])
+    assert start1 < end0 and start0 < end1  # both ran at once
+
+
+def test_batches_from_two_threads_share_the_workers_and_each_gets_its_own_results(python_request):
+    import threading
+
+    answers: dict[str, list[str]] = {}
+
+    def batch(name: str) -> None:
+        results = ex.run_batch([python_request(f"print('{name}', {n})") for n in range(6)])
+        answers[name] = [r.stdout for r in results]
+
+    with LocalExecutor(workers=2) as ex:
+        threads = [threading.Thread(target=batch, args=(name,)) for name in ("a", "b")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not any(thread.is_alive() for thread in threads)
+        after = ex.run_batch([python_request("print('c')") for _ in range(2)])  # every worker went back
+    assert answers == {name: [f"{name} {n}\n" for n in range(6)] for name in ("a", "b")}
+    assert [r.stdout for r in after] == ["c\n"] * 2
+
+
+def test_a_batch_survives_every_worker_dying_mid_batch(python_request):
+    """Both workers die while they run the batch's first two requests: those two are errors, the
+    rest run on fresh workers, in order."""
+    import os
+    import signal
+    import threading
+
+    with LocalExecutor(workers=2) as ex:
+        pids = list(ex.worker_pids)
+        threading.Timer(0.5, lambda: [os.kill(pid, signal.SIGKILL) for pid in pids]).start()
+        results = ex.run_batch([python_request("import time\ntime.sleep(5)\n", timeout_s=10) for _ in range(2)]
+                               + [python_request(f"print({n})") for n in range(4)])
+        assert not set(pids) & set(ex.worker_pids)
+    assert [r.status for r in results[:2]] == ["error"] * 2 and all("worker failed" in r.reason for r in results[:2])
+    assert [(r.status, r.stdout) for r in results[2:]] == [("passed", f"{n}\n") for n in range(4)]
+
+
 def test_a_trivial_execution_costs_milliseconds_not_a_fraction_of_a_second(executor):
     import statistics
     import time

@@ -17,10 +17,10 @@ import dataclasses
 import json
 import os
 import queue
+import select
 import subprocess
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,10 @@ def _worker_env() -> dict[str, str]:
     }
 
 
+def _failure(request: ExecutionRequest, exc: BaseException) -> ExecutionResult:
+    return ExecutionResult(status="error", id=request.id, reason=f"sandbox: the worker failed ({exc})")
+
+
 # the reason of a result whose execution was never cloned (the worker's fork server was gone): safe to send again
 _NOT_CLONED = "sandbox: ForkServerGone"
 
@@ -125,6 +129,10 @@ class _Worker:
 
     def execute(self, request: ExecutionRequest) -> ExecutionResult:
         wire.send(self.process.stdin.fileno(), request.to_dict())
+        return self.answer()
+
+    def answer(self) -> ExecutionResult:
+        """The worker's answer to the request it was sent last."""
         answer = wire.receive(self.process.stdout.fileno())
         if answer is None:
             raise EOFError("the worker exited")
@@ -203,34 +211,108 @@ class LocalExecutor(Grading):
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         """Run one request on the next idle worker."""
+        request = self._admit(request)
+        worker = self._idle.get()
+        try:
+            worker, result = self._run_on(worker, request)
+            return result
+        finally:
+            self._idle.put(worker)
+
+    def run_batch(self, requests: list[ExecutionRequest]) -> list[ExecutionResult]:
+        """Run all requests, as many at once as there are workers; results in request order.
+
+        One thread drives every worker it holds: it sends each idle one the next request and reads
+        the answers as they come (a thread per worker cost the caller a thread switch and a wake-up
+        per execution). It holds every idle worker it finds (at least one; other callers' runs keep
+        theirs) and gives each back when no request is left for it.
+        """
+        admitted = [self._admit(r) for r in requests]  # every request checked before any runs
+        if len(admitted) <= 1:
+            return [self.run(r) for r in admitted]
+        results: list[ExecutionResult | None] = [None] * len(admitted)
+        held = [self._idle.get()]
+        while len(held) < len(admitted):
+            try:
+                held.append(self._idle.get_nowait())
+            except queue.Empty:
+                break
+        waiting = list(range(len(admitted) - 1, -1, -1))  # popped from the end: request order
+        busy: dict[int, tuple[_Worker, int]] = {}  # a worker's answer pipe -> (the worker, its request)
+        poller = select.poll()
+        worker = None  # the one being handled: back to the idle ones if its replacement cannot start
+        try:
+            while held or busy:
+                while held:  # every held worker without a request gets the next one, or goes back
+                    worker = held.pop()
+                    if not waiting:
+                        self._idle.put(worker)
+                        continue
+                    index = waiting.pop()
+                    try:
+                        if worker.process.poll() is not None:  # ended since its last answer: a fresh one
+                            worker = self._replace(worker)
+                        wire.send(worker.process.stdin.fileno(), admitted[index].to_dict())
+                    except (OSError, EOFError, ValueError) as exc:
+                        results[index] = _failure(admitted[index], exc)
+                        held.append(self._replace(worker))
+                        continue
+                    fd = worker.process.stdout.fileno()
+                    busy[fd] = (worker, index)
+                    poller.register(fd, select.POLLIN)
+                worker = None
+                for fd, _ in poller.poll() if busy else ():
+                    worker, index = busy.pop(fd)
+                    poller.unregister(fd)
+                    try:
+                        worker, results[index] = self._answer(worker, admitted[index])
+                    except (OSError, EOFError, ValueError) as exc:
+                        results[index] = _failure(admitted[index], exc)
+                        worker = self._replace(worker)
+                    held.append(worker)
+                    worker = None
+        finally:
+            if worker is not None:
+                self._idle.put(worker)
+            for stranded, _ in busy.values():  # interrupted with requests in flight: their answers are unread
+                self._idle.put(self._replace_quietly(stranded))
+            for idle in held:
+                self._idle.put(idle)
+        return [r for r in results if r is not None]
+
+    def _admit(self, request: ExecutionRequest) -> ExecutionRequest:
         if self._closed:
             raise SandboxError("this executor is closed")
         request.validate()
         if request.runner is not None and not request.nonce:
             request = dataclasses.replace(request, nonce=new_nonce())
-        worker = self._idle.get()
+        return request
+
+    def _run_on(self, worker: _Worker, request: ExecutionRequest) -> tuple[_Worker, ExecutionResult]:
+        """``request`` run on ``worker``, from the send to the answer: (the worker now, its result)."""
         try:
             if worker.process.poll() is not None:  # it ended since its last answer: the request goes to a fresh one
                 worker = self._replace(worker)
-            result = worker.execute(request)
-            if result.status == "error" and result.reason.startswith(_NOT_CLONED):  # it never ran there
-                worker = self._replace(worker)
-                result = worker.execute(request)
-            return result
+            wire.send(worker.process.stdin.fileno(), request.to_dict())
+            return self._answer(worker, request)
         except (OSError, EOFError, ValueError) as exc:
-            worker = self._replace(worker)
-            return ExecutionResult(status="error", id=request.id, reason=f"sandbox: the worker failed ({exc})")
-        finally:
-            self._idle.put(worker)
+            return self._replace(worker), _failure(request, exc)
 
-    def run_batch(self, requests: list[ExecutionRequest]) -> list[ExecutionResult]:
-        """Run all requests, as many at once as there are workers; results in request order."""
-        for request in requests:
-            request.validate()
-        if len(requests) <= 1:
-            return [self.run(r) for r in requests]
-        with ThreadPoolExecutor(max_workers=min(self.size, len(requests))) as pool:
-            return list(pool.map(self.run, requests))
+    def _answer(self, worker: _Worker, request: ExecutionRequest) -> tuple[_Worker, ExecutionResult]:
+        """Read ``worker``'s answer to ``request`` (sent to it already); one that was never cloned
+        (the worker's fork server was gone) runs again on a fresh worker."""
+        result = worker.answer()
+        if result.status == "error" and result.reason.startswith(_NOT_CLONED):  # it never ran there
+            worker = self._replace(worker)
+            wire.send(worker.process.stdin.fileno(), request.to_dict())
+            result = worker.answer()
+        return worker, result
+
+    def _replace_quietly(self, worker: _Worker) -> _Worker:
+        try:
+            return self._replace(worker)
+        except SandboxError:
+            return worker
 
     def _replace(self, worker: _Worker) -> _Worker:
         worker.stop()

@@ -15,6 +15,7 @@ fork of a process that has read a request.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import importlib
 import importlib.util
@@ -103,12 +104,17 @@ class _Stream:
 
 
 def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
-            checker: Checker | None = None, fork_server: ForkServer | None = None) -> ExecutionResult:
+            checker: Checker | None = None, fork_server: ForkServer | None = None, *,
+            later: list[Callable[[], None]] | None = None) -> ExecutionResult:
     """Run ``request`` in a new isolated child of this (single-threaded) worker, cloned by
     ``fork_server`` (:mod:`codemoe.sandbox.forkserver`; else by this process).
 
     Everything the supervision and the child need is made before the clone: while the child
     lives, each page either process writes is copied, so both do as little as possible then.
+    ``later``: where given, dropping the execution's files (every process of it is gone by then) is
+    appended to it rather than done here; the caller runs it before the next execution. Unmounting a
+    tmpfs waits for an RCU grace period (tens of microseconds, two per execution), which the
+    worker then spends after its answer is on its way rather than before.
     """
     limits = request.limits
     work = prepare_execution(plan, state, limits.disk_mb, memory_mb=limits.memory_mb, processes=limits.max_processes)
@@ -180,7 +186,10 @@ def execute(request: ExecutionRequest, plan: IsolationPlan, state: WorkerState,
             poller.close()
         for fd in streams:
             os.close(fd)
-        finish_execution(plan, work)
+        if later is None:
+            finish_execution(plan, work)
+        else:
+            later.append(functools.partial(finish_execution, plan, work))
     out, err, channel = streams.values()
     # an asserts run's record is the verdict's, whatever happened: the program's own messages with
     # its "done" dropped, and the checker's reply (none if the checker was never asked: the channel
@@ -489,6 +498,7 @@ def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: Worker
     request runs here: each is answered at once as not cloned (a replacement fork server would be a
     fork of a process that has read requests), and the executor sends it to a fresh worker."""
     gone = False
+    later: list[Callable[[], None]] = []  # the last execution's cleanup, done once its answer is sent
     while True:
         message = wire.receive(control_in)
         if message is None:
@@ -504,12 +514,16 @@ def _serve(control_in: int, control_out: int, plan: IsolationPlan, state: Worker
             if gone:
                 raise ForkServerGone("the fork server ended")
             request = ExecutionRequest.from_dict(message)
-            result = execute(request, plan, state, checker, fork_server)
+            result = execute(request, plan, state, checker, fork_server, later=later)
         except Exception as exc:  # a bad request or a failed clone: answer with an error result
             gone = gone or isinstance(exc, ForkServerGone)
             result = ExecutionResult(status="error", id=str(message.get("id", "")),
                                      reason=f"sandbox: {type(exc).__name__}: {exc}")
-        wire.send(control_out, result.to_dict())
+        try:
+            wire.send(control_out, result.to_dict())
+        finally:
+            while later:
+                later.pop(0)()
         gone = gone or (fork_server is not None and not fork_server.alive())
 
 
