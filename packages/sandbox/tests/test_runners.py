@@ -212,6 +212,27 @@ def test_batches_from_two_threads_share_the_workers_and_each_gets_its_own_result
     assert [r.stdout for r in after] == ["c\n"] * 2
 
 
+def test_a_caller_waiting_for_a_worker_gets_one_before_a_long_batch_ends(python_request):
+    """A batch does not keep the workers it frees while another caller waits (a service's client
+    calling /run beside another client's /batch): the single request starts before the batch's
+    last requests do."""
+    import threading
+
+    program = "import time\nprint(time.time())\ntime.sleep(0.3)\n"
+    with LocalExecutor(workers=2) as ex:
+        batch: list = []
+        thread = threading.Thread(target=lambda: batch.extend(ex.run_batch(
+            [python_request(program, timeout_s=10) for _ in range(10)])))
+        thread.start()
+        while not ex._idle.empty():  # the batch holds both workers
+            threading.Event().wait(0.01)
+        single = ex.run(python_request(program, timeout_s=10))
+        thread.join(120)
+    starts = sorted(float(r.stdout) for r in batch)
+    assert len(starts) == 10 and single.passed
+    assert float(single.stdout) < starts[-2], (single.stdout, starts)
+
+
 def test_a_batch_survives_every_worker_dying_mid_batch(python_request):
     """Both workers die while they run the batch's first two requests: those two are errors, the
     rest run on fresh workers, in order."""

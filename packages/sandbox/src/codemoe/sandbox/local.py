@@ -182,6 +182,7 @@ class LocalExecutor(Grading):
                                   "site_packages": None if site_packages is None else list(site_packages),
                                   "seal": seal_files})
         self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._waiting = 0  # callers blocked for an idle worker: a batch hands its freed workers to them
         self._all: list[_Worker] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -212,7 +213,7 @@ class LocalExecutor(Grading):
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         """Run one request on the next idle worker."""
         request = self._admit(request)
-        worker = self._idle.get()
+        worker = self._take()
         try:
             worker, result = self._run_on(worker, request)
             return result
@@ -224,26 +225,31 @@ class LocalExecutor(Grading):
 
         One thread drives every worker it holds: it sends each idle one the next request and reads
         the answers as they come (a thread per worker cost the caller a thread switch and a wake-up
-        per execution). It holds every idle worker it finds (at least one; other callers' runs keep
-        theirs) and gives each back when no request is left for it.
+        per execution). It takes every idle worker nobody else is waiting for, and a worker it
+        frees while another caller waits goes to that caller: concurrent callers (a service's
+        clients) share the workers request by request, as they did when each request of a batch
+        waited for a worker on its own.
         """
         admitted = [self._admit(r) for r in requests]  # every request checked before any runs
         if len(admitted) <= 1:
             return [self.run(r) for r in admitted]
         results: list[ExecutionResult | None] = [None] * len(admitted)
-        held = [self._idle.get()]
-        while len(held) < len(admitted):
-            try:
-                held.append(self._idle.get_nowait())
-            except queue.Empty:
-                break
         waiting = list(range(len(admitted) - 1, -1, -1))  # popped from the end: request order
+        held: list[_Worker] = []  # workers this call holds without a request on them
         busy: dict[int, tuple[_Worker, int]] = {}  # a worker's answer pipe -> (the worker, its request)
         poller = select.poll()
         worker = None  # the one being handled: back to the idle ones if its replacement cannot start
         try:
-            while held or busy:
-                while held:  # every held worker without a request gets the next one, or goes back
+            while waiting or busy:
+                if waiting and not busy and not held:
+                    held.append(self._take())
+                if not self._waiting:  # nobody else waits: every idle worker may take a request
+                    while len(held) < len(waiting):
+                        try:
+                            held.append(self._idle.get_nowait())
+                        except queue.Empty:
+                            break
+                while held:  # every held worker gets the next request, or goes back
                     worker = held.pop()
                     if not waiting:
                         self._idle.put(worker)
@@ -269,7 +275,10 @@ class LocalExecutor(Grading):
                     except (OSError, EOFError, ValueError) as exc:
                         results[index] = _failure(admitted[index], exc)
                         worker = self._replace(worker)
-                    held.append(worker)
+                    if self._waiting or not waiting:
+                        self._idle.put(worker)  # another caller waits for it, or this call is done with it
+                    else:
+                        held.append(worker)
                     worker = None
         finally:
             if worker is not None:
@@ -279,6 +288,16 @@ class LocalExecutor(Grading):
             for idle in held:
                 self._idle.put(idle)
         return [r for r in results if r is not None]
+
+    def _take(self) -> _Worker:
+        """The next idle worker, waiting for one (counted, so batches hand theirs over)."""
+        with self._lock:
+            self._waiting += 1
+        try:
+            return self._idle.get()
+        finally:
+            with self._lock:
+                self._waiting -= 1
 
     def _admit(self, request: ExecutionRequest) -> ExecutionRequest:
         if self._closed:
