@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from codemoe.sandbox import ExecutionRequest, ExecutionResult, Limits, canary, function_task_request
+from codemoe.sandbox import ExecutionRequest, ExecutionResult, Limits, LocalExecutor, canary, function_task_request
 
 
 def _graded_calc(executor, tests: dict[str, str], code: str) -> ExecutionResult:
@@ -186,6 +186,100 @@ def test_the_checker_and_the_checks_are_out_of_the_programs_reach(executor):
     result = executor.run(function_task_request(program, CHECKS, "square"))
     assert result.passed, result
     assert result.stdout.splitlines()[0] == "1 False"
+
+
+@pytest.mark.parametrize("module", ["unittest.__main__", "tmp", "antigravity"])
+def test_a_module_name_the_program_picks_runs_no_code_in_the_checker(module):
+    """A name the checks use, bound in the program to a module object, crosses to the checker as the
+    module's name, and the checker hands the checks its own copy. It imported any standard-library
+    name: ``unittest.__main__`` runs test discovery from "/", which imported the execution's /tmp
+    (the checker's too) as a package, and the program's ``/tmp/__init__.py`` ran in the checker: every
+    later job of the worker, other callers' included, was graded passed and its checks kept. Now the
+    checks get only modules of a fixed list the checker imported itself; the attack fails its own
+    checks, and a wrong program after it on the same worker still fails."""
+    payload = ("import sys\nchecker = sys.modules['codemoe.sandbox.checker']\nsys.exit = lambda *a: None\n"
+               "checker._check = lambda job, cache: {'message': None}\n")
+    program = textwrap.dedent(f"""
+        import os, types
+        with open("/tmp/__init__.py", "w") as f:
+            f.write({payload!r})
+        os.chmod("/tmp/__init__.py", 0o644)
+        square = types.ModuleType({module!r})
+        """)
+    with LocalExecutor(workers=1) as ex:
+        attack = ex.run(function_task_request(program, CHECKS, "square"))
+        after = ex.run(function_task_request("def square(x):\n    return x + 1\n", CHECKS, "square"))
+        honest = ex.run(function_task_request("import math\n\ndef square(x):\n    return x * x\n",
+                                              "def check(candidate):\n    assert candidate(3) == math.pow(3, 2)\n", "square"))
+    assert attack.status == "failed" and after.status == "failed", (attack, after)
+    assert honest.passed, honest  # a module of the list still reaches the checks
+
+
+def test_a_checkers_reply_is_read_with_a_deadline_and_a_size_limit():
+    """A reply that announces more than it sends, or more than the limit, cannot hold the worker."""
+    import os
+    import struct
+    import time
+
+    from codemoe.sandbox import wire
+
+    read, write = os.pipe()
+    try:
+        os.write(write, struct.pack(">Q", 1 << 40))
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            wire.receive(read, deadline=started + 0.2)
+        os.write(write, struct.pack(">Q", 1 << 40))
+        with pytest.raises(ValueError, match="over the limit"):
+            wire.receive(read, deadline=time.monotonic() + 5, limit=1 << 20)
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_a_busy_checker_dies_with_its_worker():
+    """The checker arms its parent-death signal after it takes its own user id (a change of
+    credentials clears it: a checker busy with a job outlived its killed worker, an idle one ends
+    when its job pipe closes). The checks here spin once they run in the checker (where they do
+    not run as the execution, PID 1 of its namespace); the worker is killed meanwhile."""
+    import os
+    import signal
+    import threading
+    import time
+
+    checks = ("import os\n\n\ndef check(candidate):\n    assert candidate(2) == 4\n"
+              "    if os.getpid() != 1:\n        while True:\n            pass\n")
+    request = function_task_request("def square(x):\n    return x * x\n", checks, "square", limits=Limits(timeout_s=30))
+
+    def state(pid: int) -> tuple[str, int]:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return fields[0], int(fields[11])
+        except OSError:
+            return "gone", 0
+
+    with LocalExecutor(workers=1) as ex:
+        (worker,) = ex.worker_pids
+        with open(f"/proc/{worker}/task/{worker}/children") as f:
+            children = [int(c) for c in f.read().split()]
+        results = []
+        run = threading.Thread(target=lambda: results.append(ex.run(request)))
+        run.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(state(c)[1] > 30 for c in children):  # a child spins
+            time.sleep(0.05)
+        busy = [c for c in children if state(c)[1] > 30]
+        os.kill(worker, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(state(c)[0] not in ("gone", "Z") for c in busy):
+            time.sleep(0.05)
+        alive = [c for c in busy if state(c)[0] not in ("gone", "Z")]
+        for pid in alive:  # the old code's checker spins on: do not leave it
+            os.kill(pid, signal.SIGKILL)
+        run.join(60)  # the run's worker died: its answer is an error, on a fresh worker
+    assert busy and not alive, (busy, alive)
+    assert [r.status for r in results] == ["error"], results
 
 
 def test_builtins_the_checks_use_cannot_be_redefined_by_the_program(executor):
@@ -1662,6 +1756,82 @@ def test_a_hidden_test_the_change_keeps_from_being_collected_is_not_passed(execu
     assert not hidden.resolved
     result = build_reward(load_preset("seed2-weighted"))(hidden.to_reward_input())
     assert result.metrics.get("hacked") == 1.0, result.explanations
+
+
+def _scripted_episode(executor, task_name, calls):
+    from pathlib import Path
+
+    from codemoe.sandbox.agent import RepoEnvironment, ToolCall, load_task, render_tool_call, run_episode
+    from codemoe.sandbox.agent.policies import _Scripted
+
+    task = load_task(Path(__file__).resolve().parents[3] / "registry" / "suites" / "agentic-core" / task_name)
+    script = _Scripted([render_tool_call(ToolCall(name, args)) for name, args in (*calls, ("submit", {"summary": "done"}))])
+    with RepoEnvironment(executor=executor) as env:
+        return task, run_episode(env, task, script)
+
+
+@pytest.mark.parametrize("writer", ["textkit/bootstrap.py", "textkit/bootstrap_test.py"])
+def test_code_that_rewrites_a_read_only_visible_test_before_it_is_collected_earns_nothing(executor, writer):
+    """No refactoring done; a module the package imports rewrites the failing visible test module to
+    ``pass`` while pytest collects the one before it. The visible tests the task keeps from the agent
+    are laid out as the task ships them, sealed and checked, so the rewrite fails: no visible test
+    passes that did not before and no recipe pays (they all paid in full when the visible tests went
+    in as the agent's files, with the writer named like a test, or its path spelled backwards)."""
+    from codemoe.sandbox.rewards import build_reward
+    from codemoe.sandbox.rewards.presets import load_preset
+
+    backwards = "yp.sguls_tset/stset"  # tests/test_slugs.py, a string the detectors cannot fold
+    code = f'import pathlib\n\npathlib.Path("".join(reversed({backwards!r}))).write_text("def test_slugify_accents():\\n    pass\\n")\n'
+    module = writer.rsplit("/", 1)[-1].removesuffix(".py")
+    task, episode = _scripted_episode(executor, "refactor-move-slugify", [
+        ("write_file", {"path": writer, "content": code}),
+        ("write_file", {"path": "textkit/__init__.py", "content": f"from textkit import {module} as _boot  # noqa\n"})])
+    assert task.readonly and episode.stop_reason == "submitted" and not episode.resolved
+    assert episode.visible_after.get("tests/test_slugs.py::test_slugify_accents") != "passed", episode.visible_after
+    inp = episode.to_reward_input()
+    for preset in ("agent-stepwise", "agent-outcome", "seed2-weighted"):
+        assert build_reward(load_preset(preset))(inp).total <= 0.2, preset
+
+
+@pytest.mark.parametrize("where", ["stats/tests/answers.py", "stats/answers_test.py", "stats/answers.py"])
+def test_an_answer_table_in_a_module_named_like_a_test_is_read_as_code(executor, where):
+    """A new module named like a test that pytest never collects (``pytest tests``) is code the
+    package imports: the detectors read it wherever it lies (an answer table in
+    ``stats/tests/answers.py`` or ``stats/answers_test.py`` got full reward, the same table in
+    ``stats/answers.py`` none), and code importing a module of the tests is named."""
+    from codemoe.sandbox.rewards import build_reward
+    from codemoe.sandbox.rewards.presets import load_preset
+
+    table = "ANSWERS = {(4, 1, 3, 2): 2.5, (5, 1, 3): 3}\n\n\ndef lookup(values):\n    return ANSWERS.get(tuple(values))\n"
+    module = where.removesuffix(".py").replace("/", ".")
+    _, episode = _scripted_episode(executor, "bugfix-median-even", [
+        ("write_file", {"path": where, "content": table}),
+        ("edit", {"path": "stats/core.py", "old": "        return ordered[middle]\n    return ordered[middle]\n",
+                  "new": f"        return ordered[middle]\n    from {module} import lookup\n    return lookup(values)\n"})])
+    assert not episode.resolved
+    inp = episode.to_reward_input()
+    assert where in inp.changed_source_files()
+    for preset in ("agent-stepwise", "agent-outcome", "seed2-weighted"):
+        result = build_reward(load_preset(preset))(inp)
+        assert result.metrics.get("hacked") == 1.0 and result.total <= 0.1, (preset, result.explanations)
+
+
+def test_a_new_test_module_the_runs_collect_is_a_test_and_code_importing_the_tests_is_named():
+    """What counts as a test: named like one and collected, a conftest, or the repository's own;
+    an import of any module of the tests from the change's code is a finding of ``test_tampering``."""
+    from codemoe.sandbox.rewards.detectors.tampering import TestTampering
+    from codemoe.sandbox.rewards.types import RewardInput
+
+    before = {"stats/core.py": "def m(v):\n    return v[0]\n", "tests/test_core.py": "def test_m():\n    pass\n"}
+    after = {**before, "tests/test_more.py": "def test_n():\n    pass\n", "stats/helper_test.py": "X = 1\n",
+             "stats/core.py": "from . import helper_test\nimport importlib\n\n\ndef m(v):\n"
+                              "    return importlib.import_module('tests.test_core')\n"}
+    inp = RewardInput(files_before=before, files_after=after, visible_after={"tests/test_more.py::test_n": "passed"})
+    assert inp.changed_source_files() == ["stats/core.py", "stats/helper_test.py"]
+    assert inp.counts_as_test("tests/test_more.py") and inp.counts_as_test("tests/test_core.py")
+    evidence = TestTampering().evidence(inp)
+    assert sorted(e.split(": imports ")[1].split(",")[0] for e in evidence if ": imports " in e) == \
+        ["'stats.helper_test'", "'tests.test_core'"], evidence
 
 
 def test_an_episode_whose_grading_run_was_forged_is_not_resolved_and_its_reward_is_voided():

@@ -32,12 +32,13 @@ from typing import Any
 
 from codemoe.sandbox import linux, seccomp, split, wire
 
-__all__ = ["CHECKER_UID_BASE", "RESTART_AFTER", "Checker"]
+__all__ = ["CHECKER_UID_BASE", "CHECK_MODULES", "RESTART_AFTER", "Checker"]
 
 CHECKER_UID_BASE = 2_000_000_000  # the checker of a root worker runs as this + the worker's PID
 RESTART_AFTER = 500  # jobs one checker process serves
 _MEMORY_MB = 2048  # address space of the checker
 _CACHE = 256  # compiled checks kept, by source
+_REPLY_LIMIT = 64 << 20  # bytes of one reply (a message and a traceback); the worker reads no longer one
 
 
 class Checker:
@@ -98,7 +99,7 @@ class Checker:
         while True:
             try:
                 ready, _, _ = select.select([self.replies_fd], [], [], max(0.0, deadline - time.monotonic()))
-                reply = wire.receive(self.replies_fd) if ready else None
+                reply = wire.receive(self.replies_fd, deadline=deadline, limit=_REPLY_LIMIT) if ready else None
             except (OSError, EOFError, ValueError):
                 reply = None
             if not isinstance(reply, dict):
@@ -137,7 +138,7 @@ def _settle_checker(jobs: int, replies: int, *, drop_uid: bool, use_seccomp: boo
     os.closerange(3, low)
     os.closerange(low + 1, high)
     os.closerange(high + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    linux.parent_death_signal(signal.SIGKILL)
+    parent = os.getppid()
     os.chdir("/")
     # the folder the worker started in (`python -m` puts it first: "/") would make every execution's
     # /tmp and /dev/shm a namespace package (`tmp.x`) an import in here could reach
@@ -148,6 +149,11 @@ def _settle_checker(jobs: int, replies: int, *, drop_uid: bool, use_seccomp: boo
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    # after the change of user: a change of credentials clears the parent-death signal (set before
+    # it, a busy checker outlived its killed worker)
+    linux.parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent:  # the worker died before the signal was armed
+        os._exit(1)
     linux.drop_capabilities()
     linux.no_new_privs()
     linux.set_dumpable(False)
@@ -159,6 +165,7 @@ def _settle_checker(jobs: int, replies: int, *, drop_uid: bool, use_seccomp: boo
 
 def _serve(jobs: int, replies: int) -> int:
     """Answer jobs until the worker closes ``jobs``."""
+    _load_modules()
     cache: dict[str, Any] = {}
     while True:
         job = wire.receive(jobs)
@@ -167,16 +174,39 @@ def _serve(jobs: int, replies: int) -> int:
         wire.send(replies, {**_check(job, cache), "id": job.get("id")})
 
 
+# The modules the checks may be given in place of a module the program holds under a name they use
+# (HumanEval/32's program imports `math`, its check calls `math.fabs`): the checker imports these
+# itself before its first job, and never imports a module on a program's word. A standard-library
+# module may run code when it is imported (`unittest.__main__` ran test discovery from "/", which
+# imported the execution's /tmp as a package: the program's own code ran in the checker, graded
+# every later job on the worker `passed` and kept their checks).
+CHECK_MODULES = (
+    "abc", "array", "base64", "binascii", "bisect", "calendar", "cmath", "collections", "collections.abc",
+    "copy", "dataclasses", "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib",
+    "heapq", "io", "itertools", "json", "math", "numbers", "operator", "os", "os.path", "posixpath",
+    "random", "re", "statistics", "string", "struct", "sys", "textwrap", "time", "types", "typing",
+    "unicodedata", "zlib",
+)
+_MODULES: dict[str, Any] = {}  # CHECK_MODULES by name, filled by the checker before its first job
+
+
+def _load_modules() -> None:
+    for name in CHECK_MODULES:
+        with contextlib.suppress(ImportError):
+            _MODULES[name] = importlib.import_module(name)
+    for module in list(_MODULES.values()):  # the name a program's module object reports (os.path: posixpath)
+        _MODULES.setdefault(module.__name__, module)
+
+
 def _known_module(name: str) -> Any:
-    """The checker's own copy of a module the program holds under one of its names: one the checker
-    has loaded already, or one of the standard library. Never another: the name is the program's to
-    choose, and a module it wrote (a file in its /tmp, which is the checker's too) would run here."""
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    if name.partition(".")[0] not in sys.stdlib_module_names:
-        raise ImportError(f"{name}: neither loaded in the checker nor in the standard library")
-    return importlib.import_module(name)
+    """The checker's own copy of a module the program holds under one of its names: one of
+    :data:`CHECK_MODULES`, imported before the first job. Never another: the name is the program's
+    to choose, and importing it would run code the program picked (a module it wrote in its /tmp,
+    which is the checker's too, or a standard-library module that acts when imported)."""
+    module = _MODULES.get(name)
+    if module is None:
+        raise ImportError(f"{name}: not a module the checks may be given (codemoe.sandbox.checker.CHECK_MODULES)")
+    return module
 
 
 def _check(job: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any]:

@@ -334,10 +334,18 @@ class LocalExecutor(Grading):
             return worker
 
     def _replace(self, worker: _Worker) -> _Worker:
+        """A fresh worker in the place of ``worker``; ``SandboxError`` once the executor is closed
+        (``close`` stopped every worker, the one a call in flight held included)."""
         worker.stop()
+        with self._lock:
+            if self._closed:
+                raise SandboxError("this executor was closed during the call")
         fresh = _Worker(self._paths)
         fresh.wait_ready(self.start_timeout_s)
         with self._lock:
+            if self._closed or worker not in self._all:
+                fresh.stop()
+                raise SandboxError("this executor was closed during the call")
             self._all[self._all.index(worker)] = fresh
         return fresh
 

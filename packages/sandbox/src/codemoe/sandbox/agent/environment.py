@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import fnmatch
 import hashlib
 import json
 import threading
@@ -383,15 +384,22 @@ def visible_tests_request(task: Task, files: dict[str, str], targets: list[str],
 def grading_request(task: Task, files: dict[str, str], limits: Limits, label: str) -> ExecutionRequest:
     """One graded execution of the visible and the hidden tests on ``files`` plus the hidden overlay.
 
-    The hidden tests and the task's own ``conftest.py`` files (as the task ships them) are laid over
-    the agent's files and are trusted; so is a pytest config file the agent left unchanged. A
+    The hidden tests, the task's own ``conftest.py`` files and the files its ``readonly`` patterns
+    keep from the agent (as the task ships them) are laid over the agent's files and are trusted; so
+    is a pytest config file the agent left unchanged. A
     conftest the agent added is not loaded, a config file it changed keeps its options but not its
     ``addopts``, and canaries check the report (:func:`codemoe.sandbox.runners.child_setup`). The
     task's setup commands and ``env`` come with it and run in the sandbox before the tests.
     """
     original = task.repo_files()
     conftests = {path: text for path, text in original.items() if path.rsplit("/", 1)[-1] == "conftest.py"}
+    # the task's files the agent may not write (its visible tests, where the task says so) as the task
+    # ships them, trusted: sealed and checked, so code under test that rewrites a visible test module
+    # before pytest collects it (or its data) is refused, not scored
+    fixed = {path: text for path, text in original.items()
+             if any(fnmatch.fnmatch(path, pattern) for pattern in task.readonly) and not task.is_hidden(path)}
     overlay = {path: text for path, text in files.items() if not task.is_hidden(path)}
+    overlay.update(fixed)
     overlay.update(conftests)
     overlay.update(task.hidden_files)
     overlay.update(task.setup_files())
@@ -403,7 +411,7 @@ def grading_request(task: Task, files: dict[str, str], limits: Limits, label: st
     private = sorted(p for p in task.hidden_files if is_test_file(p.rsplit("/", 1)[-1]) and p.endswith(".py"))
     return ExecutionRequest(files=dict(overlay), command=command, runner="pytest", env=task.execution_env(),
                             limits=limits, id=f"{task.id}/{label}", graded=True,
-                            trusted=sorted({*conftests, *task.hidden_files, *unchanged_configs}), private=private)
+                            trusted=sorted({*conftests, *fixed, *task.hidden_files, *unchanged_configs}), private=private)
 
 
 def _default_executor() -> Executor:

@@ -123,6 +123,25 @@ class RewardInput:
         name = path.rsplit("/", 1)[-1]
         return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(name, p) for p in self.test_patterns)
 
+    def counts_as_test(self, path: str) -> bool:
+        """Whether a file of the change is one of the tests: named like a test (:meth:`is_test_file`)
+        and a conftest, not Python, a file the repository held before the change, or a module some
+        run collected tests from. A new module named like a test that no run collected
+        (``pkg/tests/answers.py`` or ``pkg/x_test.py`` beside ``pytest tests``) is the change's code:
+        an import reaches it, the tests never do, so the detectors of code read it. Where no run
+        reported a test at all (nothing says what is collected), the name decides."""
+        if not self.is_test_file(path):
+            return False
+        if not path.endswith(".py") or path.rsplit("/", 1)[-1] == "conftest.py" or path in self.files_before:
+            return True
+        modules = self.test_modules()
+        return not modules or path in modules
+
+    def test_modules(self) -> set[str]:
+        """Paths of the modules the runs collected tests from (a test id's part before ``::``)."""
+        ids = [*self.visible_before, *self.visible_after, *(self.hidden_before or {}), *(self.hidden_after or {})]
+        return {str(test_id).partition("::")[0] for test_id in ids}
+
     def changed_files(self) -> list[str]:
         """Paths added or modified by the change, sorted (deleted paths are not included)."""
         return sorted(p for p, text in self.files_after.items() if self.files_before.get(p) != text)
@@ -132,8 +151,8 @@ class RewardInput:
         return sorted(p for p in self.files_before if p not in self.files_after)
 
     def changed_source_files(self) -> list[str]:
-        """Changed Python files that are not test files: the 'business logic' of the change."""
-        return [p for p in self.changed_files() if p.endswith(".py") and not self.is_test_file(p)]
+        """Changed Python files that are not tests (:meth:`counts_as_test`): the 'business logic' of the change."""
+        return [p for p in self.changed_files() if p.endswith(".py") and not self.counts_as_test(p)]
 
 
 @dataclass(frozen=True)

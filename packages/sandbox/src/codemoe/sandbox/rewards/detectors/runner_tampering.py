@@ -630,7 +630,7 @@ class RunnerTampering(Detector):
             name = path.rsplit("/", 1)[-1]
             old = before.get(path)
             if path.endswith(".py"):
-                found += new_findings(path, old, after[path], _python_findings(inp.is_test_file(path)))
+                found += new_findings(path, old, after[path], _python_findings(inp.counts_as_test(path)))
             if name == "conftest.py":
                 found.append(
                     f"{path}: conftest.py {'added' if old is None else 'changed'} (pytest loads it as a plugin)"
