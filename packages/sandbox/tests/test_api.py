@@ -133,7 +133,8 @@ def test_limits_changed_after_construction_are_refused_before_a_worker_and_worke
         wire.send(worker.process.stdin.fileno(), bad)
         answer = ExecutionResult.from_dict(wire.receive(worker.process.stdout.fileno()))
         assert answer.status == "error" and "limits.cpu_s" in answer.reason and answer.id == "raw"
-        again = worker.execute(ExecutionRequest(command=["python", "-c", "print(5)"]))
+        wire.send(worker.process.stdin.fileno(), ExecutionRequest(command=["python", "-c", "print(5)"]).to_dict())
+        again = worker.answer()
         assert again.status == "passed" and again.stdout == "5\n"
     finally:
         executor._idle.put(worker)

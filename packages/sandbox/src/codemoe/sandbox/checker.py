@@ -183,7 +183,7 @@ def _serve(jobs: int, replies: int) -> int:
 CHECK_MODULES = (
     "abc", "array", "base64", "binascii", "bisect", "calendar", "cmath", "collections", "collections.abc",
     "copy", "dataclasses", "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib",
-    "heapq", "io", "itertools", "json", "math", "numbers", "operator", "os", "os.path", "posixpath",
+    "heapq", "io", "itertools", "json", "math", "numbers", "operator", "os", "posixpath",
     "random", "re", "statistics", "string", "struct", "sys", "textwrap", "time", "types", "typing",
     "unicodedata", "zlib",
 )
@@ -191,11 +191,9 @@ _MODULES: dict[str, Any] = {}  # CHECK_MODULES by name, filled by the checker be
 
 
 def _load_modules() -> None:
-    for name in CHECK_MODULES:
+    for name in CHECK_MODULES:  # by the name a program's module object reports (os.path: posixpath)
         with contextlib.suppress(ImportError):
             _MODULES[name] = importlib.import_module(name)
-    for module in list(_MODULES.values()):  # the name a program's module object reports (os.path: posixpath)
-        _MODULES.setdefault(module.__name__, module)
 
 
 def _known_module(name: str) -> Any:

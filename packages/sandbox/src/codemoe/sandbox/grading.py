@@ -11,12 +11,12 @@ names and fields, which ``tests/test_contracts.py`` checks.
 from __future__ import annotations
 
 import ast
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, Limits
+from codemoe.sandbox.rewards.static import parse
 
 __all__ = ["Grading", "ProgramVerdict", "program_request"]
 
@@ -40,11 +40,8 @@ def checks_as_tests(program: str, checks: str) -> dict[str, str]:
     tests: ``from program import ...`` and one test holding the checks' statements, ``candidate``
     named as the function it stands for. Without it the detectors compared a program that is a table
     of the checks' answers with no test at all. ``{}`` when either does not parse."""
-    try:
-        with warnings.catch_warnings():  # a policy's odd literals ("1st") must not flood the trainer's console
-            warnings.simplefilter("ignore", SyntaxWarning)
-            program_tree, checks_tree = ast.parse(program), ast.parse(checks)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    program_tree, checks_tree = parse(program), parse(checks)
+    if program_tree is None or checks_tree is None:
         return {}
     defined = [n.name for n in program_tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
     body: list[ast.stmt] = []

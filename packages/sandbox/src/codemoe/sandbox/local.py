@@ -127,10 +127,6 @@ class _Worker:
             )
         self.protections = message.get("protections", [])
 
-    def execute(self, request: ExecutionRequest) -> ExecutionResult:
-        wire.send(self.process.stdin.fileno(), request.to_dict())
-        return self.answer()
-
     def answer(self) -> ExecutionResult:
         """The worker's answer to the request it was sent last."""
         answer = wire.receive(self.process.stdout.fileno())
@@ -256,8 +252,7 @@ class LocalExecutor(Grading):
                         continue
                     index = waiting.pop()
                     try:
-                        if worker.process.poll() is not None:  # ended since its last answer: a fresh one
-                            worker = self._replace(worker)
+                        worker = self._live(worker)
                         wire.send(worker.process.stdin.fileno(), admitted[index].to_dict())
                     except (OSError, EOFError, ValueError) as exc:
                         results[index] = _failure(admitted[index], exc)
@@ -270,11 +265,7 @@ class LocalExecutor(Grading):
                 for fd, _ in poller.poll() if busy else ():
                     worker, index = busy.pop(fd)
                     poller.unregister(fd)
-                    try:
-                        worker, results[index] = self._answer(worker, admitted[index])
-                    except (OSError, EOFError, ValueError) as exc:
-                        results[index] = _failure(admitted[index], exc)
-                        worker = self._replace(worker)
+                    worker, results[index] = self._answer(worker, admitted[index])
                     if self._waiting or not waiting:
                         self._idle.put(worker)  # another caller waits for it, or this call is done with it
                     else:
@@ -310,21 +301,28 @@ class LocalExecutor(Grading):
     def _run_on(self, worker: _Worker, request: ExecutionRequest) -> tuple[_Worker, ExecutionResult]:
         """``request`` run on ``worker``, from the send to the answer: (the worker now, its result)."""
         try:
-            if worker.process.poll() is not None:  # it ended since its last answer: the request goes to a fresh one
-                worker = self._replace(worker)
+            worker = self._live(worker)
             wire.send(worker.process.stdin.fileno(), request.to_dict())
-            return self._answer(worker, request)
         except (OSError, EOFError, ValueError) as exc:
             return self._replace(worker), _failure(request, exc)
+        return self._answer(worker, request)
+
+    def _live(self, worker: _Worker) -> _Worker:
+        """``worker``, or a fresh one in its place if it ended since its last answer."""
+        return self._replace(worker) if worker.process.poll() is not None else worker
 
     def _answer(self, worker: _Worker, request: ExecutionRequest) -> tuple[_Worker, ExecutionResult]:
         """Read ``worker``'s answer to ``request`` (sent to it already); one that was never cloned
-        (the worker's fork server was gone) runs again on a fresh worker."""
-        result = worker.answer()
-        if result.status == "error" and result.reason.startswith(_NOT_CLONED):  # it never ran there
-            worker = self._replace(worker)
-            wire.send(worker.process.stdin.fileno(), request.to_dict())
+        (the worker's fork server was gone) runs again on a fresh worker. A worker that fails (its
+        pipes break, or it answers nonsense) is replaced, and the result is a sandbox error."""
+        try:
             result = worker.answer()
+            if result.status == "error" and result.reason.startswith(_NOT_CLONED):  # it never ran there
+                worker = self._replace(worker)
+                wire.send(worker.process.stdin.fileno(), request.to_dict())
+                result = worker.answer()
+        except (OSError, EOFError, ValueError) as exc:
+            return self._replace(worker), _failure(request, exc)
         return worker, result
 
     def _replace_quietly(self, worker: _Worker) -> _Worker:

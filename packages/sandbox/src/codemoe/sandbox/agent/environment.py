@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import fnmatch
 import hashlib
 import json
 import threading
@@ -34,7 +33,7 @@ from codemoe.sandbox.agent.actions import ActionFormatError, ToolCall, parse_too
 from codemoe.sandbox.agent.episode import TOOL_DOCS, Episode, StepRecord, system_prompt
 from codemoe.sandbox.agent.tasks import Task
 from codemoe.sandbox.agent.tools import TEST_OUTPUTS, ToolOutput, ToolSet
-from codemoe.sandbox.agent.workspace import ToolError, Workspace
+from codemoe.sandbox.agent.workspace import ToolError, Workspace, matches_readonly
 from codemoe.sandbox.api import ExecutionRequest, ExecutionResult, Executor, Limits
 from codemoe.sandbox.canary import PYTEST_CONFIG_FILES
 from codemoe.sandbox.rewards.types import ProbeRun
@@ -396,8 +395,7 @@ def grading_request(task: Task, files: dict[str, str], limits: Limits, label: st
     # the task's files the agent may not write (its visible tests, where the task says so) as the task
     # ships them, trusted: sealed and checked, so code under test that rewrites a visible test module
     # before pytest collects it (or its data) is refused, not scored
-    fixed = {path: text for path, text in original.items()
-             if any(fnmatch.fnmatch(path, pattern) for pattern in task.readonly) and not task.is_hidden(path)}
+    fixed = {path: text for path, text in original.items() if matches_readonly(path, task.readonly) and not task.is_hidden(path)}
     overlay = {path: text for path, text in files.items() if not task.is_hidden(path)}
     overlay.update(fixed)
     overlay.update(conftests)

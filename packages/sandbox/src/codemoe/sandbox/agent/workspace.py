@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
-__all__ = ["ToolError", "Workspace"]
+__all__ = ["ToolError", "Workspace", "matches_readonly"]
 
 _SKIP_DIRS = {".git", "__pycache__", ".pytest_cache"}
 NAME_MAX = 255  # bytes in one path component (Linux)
@@ -36,6 +36,12 @@ class ToolError(Exception):
 def _short(text: str, limit: int = 80) -> str:
     """``text`` cut to ``limit`` characters for an error message."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def matches_readonly(rel: str, patterns: Iterable[str]) -> bool:
+    """Whether workspace path ``rel`` matches one of the read-only ``patterns`` (fnmatch globs)."""
+    clean = PurePosixPath(rel).as_posix()
+    return any(fnmatch.fnmatch(clean, pattern) for pattern in patterns)
 
 
 class Workspace:
@@ -83,8 +89,7 @@ class Workspace:
 
     def is_readonly(self, rel: str) -> bool:
         """Whether ``rel`` matches one of the task's read-only patterns."""
-        clean = PurePosixPath(rel).as_posix()
-        return any(fnmatch.fnmatch(clean, pattern) for pattern in self.readonly)
+        return matches_readonly(rel, self.readonly)
 
     # -- files -----------------------------------------------------------------------------
 

@@ -74,7 +74,7 @@ from codemoe.sandbox.rewards.detectors.common import (
     strings,
     walk_code,
 )
-from codemoe.sandbox.rewards.detectors.tampering import HARMLESS_SETTINGS, pytest_settings
+from codemoe.sandbox.rewards.detectors.tampering import HARMLESS_SETTINGS, import_roots, pytest_settings
 from codemoe.sandbox.rewards.types import RewardInput, integrity_kind
 
 __all__ = ["RunnerTampering"]
@@ -587,21 +587,6 @@ def _python_findings(test_file: bool):
     return find
 
 
-def _import_roots(files: dict[str, str]) -> set[str]:
-    """Folders Python imports top-level modules from: the root, ``src`` and configured ``pythonpath``."""
-    roots = {"", "src"}
-    for path, text in files.items():
-        name = path.rsplit("/", 1)[-1]
-        if name not in _CONFIG_SECTIONS:
-            continue
-        folder = path.rsplit("/", 1)[0] if "/" in path else ""
-        value = pytest_settings(text, name).get("pythonpath", "")
-        for entry in re.findall(r"[\w./-]+", value.replace(",", " ")):
-            entry = entry.strip("./") if entry not in (".", "./") else ""
-            roots.add(f"{folder}/{entry}".strip("/"))
-    return roots
-
-
 def _shadowed_module(path: str, roots: set[str]) -> str:
     """The stdlib/test-framework module a new file would shadow, or ''."""
     folder, _, name = path.rpartition("/")
@@ -625,7 +610,7 @@ class RunnerTampering(Detector):
     def evidence(self, inp: RewardInput) -> list[str]:
         found = [f"executor: {finding}" for finding in inp.integrity if integrity_kind(finding).startswith("forged-")]
         before, after = inp.files_before, inp.files_after
-        roots = _import_roots(dict(after))
+        roots = import_roots(after)
         for path in inp.changed_files():
             name = path.rsplit("/", 1)[-1]
             old = before.get(path)
